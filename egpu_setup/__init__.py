@@ -1,0 +1,3 @@
+"""egpu-setup: a Linux laptop plus an NVIDIA eGPU, turned into a verified PyTorch machine."""
+
+__version__ = "0.1.0"

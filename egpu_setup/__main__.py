@@ -1,0 +1,3 @@
+from egpu_setup.cli import main
+
+main()

@@ -1,0 +1,24 @@
+"""Options shared by several commands, and the JSON/table printing they share."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from_option = click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(file_okay=False, path_type=str),
+    default=None,
+    help="Read a recorded host bundle (written by `egpu-setup record`) instead of this machine.",
+)
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (a stable contract)."
+)
+
+
+def echo_json(data: Any) -> None:
+    """Print one JSON document on stdout."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False))

@@ -1,0 +1,96 @@
+"""`egpu-setup detect`: the host facts, as a table or as the detect JSON contract."""
+
+from __future__ import annotations
+
+import click
+
+from egpu_setup.commands._options import echo_json, from_option, json_option
+from egpu_setup.facts import Gpu, HostFacts
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  egpu-setup detect
+  egpu-setup detect --json | jq '.gpus[] | select(.external)'
+  egpu-setup detect --from ./bug-report-bundle
+  egpu-setup detect --nvidia-smi        # also ask nvidia-smi (slow on a cold GPU)
+"""
+)
+@json_option
+@from_option
+@click.option(
+    "--nvidia-smi",
+    "run_smi",
+    is_flag=True,
+    help="Also run nvidia-smi for the CUDA version it reports (can take seconds).",
+)
+def command(as_json: bool, from_dir: str | None, run_smi: bool) -> None:
+    """Show what egpu-setup sees: OS, every GPU (and which is the eGPU), driver, Thunderbolt."""
+    from egpu_setup.detect import detect_host
+    from egpu_setup.host import open_host
+
+    facts = detect_host(open_host(from_dir), run_smi=run_smi)
+    if as_json:
+        echo_json(facts.to_json())
+    else:
+        click.echo(format_facts(facts))
+
+
+def _v(value: object) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _link(g: Gpu) -> str:
+    link = g.link
+    if link.speed_gts is None and link.width is None:
+        return "unknown"
+    now = f"{_v(link.speed_gts)} GT/s x{_v(link.width)}"
+    return f"{now} (max {_v(link.max_speed_gts)} GT/s x{_v(link.max_width)})"
+
+
+def format_facts(facts: HostFacts) -> str:
+    """The human table: short, the eGPU first, unknowns said as such."""
+    o, py, nv = facts.os, facts.python, facts.nvidia
+    lines = [
+        f"OS        {_v(o.pretty_name or o.id)} (kernel {_v(o.kernel)}, {_v(o.arch)})"
+        + (", WSL2" if o.wsl else ""),
+        f"Session   {_v(o.session_type)}    Secure Boot {_v(o.secure_boot)}",
+        f"Python    {_v(py.version)} ({_v(py.executable)}), externally managed (PEP 668): "
+        f"{_v(py.externally_managed)}",
+        f"NVIDIA    driver {_v(nv.driver_version)} ({_v(nv.module_flavour)} module), "
+        f"loaded {_v(nv.module_loaded)}, CUDA {_v(nv.cuda_version)}, "
+        f"nouveau {_v(nv.nouveau_loaded)}",
+    ]
+    if nv.smi_error:
+        lines.append(f"          nvidia-smi: {nv.smi_error}")
+    lines.append("")
+    if not facts.gpus:
+        lines.append("GPUs      none found")
+    gpus = sorted(facts.gpus, key=lambda g: (g.external is not True, g.pci_address))
+    for g in gpus:
+        where = {True: "EXTERNAL", False: "internal", None: "placement unknown"}[g.external]
+        lines.append(f"GPU {g.pci_address}  {_v(g.name)} [{_v(g.vendor_id)}:{_v(g.device_id)}]")
+        lines.append(f"    {where} via {g.connection}, driver {_v(g.driver)}, link {_link(g)}")
+        if g.architecture:
+            lines.append(f"    {g.architecture}, compute capability {_v(g.compute_capability)}")
+        for why in g.evidence:
+            lines.append(f"    - {why}")
+    tb = facts.thunderbolt
+    if tb.domains or tb.devices:
+        lines.append("")
+    for d in tb.domains:
+        lines.append(
+            f"Thunderbolt {d.name}: security {_v(d.security)}, "
+            f"IOMMU DMA protection {_v(d.iommu_dma_protection)}"
+        )
+    for dev in tb.devices:
+        lines.append(
+            f"  {_v(dev.vendor)} {_v(dev.name)}: authorized {_v(dev.authorized)}, "
+            f"gen {_v(dev.generation)}, policy {_v(dev.policy)}, uuid {_v(dev.unique_id)}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,26 @@
+"""`egpu-setup record DIR`: write a diagnostics bundle that `--from DIR` replays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  sudo egpu-setup record ./egpu-report      # root sees dmesg and lspci capabilities
+  egpu-setup detect --from ./egpu-report    # what egpu-setup concludes from it
+  tar czf egpu-report.tgz egpu-report       # attach to a bug report
+"""
+)
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--no-redact", is_flag=True, help="Keep unique ids, UUIDs and serial numbers.")
+def command(directory: Path, no_redact: bool) -> None:
+    """Record this machine's GPU-related state into DIRECTORY (redacted by default)."""
+    from egpu_setup.host import LiveHost
+    from egpu_setup.record import record
+
+    out = record(LiveHost(), directory, redact=not no_redact)
+    click.echo(str(out))

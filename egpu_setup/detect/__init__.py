@@ -1,0 +1,188 @@
+"""Detection: pure `parse_*` functions over text plus thin `probe_*` functions that fetch the
+text through a Host. Soft: a missing source gives None, never an exception.
+
+`detect_host(host)` merges every probe into one HostFacts value.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from egpu_setup.facts import Gpu, HostFacts, Link, ThunderboltFacts
+from egpu_setup.host import Host
+
+log = logging.getLogger("egpu_setup.detect")
+
+
+def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
+    """Everything egpu-setup knows about `host`. Never raises for a missing or odd source."""
+    from egpu_setup.detect.nvidia import probe_nvidia
+    from egpu_setup.detect.system import probe_os, probe_python
+    from egpu_setup.detect.thunderbolt import probe_thunderbolt
+
+    os_facts = probe_os(host)
+    tb = probe_thunderbolt(host)
+    nvidia, smi = probe_nvidia(host, run_smi=run_smi)
+    gpus = probe_gpus(host, tb, smi)
+    return HostFacts(
+        os=os_facts,
+        python=probe_python(host),
+        gpus=gpus,
+        nvidia=nvidia,
+        thunderbolt=tb,
+        source=host.kind,
+    )
+
+
+def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gpu, ...]:
+    """Display-class PCI functions from sysfs; lspci, then nvidia-smi text, when sysfs is empty."""
+    from egpu_setup.detect import pci
+
+    functions = pci.probe_functions(host)
+    by_addr = {f.address: f for f in functions}
+    displays = [f for f in functions if f.is_display]
+    lspci = _lspci_entries(host) if not displays else {}
+    if not displays:
+        return _gpus_from_text(lspci, smi)
+    pci_ids = pci.pci_ids_text(host)
+    chassis = host.read_attr("/sys/class/dmi/id/chassis_type")
+    slots = pci.hotplug_slot_buses(host)
+    authorized = sum(1 for d in tb.devices if d.authorized)
+    out = []
+    for fn in displays:
+        vendor_name, pciids_name = _pciids_names(pci_ids, fn.vendor_id, fn.device_id)
+        name, arch, cc = _identify(fn.vendor_id, fn.device_id, pciids_name)
+        tunnels = []
+        for addr in fn.bridges:
+            bridge = by_addr.get(addr) or pci.probe_function(host, addr)
+            if bridge is None:
+                continue
+            _, bridge_name = _pciids_names(pci_ids, bridge.vendor_id, bridge.device_id)
+            tunnel = pci.tunnel_of(bridge, bridge_name)
+            if tunnel:
+                tunnels.append((addr, tunnel))
+        placement = pci.decide_placement(
+            fn, name, tunnels, chassis_type=chassis, hotplug_buses=slots, tb_authorized=authorized
+        )
+        out.append(
+            pci.build_gpu(
+                fn,
+                name=name,
+                vendor_name=vendor_name,
+                architecture=arch,
+                compute_capability=cc,
+                placement=placement,
+            )
+        )
+    return tuple(out)
+
+
+def _pciids_names(text: str | None, vendor: str | None, device: str | None):
+    if not text or not vendor or not device:
+        return None, None
+    from egpu_setup.detect.pciids import lookup_pciids
+
+    return lookup_pciids(text, vendor, device)
+
+
+def _identify(vendor_id: str | None, device_id: str | None, text_name: str | None):
+    """(name, architecture, compute capability): our GPU table first, then names and codenames."""
+    if vendor_id != "10de":
+        return text_name, None, None
+    from egpu_setup.compat import gpus
+
+    model = gpus.gpu_by_id(device_id) if device_id else None
+    if model is not None:
+        return model.name, model.architecture, model.compute_capability
+    found = (gpus.arch_from_text(text_name) if text_name else None) or (
+        gpus.arch_from_device_id(device_id) if device_id else None
+    )
+    arch, cc = found if found else (None, None)
+    return text_name, arch, cc
+
+
+def _lspci_entries(host: Host) -> dict:
+    from egpu_setup.detect.lspci import parse_lspci
+
+    text = host.command("lspci", ["lspci", "-Dnnk"])
+    return {e.address: e for e in parse_lspci(text)} if text else {}
+
+
+def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
+    """GPUs from command text alone (a pasted report, WSL2): ids and names, placement unknown
+    unless the name itself says laptop GPU."""
+    from egpu_setup.detect.pci import VENDORS, is_mobile_name
+
+    out: dict[str, Gpu] = {}
+    for entry in lspci.values():
+        if not entry.is_display:
+            continue
+        name, arch, cc = _identify(entry.vendor_id, entry.device_id, entry.device_name)
+        mobile = is_mobile_name(name)
+        out[entry.address] = Gpu(
+            pci_address=entry.address,
+            vendor=VENDORS.get(entry.vendor_id or "") or _vendor_from_name(entry.vendor_name),
+            vendor_id=entry.vendor_id,
+            device_id=entry.device_id,
+            name=name,
+            architecture=arch,
+            compute_capability=cc,
+            driver=entry.driver,
+            external=False if mobile else None,
+            connection="pcie" if mobile else "unknown",
+            link=Link(
+                entry.link_speed_gts,
+                entry.link_width,
+                entry.max_link_speed_gts,
+                entry.max_link_width,
+            ),
+            subsystem_vendor_id=entry.subsystem_vendor_id,
+            subsystem_device_id=entry.subsystem_device_id,
+            class_id=(entry.class_id + "00")
+            if entry.class_id and len(entry.class_id) == 4
+            else entry.class_id,
+            revision=entry.revision,
+            evidence=(f"name {name!r} is a laptop (mobile) GPU",) if mobile else (),
+        )
+    for g in getattr(smi, "gpus", ()) or ():
+        if not g.pci_bus_id or g.pci_bus_id in out:
+            continue
+        from egpu_setup.compat import gpus
+
+        found = gpus.arch_from_text(g.name) if g.name else None
+        arch, cc = found if found else (None, None)
+        out[g.pci_bus_id] = Gpu(
+            pci_address=g.pci_bus_id,
+            vendor="nvidia",
+            vendor_id="10de",
+            name=g.name,
+            architecture=arch,
+            compute_capability=cc,
+            link=Link(
+                _gen_speed(g.link_gen_current),
+                g.link_width_current,
+                _gen_speed(g.link_gen_max),
+                g.link_width_max,
+            ),
+        )
+    return tuple(out[k] for k in sorted(out))
+
+
+def _vendor_from_name(name: str | None) -> str | None:
+    if not name:
+        return None
+    low = name.lower()
+    for key in ("nvidia", "amd", "intel"):
+        if key in low:
+            return key
+    if "ati" in low.split():
+        return "amd"
+    return "other"
+
+
+# PCIe generation -> transfer rate (GT/s), for nvidia-smi, which reports generations.
+_GEN_SPEED = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+
+
+def _gen_speed(gen: int | None) -> float | None:
+    return _GEN_SPEED.get(gen) if gen else None

@@ -1,0 +1,80 @@
+"""NVIDIA driver state, cheapest source first.
+
+/sys/module/nvidia/version and /proc/driver/nvidia/version cost nothing; nvidia-smi can take
+seconds on a cold GPU (it initialises every device), so a live host runs it only when asked.
+A recording's nvidia-smi text is free and always read.
+"""
+
+from __future__ import annotations
+
+import re
+
+from egpu_setup.facts import NvidiaFacts
+from egpu_setup.host import Host
+
+_NVRM = re.compile(
+    r"NVRM version:\s*NVIDIA UNIX\s+(Open\s+)?.*?Kernel Module\s+"
+    r"(?:for\s+\S+\s+)?(\d+\.\d+(?:\.\d+)?)"
+)
+
+
+def parse_proc_version(text: str | None) -> tuple[str | None, str | None]:
+    """/proc/driver/nvidia/version -> (driver version, "open"/"proprietary")."""
+    if not text:
+        return None, None
+    m = _NVRM.search(text)
+    if not m:
+        return None, None
+    return m.group(2), "open" if m.group(1) else "proprietary"
+
+
+def loaded_modules(proc_modules: str | None) -> frozenset[str] | None:
+    """Module names from /proc/modules text; None when the file is missing."""
+    if proc_modules is None:
+        return None
+    return frozenset(line.split()[0] for line in proc_modules.splitlines() if line.strip())
+
+
+def _module_loaded(host: Host, name: str, modules: frozenset[str] | None) -> bool | None:
+    if host.is_dir(f"/sys/module/{name}"):
+        # A built-in or loaded module has a directory; `initstate` is "live" once loaded.
+        state = host.read_attr(f"/sys/module/{name}/initstate")
+        return state in (None, "live", "coming")
+    if modules is not None:
+        return name in modules
+    if host.is_dir("/sys/module"):
+        return False
+    return None
+
+
+def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | None]:
+    """NVIDIA facts plus the parsed nvidia-smi report (None when not read)."""
+    from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
+
+    modules = loaded_modules(host.read("/proc/modules"))
+    # Debian renames the module nvidia-current; /sys/module shows the loaded name "nvidia".
+    loaded = _module_loaded(host, "nvidia", modules)
+    proc_version, flavour = parse_proc_version(host.read("/proc/driver/nvidia/version"))
+    version = host.read_attr("/sys/module/nvidia/version") or proc_version
+    smi = None
+    if run_smi or host.kind == "recorded":
+        text = host.command("nvidia-smi", ["nvidia-smi", "-q"], timeout=20.0)
+        smi = parse_nvidia_smi(text) if text else None
+    cuda = None
+    smi_error = None
+    if smi is not None:
+        version = version or smi.driver_version
+        cuda = smi.cuda_version
+        smi_error = smi.error
+    nouveau = _module_loaded(host, "nouveau", modules)
+    return (
+        NvidiaFacts(
+            driver_version=version,
+            cuda_version=cuda,
+            module_loaded=loaded,
+            module_flavour=flavour,
+            nouveau_loaded=nouveau,
+            smi_error=smi_error,
+        ),
+        smi,
+    )

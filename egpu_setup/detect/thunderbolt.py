@@ -1,0 +1,87 @@
+"""Thunderbolt/USB4 domains and devices from /sys/bus/thunderbolt, boltctl text as fallback.
+
+sysfs ABI: Documentation/ABI/testing/sysfs-bus-thunderbolt (reference/hotplug-security.md §1.1).
+The stored bolt policy exists only in boltd's database, so it comes from `boltctl list`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from egpu_setup.detect.sysfs import parse_bool01, parse_gbps, parse_int
+from egpu_setup.facts import TbDevice, TbDomain, ThunderboltFacts
+from egpu_setup.host import Host
+
+TB_DEVICES = "/sys/bus/thunderbolt/devices"
+_DOMAIN = re.compile(r"^domain\d+$")
+# Routers are "<domain>-<route>"; route 0 is the host router. Other entries (retimers
+# "0-0:1.1", XDomain services "0-1.1", usb4_portN) are not devices a user authorizes.
+_ROUTER = re.compile(r"^(\d+)-([0-9a-f]+)$")
+
+
+def probe_thunderbolt(host: Host) -> ThunderboltFacts:
+    names = host.listdir(TB_DEVICES)
+    bolt = _boltctl(host)
+    policy_by_uuid = {d.uuid: d.policy for d in bolt if d.uuid}
+    domains = []
+    devices = []
+    for name in names:
+        base = f"{TB_DEVICES}/{name}"
+        if _DOMAIN.match(name):
+            domains.append(
+                TbDomain(
+                    name=name,
+                    security=host.read_attr(f"{base}/security"),
+                    iommu_dma_protection=parse_bool01(
+                        host.read_attr(f"{base}/iommu_dma_protection")
+                    ),
+                )
+            )
+            continue
+        m = _ROUTER.match(name)
+        if not m or m.group(2) == "0":
+            continue
+        uid = host.read_attr(f"{base}/unique_id")
+        devices.append(
+            TbDevice(
+                name=host.read_attr(f"{base}/device_name"),
+                vendor=host.read_attr(f"{base}/vendor_name"),
+                unique_id=uid,
+                authorized=parse_bool01(host.read_attr(f"{base}/authorized")),
+                generation=parse_int(host.read_attr(f"{base}/generation")),
+                policy=policy_by_uuid.get(uid) if uid else None,
+                sysfs_name=name,
+                domain=f"domain{m.group(1)}",
+                rx_speed_gbps=parse_gbps(host.read_attr(f"{base}/rx_speed")),
+                rx_lanes=parse_int(host.read_attr(f"{base}/rx_lanes")),
+                tx_speed_gbps=parse_gbps(host.read_attr(f"{base}/tx_speed")),
+                tx_lanes=parse_int(host.read_attr(f"{base}/tx_lanes")),
+            )
+        )
+    if not domains and not devices and bolt:
+        # No sysfs (a pasted report): boltctl is all we have. Host routers are not devices.
+        devices = [
+            TbDevice(
+                name=d.name,
+                vendor=d.vendor,
+                unique_id=d.uuid,
+                authorized=d.authorized,
+                generation=d.generation,
+                policy=d.policy,
+                domain=d.domain,
+                rx_speed_gbps=d.rx_speed_gbps,
+                rx_lanes=d.rx_lanes,
+                tx_speed_gbps=d.tx_speed_gbps,
+                tx_lanes=d.tx_lanes,
+            )
+            for d in bolt
+            if (d.type or "peripheral") != "host"
+        ]
+    return ThunderboltFacts(domains=tuple(domains), devices=tuple(devices))
+
+
+def _boltctl(host: Host):
+    from egpu_setup.detect.boltctl import parse_boltctl_list
+
+    text = host.command("boltctl", ["boltctl", "list", "--all"])
+    return parse_boltctl_list(text) if text else ()

@@ -1,0 +1,126 @@
+"""HostFacts: everything detection learned, as frozen values. Unknown is None, never a guess.
+
+`HostFacts.to_json()` is the `detect --json` contract (DESIGN.md): keys may be added, never renamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_HOST = "egpu-setup/host/1"
+
+
+@dataclass(frozen=True)
+class OsFacts:
+    id: str | None = None
+    version_id: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    wsl: bool | None = None
+    secure_boot: bool | None = None
+    session_type: str | None = None
+    id_like: tuple[str, ...] = ()
+    codename: str | None = None
+    pretty_name: str | None = None
+
+
+@dataclass(frozen=True)
+class PythonFacts:
+    version: str | None = None
+    externally_managed: bool | None = None
+    executable: str | None = None
+
+
+@dataclass(frozen=True)
+class Link:
+    speed_gts: float | None = None
+    width: int | None = None
+    max_speed_gts: float | None = None
+    max_width: int | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    pci_address: str  # full form with domain: "0000:3c:00.0"
+    vendor: str | None = None  # "nvidia" / "amd" / "intel" / other name / None
+    vendor_id: str | None = None  # "10de"
+    device_id: str | None = None  # "2684"
+    name: str | None = None
+    architecture: str | None = None  # "Ada Lovelace"
+    compute_capability: str | None = None  # "8.9"
+    driver: str | None = None  # bound kernel driver: "nvidia", "nouveau", "amdgpu", None
+    external: bool | None = None
+    connection: str = "unknown"  # thunderbolt / usb4 / oculink / pcie / unknown
+    link: Link = field(default_factory=Link)
+    subsystem_vendor_id: str | None = None
+    subsystem_device_id: str | None = None
+    class_id: str | None = None  # "030000"
+    revision: str | None = None
+    removable: str | None = None  # sysfs: removable / fixed / unknown
+    boot_vga: bool | None = None
+    bridges: tuple[str, ...] = ()  # upstream PCI addresses, root port first
+    evidence: tuple[str, ...] = ()  # why `external`/`connection` were decided
+
+
+@dataclass(frozen=True)
+class NvidiaFacts:
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    module_loaded: bool | None = None
+    module_flavour: str | None = None  # "open" / "proprietary"
+    nouveau_loaded: bool | None = None
+    smi_error: str | None = None  # e.g. "couldn't communicate with the NVIDIA driver"
+
+
+@dataclass(frozen=True)
+class TbDomain:
+    name: str
+    security: str | None = None
+    iommu_dma_protection: bool | None = None
+
+
+@dataclass(frozen=True)
+class TbDevice:
+    name: str | None = None
+    vendor: str | None = None
+    unique_id: str | None = None
+    authorized: bool | None = None
+    generation: int | None = None
+    policy: str | None = None
+    sysfs_name: str | None = None  # "0-1"
+    domain: str | None = None  # "domain0"
+    rx_speed_gbps: float | None = None
+    rx_lanes: int | None = None
+    tx_speed_gbps: float | None = None
+    tx_lanes: int | None = None
+
+
+@dataclass(frozen=True)
+class ThunderboltFacts:
+    domains: tuple[TbDomain, ...] = ()
+    devices: tuple[TbDevice, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    os: OsFacts = field(default_factory=OsFacts)
+    python: PythonFacts = field(default_factory=PythonFacts)
+    gpus: tuple[Gpu, ...] = ()
+    nvidia: NvidiaFacts = field(default_factory=NvidiaFacts)
+    thunderbolt: ThunderboltFacts = field(default_factory=ThunderboltFacts)
+    source: str = "live"  # live / recorded / root
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"schema": SCHEMA_HOST, **data}
+
+    @property
+    def nvidia_gpus(self) -> tuple[Gpu, ...]:
+        return tuple(g for g in self.gpus if g.vendor == "nvidia")
+
+    @property
+    def egpu(self) -> Gpu | None:
+        """The external NVIDIA GPU when exactly one is external; else None."""
+        ext = [g for g in self.nvidia_gpus if g.external]
+        return ext[0] if len(ext) == 1 else None

@@ -1,0 +1,357 @@
+"""The one gateway to the machine: every file read and every command goes through a Host.
+
+Three kinds, one interface (DESIGN.md, "host access"):
+- LiveHost: this machine, `/`.
+- RecordedHost (`--from DIR`): a bundle written by `egpu-setup record`; files come from DIR/root,
+  command output from DIR/commands/<name>.txt, and nothing is ever executed.
+- RootHost (`--root DIR`): every path lives under DIR and commands run through `chroot DIR`.
+
+Paths are always written as they are on the host ("/sys/bus/pci/devices"). Symbolic links are
+resolved inside the root, the way the kernel would resolve them after a chroot, so a recorded
+sysfs tree behaves like the real one and a link in a bundle can never reach this machine's files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
+
+log = logging.getLogger("egpu_setup")
+
+# sysfs attribute files are tiny; bundle files (dmesg) can be megabytes. Cap what one read takes
+# so a hostile or corrupt bundle cannot exhaust memory.
+MAX_READ = 64 * 1024 * 1024
+_MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
+_C_LOCALE = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished command left behind."""
+
+    argv: tuple[str, ...]
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+class Host:
+    """A filesystem view rooted at `root`, plus the ability (or not) to run commands."""
+
+    kind = "abstract"
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._is_slash = self.root == Path("/")
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def resolve(self, path: str) -> str | None:
+        """The canonical host path of `path` (symlinks followed inside the root), or None."""
+        if self._is_slash:
+            return os.path.realpath(path)
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        done: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            real = self.root.joinpath(*done, part)
+            if real.is_symlink():
+                hops += 1
+                if hops > _MAX_LINKS:
+                    return None
+                target = os.readlink(real)
+                if target.startswith("/"):
+                    done = []
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            done.append(part)
+        return "/" + "/".join(done)
+
+    def real_path(self, path: str) -> Path:
+        """Where `path` lies on this machine's disk (for the executor's writes)."""
+        resolved = self.resolve(path) or path
+        return self.root / resolved.lstrip("/") if not self._is_slash else Path(resolved)
+
+    # -- reads (soft: a missing or unreadable source is None, with a debug line) ---------------
+
+    def read_bytes(self, path: str, limit: int = MAX_READ) -> bytes | None:
+        try:
+            with open(self.real_path(path), "rb") as f:
+                return f.read(limit)
+        except OSError as exc:
+            log.debug("cannot read %s: %s", path, exc.strerror or exc)
+            return None
+
+    def read(self, path: str, limit: int = MAX_READ) -> str | None:
+        """Text of a file; None when it is missing, unreadable or binary."""
+        data = self.read_bytes(path, limit)
+        if data is None:
+            return None
+        if b"\0" in data:
+            log.debug("ignoring %s: binary content", path)
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    def read_attr(self, path: str) -> str | None:
+        """A sysfs attribute, stripped; None when missing or empty."""
+        text = self.read(path, 4096)
+        if text is None:
+            return None
+        return text.strip() or None
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.real_path(path)))
+        except OSError:
+            return []
+
+    def exists(self, path: str) -> bool:
+        return self.real_path(path).exists()
+
+    def is_dir(self, path: str) -> bool:
+        return self.real_path(path).is_dir()
+
+    def readlink(self, path: str) -> str | None:
+        real = self.root / path.lstrip("/") if not self._is_slash else Path(path)
+        try:
+            return os.readlink(real)
+        except OSError:
+            return None
+
+    def glob(self, directory: str, pattern: str) -> list[str]:
+        """Host paths of the entries of `directory` matching a glob pattern (one level)."""
+        import fnmatch
+
+        return [
+            f"{directory.rstrip('/')}/{name}"
+            for name in self.listdir(directory)
+            if fnmatch.fnmatch(name, pattern)
+        ]
+
+    def getenv(self, name: str) -> str | None:
+        return None
+
+    def uname(self) -> tuple[str | None, str | None]:
+        """(kernel release, machine) of the running kernel."""
+        u = os.uname()
+        return u.release, u.machine
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+        """The text a diagnostic command prints (stdout, else stderr), or None if unavailable.
+
+        `name` is the bundle's file name (commands/<name>.txt); `argv` is what a live host runs.
+        """
+        raise NotImplementedError
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+    ) -> Result:
+        """Run argv (a list, never a shell string) and return its result."""
+        raise NotImplementedError
+
+    def which(self, name: str) -> str | None:
+        for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+            candidate = f"{d}/{name}"
+            real = self.real_path(candidate)
+            if real.is_file() and os.access(real, os.X_OK):
+                return candidate
+        return None
+
+
+def check_platform(platform: str) -> None:
+    """macOS and native Windows cannot run an NVIDIA eGPU with CUDA: say so, clearly."""
+    if platform == "darwin":
+        raise UnsupportedHardware(
+            "macOS is not supported: Apple dropped NVIDIA drivers after macOS 10.13, and Apple "
+            "Silicon Macs support no eGPU at all, so CUDA on an eGPU cannot work there",
+            "run egpu-setup on a Linux laptop (Ubuntu, Debian, Fedora) or in WSL2 on Windows",
+        )
+    if platform in ("win32", "cygwin"):
+        raise UnsupportedHardware(
+            "native Windows is not supported: there the NVIDIA driver and CUDA come from NVIDIA's "
+            "Windows installer, which egpu-setup does not manage",
+            "run egpu-setup inside WSL2 (Ubuntu): the Windows driver serves the GPU, egpu-setup "
+            "installs and verifies torch",
+        )
+
+
+def _spawn(
+    argv: Sequence[str],
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    input: str | None,
+) -> Result:
+    full_env = {**os.environ, **_C_LOCALE, **(env or {})}
+    try:
+        proc = subprocess.run(  # noqa: S603 - argv list, never a shell
+            list(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=full_env,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise ExecutionError(
+            f"command not found: {argv[0]}", "install it or check PATH", argv=argv, rc=127
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ExecutionError(
+            f"`{' '.join(argv)}` did not finish within {timeout:g} s",
+            "see the log above; re-run when the machine is idle",
+            argv=argv,
+        ) from exc
+    return Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
+class LiveHost(Host):
+    """This machine."""
+
+    kind = "live"
+
+    def __init__(self, platform: str | None = None) -> None:
+        check_platform(platform or sys.platform)
+        super().__init__(Path("/"))
+
+    def getenv(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def which(self, name: str) -> str | None:
+        return shutil.which(name)
+
+    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+        if self.which(argv[0]) is None:
+            log.debug("%s: not installed", argv[0])
+            return None
+        try:
+            res = self.run(argv, timeout=timeout)
+        except ExecutionError as exc:
+            log.debug("%s", exc.message)
+            return None
+        return res.out if res.out.strip() else (res.err or None)
+
+    def run(self, argv, *, timeout=None, env=None, input=None) -> Result:
+        log.debug("run: %s", argv)
+        return _spawn(argv, timeout, env, input)
+
+
+class RecordedHost(Host):
+    """A bundle recorded by `egpu-setup record` (or assembled from a bug report): read-only."""
+
+    kind = "recorded"
+
+    def __init__(self, bundle: Path):
+        bundle = Path(bundle)
+        if not bundle.is_dir():
+            raise UsageError(
+                f"recorded host not found: {bundle}",
+                "pass a directory written by `egpu-setup record DIR`",
+            )
+        super().__init__(bundle / "root")
+        self.bundle = bundle
+        self.meta = _read_meta(bundle / "meta.json")
+        env = self.meta.get("env")
+        self._env = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+    def getenv(self, name: str) -> str | None:
+        return self._env.get(name)
+
+    def uname(self) -> tuple[str | None, str | None]:
+        u = self.meta.get("uname")
+        u = u if isinstance(u, dict) else {}
+        release = u.get("release") or self.read_attr("/proc/sys/kernel/osrelease")
+        return release, u.get("machine")
+
+    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+        path = self.bundle / "commands" / f"{name}.txt"
+        try:
+            data = path.read_bytes()[:MAX_READ]
+        except OSError:
+            return None
+        if b"\0" in data:
+            log.debug("ignoring %s: binary content", path)
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    def which(self, name: str) -> str | None:
+        return None
+
+    def run(self, argv, *, timeout=None, env=None, input=None) -> Result:
+        raise ExecutionError(
+            f"a recorded host cannot run commands: {' '.join(argv)}",
+            "use --from only with read-only commands or --dry-run",
+            argv=argv,
+        )
+
+
+def _read_meta(path: Path) -> dict:
+    """meta.json of a bundle as a dict; {} when missing or malformed (soft, like every source)."""
+    import json
+
+    try:
+        meta = json.loads(path.read_bytes()[:MAX_READ].decode("utf-8", errors="replace"))
+    except (OSError, ValueError):
+        log.debug("no usable %s", path)
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+class RootHost(Host):
+    """A directory holding a whole system (a debootstrap root, a lab image): `--root DIR`."""
+
+    kind = "root"
+
+    def __init__(self, root: Path):
+        root = Path(root).resolve()
+        if not root.is_dir():
+            raise UsageError(f"--root {root}: no such directory", "create the image root first")
+        super().__init__(root)
+
+    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+        if self.which(argv[0]) is None:
+            return None
+        try:
+            res = self.run(argv, timeout=timeout)
+        except ExecutionError:
+            return None
+        return res.out if res.out.strip() else (res.err or None)
+
+    def run(self, argv, *, timeout=None, env=None, input=None) -> Result:
+        log.debug("run in %s: %s", self.root, argv)
+        return _spawn(["chroot", str(self.root), *argv], timeout, env, input)
+
+
+def open_host(from_dir: str | os.PathLike[str] | None = None, root: str | None = None) -> Host:
+    """The host a command works on: a recording, a root prefix, or this machine."""
+    if from_dir is not None:
+        return RecordedHost(Path(from_dir))
+    if root is not None:
+        return RootHost(Path(root))
+    return LiveHost()

@@ -1,0 +1,212 @@
+"""`egpu-setup record DIR`: a redacted bundle of what detection and doctor read.
+
+The bundle is the `--from` format (DESIGN.md): DIR/meta.json, DIR/root/... (a partial
+filesystem, sysfs kept as directories and relative symlinks so bridge chains survive) and
+DIR/commands/<name>.txt. Reads go through the Host; writes go only into DIR.
+
+Redaction: Thunderbolt unique_ids, GPU UUIDs and serial numbers are replaced by stable
+stand-ins (the same id maps to the same stand-in in sysfs and in boltctl text, so detection's
+cross-references still work); MAC addresses in the kernel log are masked. `--no-redact` keeps all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from egpu_setup import __version__
+from egpu_setup.errors import UsageError
+from egpu_setup.host import Host
+
+PCI_ATTRS = (
+    "class",
+    "vendor",
+    "device",
+    "subsystem_vendor",
+    "subsystem_device",
+    "revision",
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+    "removable",
+    "boot_vga",
+    "power/control",
+    "power/runtime_status",
+    "enable",
+)
+TB_ATTRS = (
+    "security",
+    "iommu_dma_protection",
+    "authorized",
+    "device_name",
+    "vendor_name",
+    "device",
+    "vendor",
+    "unique_id",
+    "generation",
+    "rx_speed",
+    "rx_lanes",
+    "tx_speed",
+    "tx_lanes",
+    "boot",
+    "deauthorization",
+)  # never `key`: it is the enclosure's secret
+FILES = (
+    "/etc/os-release",
+    "/proc/cmdline",
+    "/proc/modules",
+    "/proc/version",
+    "/proc/sys/kernel/osrelease",
+    "/proc/driver/nvidia/version",
+    "/sys/module/nvidia/version",
+    "/sys/module/nvidia/initstate",
+    "/sys/module/nouveau/initstate",
+    "/sys/module/nvidia_drm/parameters/modeset",
+    "/sys/class/dmi/id/chassis_type",
+    "/sys/class/dmi/id/sys_vendor",
+    "/sys/class/dmi/id/product_name",
+)
+SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+COMMANDS = {
+    "lspci": ["lspci", "-Dnnk"],
+    "lspci-vv": ["lspci", "-Dvvnn"],
+    "nvidia-smi": ["nvidia-smi", "-q"],
+    "boltctl": ["boltctl", "list", "--all"],
+    "dmesg": ["dmesg"],
+    "mokutil": ["mokutil", "--sb-state"],
+}
+ENV_KEYS = ("XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "WAYLAND_DISPLAY", "DISPLAY", "SUDO_USER")
+_UUID = re.compile(
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+)
+_MAC = re.compile(r"\b(?:[0-9a-f]{2}:){5}[0-9a-f]{2}\b", re.IGNORECASE)
+_SERIAL = re.compile(r"^(\s*Serial Number\s*:\s*)(\S.*)$", re.MULTILINE)
+
+
+class Redactor:
+    """Maps each identifier to a stable stand-in; `None` mode keeps text as is."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.seen: set[str] = set()
+
+    def uuid(self, m: re.Match[str]) -> str:
+        digest = hashlib.sha256(m.group(0).lower().encode()).hexdigest()
+        self.seen.add("uuid")
+        # Keep the UUID shape (version-4 variant bits) so strict UUID validators still pass.
+        return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
+
+    def __call__(self, text: str) -> str:
+        if not self.enabled:
+            return text
+        out = _UUID.sub(self.uuid, text)
+        if _MAC.search(out):
+            self.seen.add("mac")
+            out = _MAC.sub("xx:xx:xx:xx:xx:xx", out)
+        if _SERIAL.search(out):
+            self.seen.add("serial")
+            out = _SERIAL.sub(r"\1[redacted]", out)
+        return out
+
+
+def record(
+    host: Host, out: Path, *, redact: bool = True, clock: Callable[[], float] = time.time
+) -> Path:
+    """Write the bundle into `out` (which must be empty or absent); return it."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out} exists and is not empty", "give a new directory for the bundle")
+    red = Redactor(redact)
+    root = out / "root"
+    root.mkdir(parents=True)
+    writer = _Writer(host, root, red)
+    for path in FILES:
+        writer.copy(path)
+    writer.copy_bytes(SECURE_BOOT_VAR)
+    writer.copy_tree_links("/sys/bus/pci/devices", PCI_ATTRS, driver=True)
+    writer.copy_tree_links("/sys/bus/thunderbolt/devices", TB_ATTRS, driver=False)
+    for slot in host.listdir("/sys/bus/pci/slots"):
+        writer.copy(f"/sys/bus/pci/slots/{slot}/address")
+    writer.python()
+    (out / "commands").mkdir()
+    for name, argv in COMMANDS.items():
+        text = host.command(name, argv, timeout=30.0)
+        if text:
+            (out / "commands" / f"{name}.txt").write_text(red(text))
+    release, machine = host.uname()
+    meta = {
+        "tool": "egpu-setup",
+        "version": __version__,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock())),
+        "uname": {"release": release, "machine": machine},
+        "env": {k: v for k in ENV_KEYS if (v := host.getenv(k))},
+        "redacted": sorted(red.seen) if redact else [],
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+class _Writer:
+    def __init__(self, host: Host, root: Path, red: Redactor):
+        self.host, self.root, self.red = host, root, red
+
+    def _dest(self, path: str) -> Path:
+        dest = self.root / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return dest
+
+    def copy(self, path: str) -> None:
+        real = self.host.resolve(path) or path
+        text = self.host.read(real, 1024 * 1024)
+        if text is not None:
+            self._dest(real).write_text(self.red(text))
+            if real != path and not (self.root / path.lstrip("/")).exists():
+                link = self._dest(path)
+                link.symlink_to(os.path.relpath(self.root / real.lstrip("/"), link.parent))
+
+    def copy_bytes(self, path: str) -> None:
+        data = self.host.read_bytes(path, 4096)
+        if data is not None:
+            self._dest(path).write_bytes(data)
+
+    def copy_tree_links(self, bus_dir: str, attrs: tuple[str, ...], *, driver: bool) -> None:
+        """Each entry of a /sys/bus/*/devices directory: the link as the kernel made it, the
+        device directory it points to (and so every parent bridge), and the listed attributes."""
+        for name in self.host.listdir(bus_dir):
+            link_target = self.host.readlink(f"{bus_dir}/{name}")
+            canonical = self.host.resolve(f"{bus_dir}/{name}")
+            if not link_target or not canonical:
+                continue
+            link = self._dest(f"{bus_dir}/{name}")
+            if not link.is_symlink():
+                link.symlink_to(link_target)
+            for attr in attrs:
+                self.copy(f"{canonical}/{attr}")
+            self._dest(f"{canonical}/.recorded").write_text("")
+            if driver:
+                target = self.host.readlink(f"{canonical}/driver")
+                if target:
+                    drv = self._dest(f"{canonical}/driver")
+                    if not drv.is_symlink():
+                        drv.symlink_to(target)
+                    drv_dir = Path(os.path.normpath(drv.parent / target))
+                    drv_dir.mkdir(parents=True, exist_ok=True)
+                    (drv_dir / ".recorded").write_text("")
+
+    def python(self) -> None:
+        target = self.host.readlink("/usr/bin/python3")
+        real = self.host.resolve("/usr/bin/python3")
+        if not target or not real:
+            return
+        link = self._dest("/usr/bin/python3")
+        link.symlink_to(target)
+        self._dest(real).write_text("")  # a placeholder: the bundle never carries binaries
+        m = re.search(r"python(3\.\d+)$", real)
+        if m:
+            marker = f"/usr/lib/python{m.group(1)}/EXTERNALLY-MANAGED"
+            self.copy(marker)

@@ -1,0 +1,118 @@
+"""The host gateway: recorded trees behave like the kernel's, and nothing escapes a root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
+from egpu_setup.host import LiveHost, RecordedHost, check_platform
+
+
+def make_bundle(tmp_path: Path) -> Path:
+    b = tmp_path / "bundle"
+    dev = b / "root/sys/devices/pci0000:00/0000:00:1c.4/0000:3c:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "class").write_bytes(b"\x00\x01garbage")
+    bus = b / "root/sys/bus/pci/devices"
+    bus.mkdir(parents=True)
+    (bus / "0000:3c:00.0").symlink_to("../../../devices/pci0000:00/0000:00:1c.4/0000:3c:00.0")
+    (b / "root/etc").mkdir()
+    (b / "root/usr/lib").mkdir(parents=True)
+    (b / "root/usr/lib/os-release").write_text("ID=debian\n")
+    (b / "root/etc/os-release").symlink_to("/usr/lib/os-release")  # absolute, as some distros do
+    (b / "root/etc/escape").symlink_to("../../../../../../etc/hostname")
+    (b / "commands").mkdir()
+    (b / "commands/lspci.txt").write_text("00:02.0 VGA compatible controller: Intel\n")
+    (b / "meta.json").write_text(
+        '{"env": {"XDG_SESSION_TYPE": "wayland"},'
+        ' "uname": {"release": "6.8.0", "machine": "x86_64"}}'
+    )
+    return b
+
+
+def test_recorded_symlinks_resolve_inside_the_bundle(tmp_path: Path) -> None:
+    host = RecordedHost(make_bundle(tmp_path))
+    assert host.resolve("/sys/bus/pci/devices/0000:3c:00.0") == (
+        "/sys/devices/pci0000:00/0000:00:1c.4/0000:3c:00.0"
+    )
+    assert host.read_attr("/sys/bus/pci/devices/0000:3c:00.0/vendor") == "0x10de"
+    # An absolute link means "from the bundle's root", never this machine's /usr.
+    assert host.read("/etc/os-release") == "ID=debian\n"
+
+
+def test_links_cannot_escape_the_root(tmp_path: Path) -> None:
+    host = RecordedHost(make_bundle(tmp_path))
+    assert host.resolve("/etc/escape") == "/etc/hostname"
+    assert host.read("/etc/escape") is None  # the bundle has no /etc/hostname
+    assert host.read("/../../../../etc/passwd") is None
+
+
+def test_binary_and_missing_files_are_none(tmp_path: Path) -> None:
+    host = RecordedHost(make_bundle(tmp_path))
+    assert host.read("/sys/bus/pci/devices/0000:3c:00.0/class") is None
+    assert host.read("/proc/nope") is None
+    assert host.listdir("/sys/nope") == []
+
+
+def test_recorded_commands_env_and_uname(tmp_path: Path) -> None:
+    host = RecordedHost(make_bundle(tmp_path))
+    assert host.command("lspci", ["lspci"]).startswith("00:02.0 VGA")
+    assert host.command("dmesg", ["dmesg"]) is None
+    assert host.getenv("XDG_SESSION_TYPE") == "wayland"
+    assert host.uname() == ("6.8.0", "x86_64")
+    with pytest.raises(ExecutionError):
+        host.run(["true"])
+
+
+def test_malformed_meta_is_ignored(tmp_path: Path) -> None:
+    b = make_bundle(tmp_path)
+    (b / "meta.json").write_bytes(b"\xff\xfe[not json")
+    host = RecordedHost(b)
+    assert host.getenv("XDG_SESSION_TYPE") is None
+
+
+def test_missing_bundle_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as err:
+        RecordedHost(tmp_path / "nope")
+    assert err.value.exit_code == 2 and err.value.hint
+
+
+def test_symlink_loop_gives_none(tmp_path: Path) -> None:
+    b = make_bundle(tmp_path)
+    (b / "root/loop").symlink_to("loop")
+    assert RecordedHost(b).read("/loop") is None
+
+
+def test_live_host_runs_argv_lists_and_reports_missing_tools() -> None:
+    host = LiveHost()
+    res = host.run(["sh", "-c", 'printf "%s" "$LC_ALL"'])
+    assert res.ok and res.out == "C.UTF-8"
+    assert host.command("no-such-tool", ["no-such-tool-egpu"]) is None
+    assert host.read_attr("/proc/sys/kernel/osrelease") == os.uname().release
+
+
+@pytest.mark.parametrize(("platform", "hint_word"), [("darwin", "Linux"), ("win32", "WSL2")])
+def test_macos_and_windows_are_refused_with_an_explanation(platform: str, hint_word: str) -> None:
+    with pytest.raises(UnsupportedHardware) as err:
+        check_platform(platform)
+    assert err.value.exit_code == 2
+    assert hint_word in err.value.hint
+    check_platform("linux")  # and Linux passes
+
+
+def test_cli_missing_from_dir_exits_2(cli, tmp_path: Path) -> None:
+    res = cli("detect", "--json", "--from", str(tmp_path / "missing"))
+    assert res.returncode == 2
+    assert res.stderr.startswith("error: recorded host not found")
+    assert "hint: " in res.stderr and "Traceback" not in res.stderr
+    assert res.stdout == ""
+
+
+def test_cli_unknown_option_is_error_and_hint(cli) -> None:
+    res = cli("detect", "--bogus")
+    assert res.returncode == 2
+    assert res.stderr.startswith("error: ") and "hint: see `" in res.stderr
