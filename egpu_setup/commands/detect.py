@@ -74,7 +74,8 @@ def format_facts(facts: HostFacts) -> str:
     gpus = sorted(facts.gpus, key=lambda g: (g.external is not True, g.pci_address))
     for g in gpus:
         where = {True: "EXTERNAL", False: "internal", None: "placement unknown"}[g.external]
-        lines.append(f"GPU {g.pci_address}  {_v(g.name)} [{_v(g.vendor_id)}:{_v(g.device_id)}]")
+        ids = ":".join(i for i in (g.vendor_id, g.device_id) if i) or "ids unknown"
+        lines.append(f"GPU {g.pci_address}  {_v(g.name)} [{ids}]")
         lines.append(f"    {where} via {g.connection}, driver {_v(g.driver)}, link {_link(g)}")
         if g.architecture:
             lines.append(f"    {g.architecture}, compute capability {_v(g.compute_capability)}")

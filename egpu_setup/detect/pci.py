@@ -182,6 +182,9 @@ def decide_placement(
         if gpu.removable == "removable":
             evidence.append("sysfs removable=removable")
         return Placement(True, connection, tuple(evidence))
+    if not gpu.bridges:
+        # Directly on a root bus, with no port above it: graphics integrated in the CPU/SoC.
+        return Placement(False, "pcie", ("on the root bus with no PCIe port above it: integrated",))
     if is_mobile_name(name):
         return Placement(False, "pcie", (f"name {name!r} is a laptop (mobile) GPU",))
     if gpu.removable == "removable":

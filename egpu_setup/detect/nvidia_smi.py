@@ -1,0 +1,433 @@
+"""Parse `nvidia-smi` text: the default table, `-q`, and `--query-gpu=... --format=csv`.
+
+The layout is detected from the text itself:
+- table: the boxed default output, in the 79-column layout of drivers before 530 and the
+  91-column layout of 530+ (wider name column, Bus-Id padded), also as printed under WSL,
+  where "Driver Version" is the Windows driver and differs from the NVIDIA-SMI version;
+- query: `nvidia-smi -q` ("==============NVSMI LOG==============", indented "Key : value");
+- csv: `--query-gpu=...` with `--format=csv` (header row names the columns). `csv,noheader`
+  output has no column names, so it is read only when the caller passes `columns=`.
+Failures ("couldn't communicate with the NVIDIA driver", "Driver/library version mismatch",
+"No devices were found", "GPU is lost", command not found) set `error`.
+"[N/A]", "N/A", "[Not Supported]" and other bracketed placeholders become None.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from egpu_setup.detect.lspci import normalize_pci_address
+
+__all__ = ["SmiGpu", "SmiReport", "parse_nvidia_smi"]
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    """One GPU as nvidia-smi reported it. Unknown fields are None."""
+
+    index: int | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None  # "0000:01:00.0" (nvidia-smi's 8-digit domain shortened)
+    uuid: str | None = None
+    driver_version: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    temperature_c: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    link_gen_current: int | None = None
+    link_gen_max: int | None = None
+    link_width_current: int | None = None
+    link_width_max: int | None = None
+    persistence_mode: bool | None = None
+    throttle_reasons: tuple[str, ...] = ()  # active "Clocks Event/Throttle Reasons", -q names
+
+
+@dataclass(frozen=True)
+class SmiReport:
+    """What one nvidia-smi output says. `error` is set when nvidia-smi could not talk to the GPU."""
+
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpus: tuple[SmiGpu, ...] = ()
+    error: str | None = None
+    nvml_version: str | None = None  # "NVML library version: 550.107" after a mismatch
+    layout: str | None = None  # "table" / "query" / "csv" / None
+
+
+# --- failures -------------------------------------------------------------------------------
+
+# Lines nvidia-smi (or the shell) prints instead of data. Matched case-insensitively anywhere in
+# a line; the whole line becomes `error`.
+_ERROR_PATTERNS = (
+    re.compile(
+        r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", re.I
+    ),
+    re.compile(r"Failed to initialize NVML", re.I),
+    re.compile(r"NVIDIA-SMI couldn't find libnvidia-ml\.so", re.I),
+    re.compile(r"^No devices were found", re.I),
+    re.compile(r"Unable to determine the device handle for GPU", re.I),
+    re.compile(r"GPU is lost", re.I),
+    re.compile(r"nvidia-smi: (?:command )?not found", re.I),
+    re.compile(r"Command 'nvidia-smi' not found", re.I),
+)
+_NVML_VERSION_RE = re.compile(r"NVML library version:\s*([0-9][0-9.]*)", re.I)
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _none_if_na(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or value.upper() in ("N/A", "NA", "ERR!") or value.startswith("["):
+        return None
+    return value
+
+
+def _num(value: str | None) -> float | None:
+    """'22.13 W' -> 22.13, '24564 MiB' -> 24564.0, '38C' -> 38.0, '16x' -> 16.0."""
+    value = _none_if_na(value)
+    if value is None:
+        return None
+    m = re.match(r"^[+-]?[0-9]+(?:\.[0-9]+)?", value)
+    return float(m.group(0)) if m else None
+
+
+def _int(value: str | None) -> int | None:
+    n = _num(value)
+    return int(n) if n is not None else None
+
+
+def _bool(value: str | None) -> bool | None:
+    value = _none_if_na(value)
+    if value is None:
+        return None
+    v = value.lower()
+    if v in ("enabled", "on", "yes", "true", "1"):
+        return True
+    if v in ("disabled", "off", "no", "false", "0"):
+        return False
+    return None
+
+
+def _bus_id(value: str | None) -> str | None:
+    value = _none_if_na(value)
+    return normalize_pci_address(value) if value else None
+
+
+# NVML's clocks event reason bits (nvml.h nvmlClocksEventReason*), named as `nvidia-smi -q`
+# prints them so the table, -q and csv report the same strings.
+_REASON_BITS = (
+    (0x1, "Idle"),
+    (0x2, "Applications Clocks Setting"),
+    (0x4, "SW Power Cap"),
+    (0x8, "HW Slowdown"),
+    (0x10, "Sync Boost"),
+    (0x20, "SW Thermal Slowdown"),
+    (0x40, "HW Thermal Slowdown"),
+    (0x80, "HW Power Brake Slowdown"),
+    (0x100, "Display Clock Setting"),
+)
+
+
+def _reasons_from_mask(value: str | None) -> tuple[str, ...]:
+    value = _none_if_na(value)
+    if value is None:
+        return ()
+    try:
+        mask = int(value, 16) if value.lower().startswith("0x") else int(value)
+    except ValueError:
+        return ()
+    return tuple(name for bit, name in _REASON_BITS if mask & bit)
+
+
+# --- default table --------------------------------------------------------------------------
+
+_HEADER_DRIVER_RE = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
+_HEADER_CUDA_RE = re.compile(r"CUDA Version:\s*([0-9][0-9.]*)")
+_BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
+# "|   0  NVIDIA GeForce RTX 4090        Off |   00000000:01:00.0  On |    Off |"
+_ROW1_RE = re.compile(
+    rf"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<pm>On|Off|N/A)\s*\|\s*(?P<bus>{_BUS})\s+"
+    r"(?P<disp>On|Off|N/A)\s*\|"
+)
+# "|  0%   38C    P8             22W /  450W |     593MiB /  24564MiB |      0%      Default |"
+_ROW2_RE = re.compile(
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<pwr>\S+)\s*/\s*(?P<cap>\S+)\s*\|"
+    r"\s*(?P<used>\S+)\s*/\s*(?P<total>\S+)\s*\|"
+)
+
+
+def _parse_table(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu, ...]]:
+    driver = cuda = None
+    gpus: list[SmiGpu] = []
+    for i, line in enumerate(lines):
+        if driver is None and (m := _HEADER_DRIVER_RE.search(line)):
+            driver = m.group(1)
+            if cm := _HEADER_CUDA_RE.search(line):
+                cuda = cm.group(1)
+        m = _ROW1_RE.match(line.strip())
+        if m is None:
+            continue
+        values: dict[str, object] = {}
+        if i + 1 < len(lines) and (m2 := _ROW2_RE.match(lines[i + 1].strip())):
+            values = {
+                "temperature_c": _num(m2.group("temp")),
+                "power_draw_w": _num(m2.group("pwr")),
+                "power_limit_w": _num(m2.group("cap")),
+                "memory_used_mib": _int(m2.group("used")),
+                "memory_total_mib": _int(m2.group("total")),
+            }
+        name = m.group("name").strip()
+        gpus.append(
+            SmiGpu(
+                index=int(m.group("index")),
+                # The old layout cuts long names ("NVIDIA GeForce ..."): kept as printed.
+                name=name,
+                pci_bus_id=_bus_id(m.group("bus")),
+                driver_version=driver,
+                persistence_mode=_bool(m.group("pm")),
+                **values,  # type: ignore[arg-type]
+            )
+        )
+    return driver, cuda, tuple(gpus)
+
+
+# --- nvidia-smi -q --------------------------------------------------------------------------
+
+# "    Product Name                          : NVIDIA GeForce RTX 4090": nvidia-smi pads keys, so
+# a key is followed by whitespace and a colon; "GPU 00000000:01:00.0" is a section header.
+_Q_KV_RE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:\s][^:]*?)\s+:(?:\s(?P<value>.*))?$")
+_Q_GPU_RE = re.compile(rf"^GPU\s+(?P<bus>{_BUS})\s*$")
+
+
+def _parse_query(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu, ...]]:
+    driver = cuda = None
+    blocks: list[tuple[str, list[tuple[tuple[str, ...], str]]]] = []
+    stack: list[tuple[int, str]] = []  # (indent, section name)
+    for line in lines:
+        if not line.strip():
+            continue
+        gm = _Q_GPU_RE.match(line.strip())
+        if gm and not line[:1].isspace():
+            blocks.append((gm.group("bus"), []))
+            stack = []
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        kv = _Q_KV_RE.match(line)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if kv is None:
+            stack.append((indent, line.strip()))
+            continue
+        key = kv.group("key").strip()
+        value = (kv.group("value") or "").strip()
+        if not blocks:
+            if key == "Driver Version":
+                driver = _none_if_na(value)
+            elif key == "CUDA Version":
+                cuda = _none_if_na(value)
+            continue
+        path = tuple(name for _, name in stack)
+        if not value:
+            # "MIG Mode" style headers can be printed with a colon and no value.
+            stack.append((indent, key))
+            continue
+        blocks[-1][1].append(((*path, key), value))
+
+    gpus = []
+    for index, (bus, items) in enumerate(blocks):
+        gpus.append(_gpu_from_query(index, bus, items, driver))
+    return driver, cuda, tuple(gpus)
+
+
+def _gpu_from_query(
+    index: int, bus: str, items: list[tuple[tuple[str, ...], str]], driver: str | None
+) -> SmiGpu:
+    def find(*paths: tuple[str, ...]) -> str | None:
+        for want in paths:
+            for path, value in items:
+                if path == want:
+                    return value
+        return None
+
+    reasons = tuple(
+        path[-1]
+        for path, value in items
+        if len(path) >= 2
+        and path[0] in ("Clocks Event Reasons", "Clocks Throttle Reasons")
+        and value.strip().lower() == "active"
+    )
+    power = ("GPU Power Readings",), ("Power Readings",)
+    # 550+ prints "Average/Instantaneous Power Draw" beside or instead of "Power Draw"; the
+    # "Module Power Readings" section (whole board module) is not the GPU's draw.
+    draw = None
+    for key in ("Power Draw", "Instantaneous Power Draw", "Average Power Draw"):
+        draw = _num(find(*[(*p, key) for p in power]))
+        if draw is not None:
+            break
+    return SmiGpu(
+        index=index,
+        name=_none_if_na(find(("Product Name",))),
+        pci_bus_id=_bus_id(find(("PCI", "Bus Id"))) or _bus_id(bus),
+        uuid=_none_if_na(find(("GPU UUID",))),
+        driver_version=driver,
+        memory_total_mib=_int(find(("FB Memory Usage", "Total"))),
+        memory_used_mib=_int(find(("FB Memory Usage", "Used"))),
+        temperature_c=_num(find(("Temperature", "GPU Current Temp"))),
+        power_draw_w=draw,
+        power_limit_w=_num(
+            find(*[(*p, k) for p in power for k in ("Current Power Limit", "Power Limit")])
+        ),
+        link_gen_current=_int(find(("PCI", "GPU Link Info", "PCIe Generation", "Current"))),
+        link_gen_max=_int(find(("PCI", "GPU Link Info", "PCIe Generation", "Max"))),
+        link_width_current=_int(find(("PCI", "GPU Link Info", "Link Width", "Current"))),
+        link_width_max=_int(find(("PCI", "GPU Link Info", "Link Width", "Max"))),
+        persistence_mode=_bool(find(("Persistence Mode",))),
+        throttle_reasons=reasons,
+    )
+
+
+# --- --query-gpu csv ------------------------------------------------------------------------
+
+# Query field names (nvidia-smi --help-query-gpu) and their aliases -> SmiGpu field.
+_CSV_FIELDS = {
+    "index": "index",
+    "name": "name",
+    "gpu_name": "name",
+    "pci.bus_id": "pci_bus_id",
+    "gpu_bus_id": "pci_bus_id",
+    "uuid": "uuid",
+    "gpu_uuid": "uuid",
+    "driver_version": "driver_version",
+    "memory.total": "memory_total_mib",
+    "memory.used": "memory_used_mib",
+    "temperature.gpu": "temperature_c",
+    "power.draw": "power_draw_w",
+    "power.draw.instant": "power_draw_w",
+    "power.draw.average": "power_draw_w",
+    "power.limit": "power_limit_w",
+    "enforced.power.limit": "power_limit_w",
+    "pcie.link.gen.current": "link_gen_current",
+    "pcie.link.gen.gpucurrent": "link_gen_current",
+    "pcie.link.gen.max": "link_gen_max",
+    "pcie.link.gen.gpumax": "link_gen_max",
+    "pcie.link.width.current": "link_width_current",
+    "pcie.link.width.max": "link_width_max",
+    "persistence_mode": "persistence_mode",
+    "clocks_throttle_reasons.active": "throttle_reasons",
+    "clocks_event_reasons.active": "throttle_reasons",
+}
+_INT_FIELDS = frozenset(
+    {
+        "index",
+        "memory_total_mib",
+        "memory_used_mib",
+        "link_gen_current",
+        "link_gen_max",
+        "link_width_current",
+        "link_width_max",
+    }
+)
+_FLOAT_FIELDS = frozenset({"temperature_c", "power_draw_w", "power_limit_w"})
+
+
+def _column_key(header: str) -> str:
+    """'memory.total [MiB]' -> 'memory.total'."""
+    return re.sub(r"\s*\[[^\]]*\]\s*$", "", header.strip()).strip().lower()
+
+
+def _looks_like_csv_header(line: str) -> bool:
+    cols = [_column_key(c) for c in line.split(",")]
+    return sum(c in _CSV_FIELDS for c in cols) >= 1 and all(
+        re.fullmatch(r"[a-z0-9_.]+", c) for c in cols if c
+    )
+
+
+def _parse_csv(rows: list[str], columns: Sequence[str]) -> tuple[SmiGpu, ...]:
+    keys = [_CSV_FIELDS.get(_column_key(c)) for c in columns]
+    gpus = []
+    for position, row in enumerate(csv.reader(rows, skipinitialspace=True)):
+        if not row or len(row) != len(keys):
+            continue
+        values: dict[str, object] = {}
+        for key, cell in zip(keys, row, strict=True):
+            if key is None or key in values:
+                continue
+            if key == "pci_bus_id":
+                values[key] = _bus_id(cell)
+            elif key in _INT_FIELDS:
+                values[key] = _int(cell)
+            elif key in _FLOAT_FIELDS:
+                values[key] = _num(cell)
+            elif key == "persistence_mode":
+                values[key] = _bool(cell)
+            elif key == "throttle_reasons":
+                values[key] = _reasons_from_mask(cell)
+            else:
+                values[key] = _none_if_na(cell)
+        if not any(v not in (None, ()) for v in values.values()):
+            continue
+        values.setdefault("index", position)
+        gpus.append(SmiGpu(**values))  # type: ignore[arg-type]
+    return tuple(gpus)
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+
+def parse_nvidia_smi(text: str, columns: Sequence[str] | str | None = None) -> SmiReport:
+    """Parse any common nvidia-smi output; `columns` names the fields of `csv,noheader` text."""
+    if not isinstance(text, str):
+        return SmiReport()
+    lines = [_ANSI_RE.sub("", line).replace("\x00", "").rstrip() for line in text.splitlines()]
+    error = None
+    for line in lines:
+        if any(p.search(line) for p in _ERROR_PATTERNS):
+            error = line.strip()
+            break
+    nvml = None
+    for line in lines:
+        if m := _NVML_VERSION_RE.search(line):
+            nvml = m.group(1)
+            break
+
+    content = [line for line in lines if line.strip()]
+    if isinstance(columns, str):
+        columns = [c for c in columns.split(",") if c.strip()]
+    driver = cuda = None
+    gpus: tuple[SmiGpu, ...] = ()
+    layout = None
+    if columns:
+        gpus, layout = _parse_csv(content, columns), "csv"
+    elif any("NVSMI LOG" in line for line in content) or any(
+        _Q_GPU_RE.match(line) for line in content
+    ):
+        driver, cuda, gpus = _parse_query(content)
+        layout = "query"
+    elif any(_HEADER_DRIVER_RE.search(line) for line in content) or any(
+        _ROW1_RE.match(line.strip()) for line in content
+    ):
+        driver, cuda, gpus = _parse_table(content)
+        layout = "table"
+    else:
+        for i, line in enumerate(content):
+            if _looks_like_csv_header(line):
+                header = next(csv.reader([line], skipinitialspace=True))
+                gpus, layout = _parse_csv(content[i + 1 :], header), "csv"
+                break
+    if driver is None:
+        versions = {g.driver_version for g in gpus if g.driver_version}
+        if len(versions) == 1:
+            driver = versions.pop()
+    return SmiReport(
+        driver_version=driver,
+        cuda_version=cuda,
+        gpus=gpus,
+        error=error,
+        nvml_version=nvml,
+        layout=layout,
+    )
