@@ -148,6 +148,20 @@ class Host:
     def getenv(self, name: str) -> str | None:
         return None
 
+    def write_attr(self, path: str, value: str) -> None:
+        """Write an existing sysfs attribute (never creates a file); ExecutionError on failure."""
+        try:
+            fd = os.open(self.real_path(path), os.O_WRONLY)
+            try:
+                os.write(fd, value.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ExecutionError(
+                f"cannot write {value.strip()!r} to {path}: {exc.strerror or exc}",
+                "run as root; see dmesg for what the kernel refused",
+            ) from exc
+
     def uname(self) -> tuple[str | None, str | None]:
         """(kernel release, machine) of the running kernel."""
         u = os.uname()
@@ -302,6 +316,9 @@ class RecordedHost(Host):
 
     def which(self, name: str) -> str | None:
         return None
+
+    def write_attr(self, path: str, value: str) -> None:
+        raise UsageError("a recorded host cannot be changed", "run this on the machine itself")
 
     def run(self, argv, *, timeout=None, env=None, input=None) -> Result:
         raise ExecutionError(

@@ -128,6 +128,11 @@ def record(
     for path in FILES:
         writer.copy(path)
     writer.copy_bytes(SECURE_BOOT_VAR)
+    # Directories whose mere presence is a fact: sysfs mounted (so an absent module is not
+    # loaded), EFI firmware (else legacy BIOS, so no Secure Boot).
+    for directory in ("/sys/module", "/sys/firmware", "/sys/firmware/efi"):
+        if host.is_dir(directory):
+            writer.mark(directory)
     writer.copy_tree_links("/sys/bus/pci/devices", PCI_ATTRS, driver=True)
     writer.copy_tree_links("/sys/bus/thunderbolt/devices", TB_ATTRS, driver=False)
     for slot in host.listdir("/sys/bus/pci/slots"):
@@ -168,6 +173,9 @@ class _Writer:
             if real != path and not (self.root / path.lstrip("/")).exists():
                 link = self._dest(path)
                 link.symlink_to(os.path.relpath(self.root / real.lstrip("/"), link.parent))
+
+    def mark(self, directory: str) -> None:
+        self._dest(f"{directory}/.recorded").write_text("")
 
     def copy_bytes(self, path: str) -> None:
         data = self.host.read_bytes(path, 4096)

@@ -32,7 +32,7 @@ def probe_secure_boot(host: Host) -> bool | None:
     state = parse_mokutil_state(host.command("mokutil", ["mokutil", "--sb-state"]))
     if state is not None:
         return state
-    if host.kind == "live" and not host.is_dir("/sys/firmware/efi"):
+    if host.is_dir("/sys/firmware") and not host.is_dir("/sys/firmware/efi"):
         return False  # booted through legacy BIOS: Secure Boot cannot be on
     return None
 

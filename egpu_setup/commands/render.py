@@ -1,0 +1,139 @@
+"""`egpu-setup render`: write the hot-plug configuration for a profile into a directory."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import click
+
+from egpu_setup.commands._options import echo_json, from_option, json_option
+from egpu_setup.errors import UsageError
+
+log = logging.getLogger("egpu_setup.render")
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  egpu-setup render --profile rtx4090 --out ./egpu-config
+  egpu-setup render --profile ./lab-5090.yaml --out /tmp/cfg --mode display
+  egpu-setup render --profile rtx4090 --out ./cfg --from ./bug-report-bundle
+  diff -r ./cfg/etc /etc                    # what install would change
+"""
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    required=True,
+    metavar="NAME|FILE",
+    help="A shipped profile name or a path to a profile YAML file.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory to write into; files land at their host paths below it.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["compute", "display"]),
+    default=None,
+    help="compute: leave the display stack alone (default for lab laptops); "
+    "display: the eGPU drives the desktop. Default: the profile's mode.",
+)
+@click.option(
+    "--pci-realloc",
+    is_flag=True,
+    help="Add the GRUB drop-in with pci=realloc (doctor's pci-bar-allocation-failed fix).",
+)
+@from_option
+@json_option
+def command(
+    profile_name: str,
+    out_dir: Path,
+    mode: str | None,
+    pci_realloc: bool,
+    from_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Render udev rules, modprobe options, systemd units, helpers and (display mode) Xorg
+    configuration for this machine into a directory. Nothing else is changed."""
+    from egpu_setup.detect import detect_host
+    from egpu_setup.host import open_host
+    from egpu_setup.profiles import load_profile
+    from egpu_setup.render import render_set
+
+    profile = load_profile(profile_name)
+    host = open_host(from_dir)
+    facts = detect_host(host)
+    bolt = None if host.kind == "recorded" else host.which("boltctl") is not None
+    result = render_set(
+        facts,
+        profile,
+        None,
+        mode or profile.mode,
+        bolt_available=bolt,
+        bar_allocation_failed=pci_realloc,
+    )
+    written = write_tree(out_dir, result.files)
+    for note in result.notes:
+        log.warning("note: %s", note)
+    if as_json:
+        echo_json(
+            {
+                "schema": "egpu-setup/render/1",
+                "profile": profile.name,
+                "mode": mode or profile.mode,
+                "files": [
+                    {"path": f.path, "written": str(p), "mode": oct(f.mode), "purpose": f.purpose}
+                    for f, p in zip(result.files, written, strict=False)
+                ],
+                "commands": [
+                    {
+                        "argv": list(c.argv),
+                        "purpose": c.purpose,
+                        "after": list(c.after),
+                        "consent": c.consent,
+                    }
+                    for c in result.commands
+                ],
+                "notes": list(result.notes),
+            }
+        )
+        return
+    for f, p in zip(result.files, written, strict=False):
+        click.echo(f"{p}  ({f.purpose})")
+    click.echo("\nAn install runs afterwards:")
+    for c in result.commands:
+        click.echo(f"  {' '.join(c.argv)}    # {c.purpose}")
+
+
+def write_tree(out_dir: Path, files) -> list[Path]:
+    """Write every file at out_dir/<host path>; everything is rendered before this is called."""
+    out_dir = out_dir.absolute()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: not a directory", "pass a directory path")
+    targets = [out_dir / f.path.lstrip("/") for f in files]
+    for f, target in zip(files, targets, strict=False):
+        if out_dir not in target.parents:  # host paths are ours, but never write outside --out
+            raise UsageError(
+                f"refusing to write {f.path} outside {out_dir}", "report this as a bug"
+            )
+    written = []
+    try:
+        for f, target in zip(files, targets, strict=False):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.egpu-setup-tmp")
+            tmp.write_text(f.content, encoding="utf-8")
+            os.chmod(tmp, f.mode)
+            os.replace(tmp, target)
+            written.append(target)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write under {out_dir}: {exc.strerror or exc}",
+            "choose a directory you can write to",
+        ) from exc
+    return written

@@ -1,0 +1,310 @@
+"""Safe detach of the eGPU: say why it is not safe, or make it safe and say so.
+
+The sequence (hotplug-security.md §3.6, after gswitch's "remove", extended):
+1. refuse while the eGPU drives a display (a DRM connector of the card is connected and
+   enabled) or a process uses it (an open /dev/nvidia* or DRI node of the card, or a mapping of
+   one), naming each process;
+2. stop nvidia-persistenced (it holds /dev/nvidia* by design);
+3. unload the NVIDIA modules, only when no other NVIDIA GPU remains (else removal unbinds just
+   this card);
+4. write 1 to `remove` of every function of the card (VGA, audio, USB-C), function 0 last;
+5. for Thunderbolt, write 0 to the enclosure's `authorized` where the domain supports
+   de-authorization (`deauthorization` = 1), which tears the PCIe tunnel down.
+
+The NVIDIA driver does not handle surprise removal (open-gpu-kernel-modules #842), which is why
+this exists. `plan_eject` only reads; `run_eject` acts through the Host: commands with
+`host.run`, sysfs writes on `host.real_path` (so `--root DIR` writes land inside DIR).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError, UsageError
+from egpu_setup.facts import Gpu, HostFacts, TbDevice
+from egpu_setup.host import Host
+
+log = logging.getLogger("egpu_setup.eject")
+
+PERSISTENCED_UNITS = ("egpu-setup-persistenced.service", "nvidia-persistenced.service")
+# /proc/PID/comm is cut to 15 characters.
+_PERSISTENCED_COMM = "nvidia-persiste"
+# Unload order: users of the core module first (uvm, peermem, drm -> modeset -> nvidia).
+# Debian's packages load them as nvidia-current* (hotplug-security.md §3.3).
+_MODULE_ORDER = (
+    "nvidia_uvm",
+    "nvidia_current_uvm",
+    "nvidia_peermem",
+    "nvidia_current_peermem",
+    "nvidia_drm",
+    "nvidia_current_drm",
+    "nvidia_modeset",
+    "nvidia_current_modeset",
+    "nvidia",
+    "nvidia_current",
+)
+_NVIDIA_NODE = re.compile(r"/dev/nvidia(\d+|ctl|-uvm|-uvm-tools|-modeset)\Z")
+_PCI_FN = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
+
+
+@dataclass(frozen=True)
+class EjectStep:
+    """One action: a command (argv) or a sysfs write (path, value)."""
+
+    kind: str  # "command" / "write"
+    description: str
+    argv: tuple[str, ...] = ()
+    path: str = ""
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class EjectPlan:
+    gpu: Gpu
+    functions: tuple[str, ...]
+    displays: tuple[str, ...]  # connectors driven by the card
+    users: tuple[str, ...]  # "pid 4242 (python3): /dev/nvidia0"
+    steps: tuple[EjectStep, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def blockers(self) -> tuple[str, ...]:
+        return tuple(f"drives display {c}" for c in self.displays) + self.users
+
+
+# -- reading the host ------------------------------------------------------------------------------
+
+
+def card_functions(host: Host, address: str) -> tuple[str, ...]:
+    """Every PCI function of the card at `address` (same domain:bus:device)."""
+    slot = address.rsplit(".", 1)[0]
+    found = [
+        p.rsplit("/", 1)[1]
+        for p in host.glob("/sys/bus/pci/devices", f"{slot}.*")
+        if _PCI_FN.match(p.rsplit("/", 1)[1])
+    ]
+    return tuple(sorted(found)) or (address,)
+
+
+def _drm_cards(host: Host, functions: tuple[str, ...]) -> list[str]:
+    cards = []
+    for fn in functions:
+        cards += [p.rsplit("/", 1)[1] for p in host.glob(f"/sys/bus/pci/devices/{fn}/drm", "card*")]
+    return sorted(set(cards))
+
+
+def driven_displays(host: Host, functions: tuple[str, ...]) -> tuple[str, ...]:
+    """Connectors of the card that are connected and enabled (status/enabled, sysfs drm)."""
+    out = []
+    for fn in functions:
+        for card in host.glob(f"/sys/bus/pci/devices/{fn}/drm", "card*"):
+            name = card.rsplit("/", 1)[1]
+            for conn in host.glob(card, f"{name}-*"):
+                if host.read_attr(f"{conn}/status") != "connected":
+                    continue
+                if host.read_attr(f"{conn}/enabled") == "disabled":
+                    continue
+                out.append(conn.rsplit("/", 1)[1])
+    return tuple(sorted(out))
+
+
+def _gpu_minor(host: Host, address: str) -> str | None:
+    text = host.read(f"/proc/driver/nvidia/gpus/{address}/information") or ""
+    m = re.search(r"^Device Minor:\s*(\d+)", text, re.M)
+    return m.group(1) if m else None
+
+
+def _node_belongs(node: str, minor: str | None, only_gpu: bool, dri_nodes: set[str]) -> bool:
+    if node in dri_nodes:
+        return True
+    m = _NVIDIA_NODE.match(node)
+    if not m:
+        return False
+    if only_gpu:  # the one NVIDIA GPU: every NVIDIA node keeps the modules in use
+        return True
+    return m.group(1) == minor  # another NVIDIA GPU stays: only this card's node counts
+
+
+def gpu_users(
+    host: Host, functions: tuple[str, ...], minor: str | None, only_gpu: bool
+) -> tuple[str, ...]:
+    """Processes holding the card's device nodes open or mapped, persistenced excluded."""
+    dri_nodes = {f"/dev/dri/{c}" for c in _drm_cards(host, functions)}
+    for fn in functions:
+        dri_nodes |= {
+            f"/dev/dri/{p.rsplit('/', 1)[1]}"
+            for p in host.glob(f"/sys/bus/pci/devices/{fn}/drm", "renderD*")
+        }
+    users = []
+    for pid in host.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        comm = host.read_attr(f"/proc/{pid}/comm") or "?"
+        if comm == _PERSISTENCED_COMM:
+            continue
+        nodes = set()
+        for fd in host.listdir(f"/proc/{pid}/fd"):
+            target = host.readlink(f"/proc/{pid}/fd/{fd}")
+            if target and _node_belongs(target, minor, only_gpu, dri_nodes):
+                nodes.add(target)
+        for line in (host.read(f"/proc/{pid}/maps") or "").splitlines():
+            path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+            if path and _node_belongs(path, minor, only_gpu, dri_nodes):
+                nodes.add(path)
+        if nodes:
+            users.append(f"pid {pid} ({comm}): {', '.join(sorted(nodes))}")
+    return tuple(users)
+
+
+def loaded_nvidia_modules(host: Host) -> tuple[str, ...]:
+    names = {
+        line.split()[0] for line in (host.read("/proc/modules") or "").splitlines() if line.split()
+    }
+    return tuple(m for m in _MODULE_ORDER if m in names)
+
+
+def _persistenced_running(host: Host) -> bool:
+    return any(
+        host.read_attr(f"/proc/{pid}/comm") == _PERSISTENCED_COMM
+        for pid in host.listdir("/proc")
+        if pid.isdigit()
+    )
+
+
+def _installed_units(host: Host, names: tuple[str, ...]) -> tuple[str, ...]:
+    dirs = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+    return tuple(n for n in names if any(host.exists(f"{d}/{n}") for d in dirs))
+
+
+def _enclosure(host: Host, facts: HostFacts, gpu: Gpu) -> TbDevice | None:
+    if gpu.connection not in ("thunderbolt", "usb4", "unknown"):
+        return None
+    peripherals = [
+        d
+        for d in facts.thunderbolt.devices
+        if d.sysfs_name and not d.sysfs_name.endswith("-0") and d.authorized is not False
+    ]
+    return peripherals[0] if len(peripherals) == 1 else None
+
+
+# -- planning -------------------------------------------------------------------------------------
+
+
+def plan_eject(host: Host, facts: HostFacts) -> EjectPlan:
+    """What eject would do on this host, and what blocks it. Reads only."""
+    gpu = facts.egpu
+    if gpu is None:
+        many = [g for g in facts.nvidia_gpus if g.external]
+        raise EgpuSetupError(
+            "several external NVIDIA GPUs are attached; eject handles one"
+            if many
+            else "no external NVIDIA GPU is attached: nothing to eject",
+            "see `egpu-setup detect`",
+        )
+    if not _PCI_FN.match(gpu.pci_address):
+        raise UsageError(f"eGPU address {gpu.pci_address!r} is not a PCI address", "re-run detect")
+    functions = card_functions(host, gpu.pci_address)
+    only_gpu = len(facts.nvidia_gpus) == 1
+    displays = driven_displays(host, functions)
+    users = gpu_users(host, functions, _gpu_minor(host, gpu.pci_address), only_gpu)
+    steps: list[EjectStep] = []
+    notes: list[str] = []
+
+    if _persistenced_running(host):
+        units = _installed_units(host, PERSISTENCED_UNITS)
+        if units:
+            steps.append(
+                EjectStep(
+                    "command",
+                    "stop nvidia-persistenced (it holds /dev/nvidia*)",
+                    argv=("systemctl", "stop", *units),
+                )
+            )
+        else:
+            users += ("nvidia-persistenced runs outside systemd (stop it yourself)",)
+    if only_gpu:
+        modules = loaded_nvidia_modules(host)
+        if modules:
+            steps.append(
+                EjectStep(
+                    "command", f"unload {', '.join(modules)}", argv=("modprobe", "-r", *modules)
+                )
+            )
+    else:
+        notes.append(
+            "another NVIDIA GPU stays: the driver stays loaded; removal unbinds this card only"
+        )
+    # Function 0 last: the others (audio, USB-C) hang off the same card.
+    for fn in sorted(functions, key=lambda f: (f == gpu.pci_address, f)):
+        steps.append(
+            EjectStep(
+                "write",
+                f"remove PCI function {fn}",
+                path=f"/sys/bus/pci/devices/{fn}/remove",
+                value="1\n",
+            )
+        )
+    enclosure = _enclosure(host, facts, gpu)
+    if enclosure is not None and enclosure.sysfs_name:
+        domain = enclosure.domain or f"domain{enclosure.sysfs_name.split('-', 1)[0]}"
+        if host.read_attr(f"/sys/bus/thunderbolt/devices/{domain}/deauthorization") == "1":
+            steps.append(
+                EjectStep(
+                    "write",
+                    f"de-authorize Thunderbolt device {enclosure.sysfs_name}"
+                    f" ({enclosure.name or 'enclosure'})",
+                    path=f"/sys/bus/thunderbolt/devices/{enclosure.sysfs_name}/authorized",
+                    value="0\n",
+                )
+            )
+        else:
+            notes.append(f"{domain} cannot de-authorize devices; the tunnel closes when unplugged")
+    elif gpu.connection in ("thunderbolt", "usb4"):
+        notes.append(
+            "could not tell which Thunderbolt device is the enclosure; it stays authorized"
+        )
+    return EjectPlan(gpu, functions, displays, users, tuple(steps), tuple(notes))
+
+
+# -- acting ---------------------------------------------------------------------------------------
+
+
+def run_eject(
+    host: Host, plan: EjectPlan, say: Callable[[str], None] = log.info
+) -> tuple[EjectStep, ...]:
+    """Carry the plan out, step by step; returns the steps done. Refuses while blocked."""
+    if host.kind == "recorded":
+        raise UsageError("a recorded host cannot be changed", "run eject on the machine itself")
+    if plan.blockers:
+        raise BusyError(
+            f"not safe to unplug {plan.gpu.name or 'the eGPU'} ({plan.gpu.pci_address}): "
+            + "; ".join(plan.blockers),
+            "close those programs (or move the display to another GPU), "
+            "then re-run `egpu-setup eject`",
+        )
+    done = []
+    for step in plan.steps:
+        say(step.description)
+        if step.kind == "write":
+            host.write_attr(step.path, step.value)
+        elif host.kind == "root":
+            # A directory image has no running services or kernel: nothing to stop or unload.
+            say(f"  skipped under --root: {' '.join(step.argv)}")
+            continue
+        else:
+            res = host.run(step.argv, timeout=60)
+            if not res.ok:
+                raise ExecutionError(
+                    f"`{' '.join(step.argv)}` failed (exit {res.rc}); "
+                    "the eGPU is NOT safe to unplug",
+                    "see the message above; a process may still hold the driver "
+                    "(`fuser -v /dev/nvidia*`)",
+                    argv=step.argv,
+                    rc=res.rc,
+                    stderr_tail=res.err[-2000:],
+                )
+        done.append(step)
+    return tuple(done)
