@@ -7,6 +7,7 @@ text through a Host. Soft: a missing source gives None, never an exception.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from egpu_setup.facts import Gpu, HostFacts, Link, ThunderboltFacts
 from egpu_setup.host import Host
@@ -24,6 +25,8 @@ def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
     tb = probe_thunderbolt(host)
     nvidia, smi = probe_nvidia(host, run_smi=run_smi)
     gpus = probe_gpus(host, tb, smi)
+    if nvidia.module_loaded is None and any(g.driver == "nvidia" for g in gpus):
+        nvidia = replace(nvidia, module_loaded=True)  # a device bound to it proves it loaded
     return HostFacts(
         os=os_facts,
         python=probe_python(host),
@@ -41,7 +44,8 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
     functions = pci.probe_functions(host)
     by_addr = {f.address: f for f in functions}
     displays = [f for f in functions if f.is_display]
-    lspci = _lspci_entries(host) if not displays else {}
+    # Command text is free in a recording; live, lspci runs only when sysfs shows no GPU.
+    lspci = _lspci_entries(host) if (not displays or host.kind == "recorded") else {}
     if not displays:
         return _gpus_from_text(lspci, smi)
     pci_ids = pci.pci_ids_text(host)
@@ -51,6 +55,10 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
     out = []
     for fn in displays:
         vendor_name, pciids_name = _pciids_names(pci_ids, fn.vendor_id, fn.device_id)
+        entry = lspci.get(fn.address)
+        if entry is not None:
+            pciids_name = pciids_name or _lspci_name(entry)
+            vendor_name = vendor_name or entry.vendor_name
         name, arch, cc = _identify(fn.vendor_id, fn.device_id, pciids_name)
         tunnels = []
         for addr in fn.bridges:
@@ -101,6 +109,14 @@ def _identify(vendor_id: str | None, device_id: str | None, text_name: str | Non
     return text_name, arch, cc
 
 
+def _lspci_name(entry) -> str | None:
+    # An old pci.ids prints "Device 2b85": that is an id, not a name.
+    name = entry.device_name
+    if not name or name == "Device" or name.startswith("Device "):
+        return None
+    return name
+
+
 def _lspci_entries(host: Host) -> dict:
     from egpu_setup.detect.lspci import parse_lspci
 
@@ -111,14 +127,21 @@ def _lspci_entries(host: Host) -> dict:
 def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
     """GPUs from command text alone (a pasted report, WSL2): ids and names, placement unknown
     unless the name itself says laptop GPU."""
-    from egpu_setup.detect.pci import VENDORS, is_mobile_name
+    from egpu_setup.detect.pci import VENDORS, is_mobile_name, on_root_bus
 
     out: dict[str, Gpu] = {}
     for entry in lspci.values():
         if not entry.is_display:
             continue
-        name, arch, cc = _identify(entry.vendor_id, entry.device_id, entry.device_name)
+        name, arch, cc = _identify(entry.vendor_id, entry.device_id, _lspci_name(entry))
         mobile = is_mobile_name(name)
+        integrated = on_root_bus(entry.address)
+        internal = mobile or integrated
+        why = (
+            f"name {name!r} is a laptop (mobile) GPU"
+            if mobile
+            else "on the root bus with no PCIe port above it: integrated"
+        )
         out[entry.address] = Gpu(
             pci_address=entry.address,
             vendor=VENDORS.get(entry.vendor_id or "") or _vendor_from_name(entry.vendor_name),
@@ -128,8 +151,8 @@ def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
             architecture=arch,
             compute_capability=cc,
             driver=entry.driver,
-            external=False if mobile else None,
-            connection="pcie" if mobile else "unknown",
+            external=False if internal else None,
+            connection="pcie" if internal else "unknown",
             link=Link(
                 entry.link_speed_gts,
                 entry.link_width,
@@ -142,20 +165,21 @@ def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
             if entry.class_id and len(entry.class_id) == 4
             else entry.class_id,
             revision=entry.revision,
-            evidence=(f"name {name!r} is a laptop (mobile) GPU",) if mobile else (),
+            evidence=(why,) if internal else (),
         )
     for g in getattr(smi, "gpus", ()) or ():
         if not g.pci_bus_id or g.pci_bus_id in out:
             continue
         from egpu_setup.compat import gpus
 
+        model = gpus.gpu_by_name(g.name) if g.name else None
         found = gpus.arch_from_text(g.name) if g.name else None
         arch, cc = found if found else (None, None)
         out[g.pci_bus_id] = Gpu(
             pci_address=g.pci_bus_id,
             vendor="nvidia",
             vendor_id="10de",
-            name=g.name,
+            name=model.name if model else g.name,
             architecture=arch,
             compute_capability=cc,
             link=Link(

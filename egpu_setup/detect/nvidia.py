@@ -12,19 +12,24 @@ import re
 from egpu_setup.facts import NvidiaFacts
 from egpu_setup.host import Host
 
+# "NVRM version: NVIDIA UNIX ..." in /proc/driver/nvidia/version; "NVRM: loading NVIDIA UNIX ..."
+# in the kernel log when the module loads.
 _NVRM = re.compile(
-    r"NVRM version:\s*NVIDIA UNIX\s+(Open\s+)?.*?Kernel Module\s+"
+    r"NVRM(?: version)?:\s*(?:loading\s+)?NVIDIA UNIX\s+(Open\s+)?.*?Kernel Module\s+"
     r"(?:for\s+\S+\s+)?(\d+\.\d+(?:\.\d+)?)"
 )
 
 
 def parse_proc_version(text: str | None) -> tuple[str | None, str | None]:
-    """/proc/driver/nvidia/version -> (driver version, "open"/"proprietary")."""
+    """/proc/driver/nvidia/version (or a kernel log) -> (driver version, "open"/"proprietary").
+
+    In a kernel log the last load wins: an upgrade without reboot logs both."""
     if not text:
         return None, None
-    m = _NVRM.search(text)
-    if not m:
+    matches = list(_NVRM.finditer(text))
+    if not matches:
         return None, None
+    m = matches[-1]
     return m.group(2), "open" if m.group(1) else "proprietary"
 
 
@@ -55,6 +60,10 @@ def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | No
     # Debian renames the module nvidia-current; /sys/module shows the loaded name "nvidia".
     loaded = _module_loaded(host, "nvidia", modules)
     proc_version, flavour = parse_proc_version(host.read("/proc/driver/nvidia/version"))
+    if flavour is None and host.kind == "recorded":
+        # A pasted report often has only the kernel log; live, dmesg is not read for this.
+        log_version, flavour = parse_proc_version(host.command("dmesg", ["dmesg"]))
+        proc_version = proc_version or log_version
     version = host.read_attr("/sys/module/nvidia/version") or proc_version
     smi = None
     if run_smi or host.kind == "recorded":

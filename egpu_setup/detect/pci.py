@@ -205,9 +205,19 @@ def decide_placement(
         )
     if gpu.removable == "fixed":
         return Placement(False, "pcie", ("sysfs removable=fixed",))
-    if chassis_type is not None and not laptop:
-        return Placement(False, "pcie", (f"chassis type {chassis_type} is not portable",))
+    if gpu.boot_vga:
+        # The firmware brought this one up as the boot display, and no tunnel leads to it:
+        # the laptop's own GPU. (A desktop chassis alone decides nothing: an M.2-to-OCuLink
+        # adapter looks like any slot.)
+        return Placement(
+            False, "pcie", ("boot VGA device with no Thunderbolt/USB4 bridge above it",)
+        )
     return Placement(None, "unknown", ())
+
+
+def on_root_bus(address: str) -> bool:
+    """Bus 00 of domain 0000 holds only the root complex's own functions: nothing external."""
+    return address.startswith("0000:00:")
 
 
 def is_mobile_name(name: str | None) -> bool:

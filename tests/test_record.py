@@ -1,0 +1,72 @@
+"""`record` writes a bundle that `detect --from` reads back to the same facts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from egpu_setup.detect import detect_host
+from egpu_setup.errors import UsageError
+from egpu_setup.host import LiveHost, RecordedHost
+from egpu_setup.record import record
+
+HOSTS = (
+    sorted(p.name for p in FIXTURES.iterdir() if (p / "root").is_dir()) if FIXTURES.is_dir() else []
+)
+
+
+def same_facts(a, b) -> None:
+    assert replace(a, source="x").to_json() == replace(b, source="x").to_json()
+
+
+def test_recording_this_machine_reproduces_live_detection(tmp_path: Path) -> None:
+    live = LiveHost()
+    out = record(live, tmp_path / "bundle")
+    same_facts(detect_host(live), detect_host(RecordedHost(out)))
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["tool"] == "egpu-setup" and meta["uname"]["release"]
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_rerecording_a_bundle_keeps_every_fact(name: str, tmp_path: Path) -> None:
+    source = RecordedHost(FIXTURES / name)
+    copy = record(source, tmp_path / "copy", redact=False)
+    same_facts(detect_host(source), detect_host(RecordedHost(copy)))
+
+
+def test_redaction_replaces_ids_consistently(tmp_path: Path) -> None:
+    source = RecordedHost(FIXTURES / "tb4-rtx4090-ubuntu2404")
+    facts = detect_host(source)
+    red = detect_host(RecordedHost(record(source, tmp_path / "red")))
+    real_ids = {d.unique_id for d in facts.thunderbolt.devices}
+    red_ids = {d.unique_id for d in red.thunderbolt.devices}
+    assert real_ids and red_ids and not (real_ids & red_ids)
+    # The stand-in is the same in sysfs and in boltctl text, so the stored policy still matches.
+    assert [d.policy for d in red.thunderbolt.devices] == [
+        d.policy for d in facts.thunderbolt.devices
+    ]
+    stripped = [replace(d, unique_id=None) for d in red.thunderbolt.devices]
+    assert stripped == [replace(d, unique_id=None) for d in facts.thunderbolt.devices]
+    text = "".join(
+        p.read_text(errors="replace") for p in (tmp_path / "red").rglob("*") if p.is_file()
+    )
+    assert not any(uid in text for uid in real_ids)
+
+
+def test_record_refuses_a_non_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep").write_text("mine")
+    with pytest.raises(UsageError):
+        record(LiveHost(), tmp_path / "x")
+    assert (tmp_path / "x" / "keep").read_text() == "mine"
+
+
+def test_record_cli(cli, tmp_path: Path) -> None:
+    res = cli("record", str(tmp_path / "b"))
+    assert res.returncode == 0, res.stderr
+    again = cli("detect", "--json", "--from", str(tmp_path / "b"))
+    assert again.returncode == 0 and json.loads(again.stdout)["schema"] == "egpu-setup/host/1"
