@@ -1,0 +1,110 @@
+"""`egpu-setup verify`: prove the eGPU trains (torch runs only in a child process)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from egpu_setup.commands._options import echo_json, json_option
+from egpu_setup.errors import EgpuSetupError
+
+log = logging.getLogger("egpu_setup.verify")
+
+EPILOG = """\b
+Examples:
+  egpu-setup verify                          # the eGPU, in /opt/egpu-setup/venv
+  egpu-setup verify --quick --json           # short run, JSON for scripts
+  egpu-setup verify --device cpu --quick     # the CPU path (CI, away from the eGPU)
+  egpu-setup verify --venv ~/venvs/torch     # another venv
+  egpu-setup verify --profile rtx4090        # judge against the profile's expectations
+  egpu-setup verify --burn-in 10             # add a 10-minute stability run
+  egpu-setup verify --skip amp               # skip a step that hung last time
+"""
+
+
+def _split_skip(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    return tuple(s.strip() for v in values for s in v.split(",") if s.strip())
+
+
+@click.command("verify", epilog=EPILOG)
+@json_option
+@click.option(
+    "--venv", "venv", metavar="PATH", help="Venv to verify (default /opt/egpu-setup/venv)."
+)
+@click.option("--python", "python", metavar="PATH", help="Interpreter to verify instead of a venv.")
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    metavar="auto|cuda|cuda:N|cpu",
+    help="auto: the eGPU; cuda: any CUDA GPU; cpu: the CPU path (bf16 autocast).",
+)
+@click.option("--quick", is_flag=True, help="Shorter runs, smaller sizes.")
+@click.option(
+    "--timeout", "timeout_s", type=float, metavar="S", help="Hard limit for the torch child."
+)
+@click.option(
+    "--burn-in", "burn_in", type=float, default=0.0, metavar="MINUTES", help="Add a stability run."
+)
+@click.option("--profile", metavar="NAME|FILE", help="Take expectations from this GPU profile.")
+@click.option(
+    "--skip",
+    multiple=True,
+    callback=_split_skip,
+    metavar="STEP[,STEP]",
+    help="Skip steps: allocation, bandwidth, matmul, amp, burn-in, ddp.",
+)
+def command(
+    as_json: bool,
+    venv: str | None,
+    python: str | None,
+    device: str,
+    quick: bool,
+    timeout_s: float | None,
+    burn_in: float,
+    profile: str | None,
+    skip: tuple[str, ...],
+) -> None:
+    """Prove the eGPU trains: driver, torch.cuda, identity, link, bandwidth, matmul, AMP.
+
+    torch runs in the target venv as a child process with a hard timeout, so a GPU that hangs
+    cannot hang this command; the step it hung in is reported, also on the next run after a
+    lock-up. The report is saved under the state directory (/var/lib/egpu-setup/reports/).
+    Exit 0 when every check passed (warnings allowed), 1 when one failed or no CUDA device was
+    verified, 2 for bad options or a missing interpreter, 5 when another verify is running.
+    """
+    from egpu_setup.verify.report import render_table
+    from egpu_setup.verify.session import VerifyOptions, run_verify, state_dir
+
+    options = VerifyOptions(
+        python=python,
+        venv=venv,
+        device=device,
+        quick=quick,
+        timeout_s=timeout_s,
+        burn_in_minutes=burn_in,
+        profile=profile,
+        skip=skip,
+    )
+    report = run_verify(options)
+    try:
+        path = report.save(state_dir())
+        log.info("report saved: %s", path)
+    except OSError as exc:
+        log.warning("could not save the report: %s", exc)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        click.echo(render_table(report))
+    if not report.ok:
+        fails = report.failures
+        what = "; ".join(f"{c.id}: {c.detail}" for c in fails[:3]) or f"the run {report.outcome}"
+        gpu_missing = options.device != "cpu" and not any(
+            c.id == "cuda-available" and c.status == "pass" for c in report.checks
+        )
+        head = "no CUDA device verified" if gpu_missing else "verify failed"
+        hint = next((c.hint for c in fails if c.hint), None)
+        raise EgpuSetupError(f"{head}: {what}", hint, exit_code=1)
