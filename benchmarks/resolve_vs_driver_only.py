@@ -1,0 +1,183 @@
+"""Compare egpu-setup's resolver with a driver-only rule, and time `egpu-setup resolve --json`.
+
+The driver-only rule is what uv's `--torch-backend=auto` does (astral-sh/uv crates/uv-torch,
+matrix-facts §5.1): read the driver version, keep every CUDA backend whose minimum driver is met
+(LINUX_CUDA_DRIVERS; the Windows table under WSL2), search those indexes newest CUDA first, then
+CPU; take the newest torch the first index with a match offers. No PCI id, no compute capability,
+no distro; no driver loaded means CPU. Both sides read the same wheel data (our matrix), so every
+difference comes from the rule, not the data.
+
+    python benchmarks/resolve_vs_driver_only.py            # table + timing
+    python benchmarks/resolve_vs_driver_only.py --runs 15  # more timing runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from egpu_setup.compat.matrix import load_snapshot  # noqa: E402
+from egpu_setup.compat.resolve import Constraints, identify_gpu, resolve  # noqa: E402
+from egpu_setup.compat.resolve import _Notes as Notes  # noqa: E402
+from egpu_setup.compat.versions import DriverVersion, PythonVersion, variant_cuda  # noqa: E402
+from egpu_setup.errors import EgpuSetupError, UsageError  # noqa: E402
+from test_resolve import CASES, Case  # noqa: E402
+
+M = load_snapshot()
+
+
+def driver_only(case: Case) -> tuple[str, str]:
+    """(choice "2.9.1+cu128" or "-", note) under the driver-only rule."""
+    c = Constraints(**case.c)
+    facts = case.facts
+    text = c.driver or (facts.nvidia.driver_version if facts else None)
+    python = c.python or (facts.python.version if facts else None) or "3.12"
+    python = str(PythonVersion.from_str(python))
+    wsl = c.platform == "wsl" or bool(facts and facts.os.wsl)
+    if text:
+        driver = DriverVersion.from_str(text.splitlines()[0])
+        backends = [
+            cv.variant
+            for cv in M.cuda
+            if driver >= (cv.min_driver_windows if wsl else cv.min_driver)
+        ]
+        backends.sort(key=lambda v: variant_cuda(v) or (0, 0), reverse=True)
+    else:
+        backends = []
+    if c.cuda:  # a pinned backend (--torch-backend=cu128)
+        backends = [c.cuda] if c.cuda != "cpu" else []
+    from egpu_setup.compat.resolve import _spec_filter
+
+    matches, _local, _ = _spec_filter(c.torch_spec)
+    for variant in [*backends, "cpu"]:
+        for release in M.torch:  # newest first
+            v = release.variant(variant)
+            if v and matches(release.version) and python in release.pythons(v):
+                return f"{release.version}+{variant}", "" if text else "no driver loaded"
+    return "-", "no wheel"
+
+
+def runs_on_gpu(case: Case, choice: str) -> str:
+    """Would `choice` have kernels for the case's GPU? ('' when it does or nothing is known)."""
+    if choice == "-" or choice.endswith("+cpu"):
+        return "CPU build" if choice.endswith("+cpu") else ""
+    c = Constraints(**case.c)
+    target = None
+    if c.gpu:
+        try:
+            target = identify_gpu(c.gpu, M, Notes())
+        except EgpuSetupError:
+            return ""
+    elif case.facts and case.facts.egpu:
+        g = case.facts.egpu
+        from egpu_setup.compat.versions import ComputeCapability
+
+        if g.compute_capability:
+            cc = ComputeCapability.from_str(g.compute_capability)
+            version, variant = choice.split("+")
+            arch = M.torch_version(version).variant(variant).arch
+            return "" if arch.runs(cc) else f"no kernels for sm_{cc.major}{cc.minor}"
+        return ""
+    if target is None or target.cc is None:
+        return ""
+    version, variant = choice.split("+")
+    arch = M.torch_version(version).variant(variant).arch
+    if arch.runs(target.cc):
+        return ""
+    return f"no kernels for sm_{target.cc.major}{target.cc.minor}"
+
+
+def ours(case: Case) -> str:
+    try:
+        r = resolve(case.facts, None, Constraints(**case.c), matrix=M)
+    except UsageError:
+        return "bad input"
+    except EgpuSetupError as exc:
+        return f"refused: {exc.message[:60]}"
+    return f"{r.torch.version}+{r.torch.variant}" + (
+        f" (driver {r.driver.action} {r.driver.branch})"
+        if r.driver.action in ("install", "upgrade")
+        else ""
+    )
+
+
+def compare() -> int:
+    rows = []
+    for case in CASES:
+        mine = ours(case)
+        if mine == "bad input":
+            continue
+        theirs, note = driver_only(case)
+        broken = runs_on_gpu(case, theirs)
+        same = mine.split(" ")[0] == theirs
+        rows.append((case.id, theirs, broken or note, mine, same))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'case':<{width}}  {'driver-only (uv auto)':<22} {'problem':<26} egpu-setup")
+    for cid, theirs, problem, mine, same in rows:
+        mark = " " if same else "*"
+        print(f"{cid:<{width}}{mark} {theirs:<22} {problem:<26} {mine}")
+    differ = [r for r in rows if not r[4]]
+    broken = [r for r in rows if r[2].startswith("no kernels")]
+    print(
+        f"\n{len(rows)} cases: {len(differ)} differ (*); the driver-only choice has no kernels for "
+        f"the GPU in {len(broken)}, installs a CPU build in "
+        f"{sum(1 for r in rows if r[2] in ('CPU build', 'no driver loaded'))}"
+    )
+    return len(differ)
+
+
+def time_cli(runs: int) -> None:
+    """Median wall time of `egpu-setup resolve --json`, offline (what-if and live detection)."""
+    exe = [sys.executable, "-m", "egpu_setup"]
+    for label, args in (
+        (
+            "what-if",
+            ["resolve", "--json", "--gpu", "2684", "--distro", "ubuntu-24.04", "--python", "3.12"],
+        ),
+        ("live host", ["resolve", "--json"]),
+        (
+            "recorded bundle",
+            [
+                "resolve",
+                "--json",
+                "--from",
+                str(ROOT / "tests/fixtures/hosts/tb4-rtx4090-ubuntu2404"),
+            ],
+        ),
+    ):
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            done = subprocess.run([*exe, *args], capture_output=True, text=True, check=False)
+            times.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                print(f"{label}: exit {done.returncode}: {done.stderr.strip()}")
+                break
+        med = statistics.median(times) * 1000
+        verdict = "OK" if med < 300 else "OVER the 300 ms goal"
+        print(
+            f"resolve --json ({label}): median {med:.0f} ms over {len(times)} runs "
+            f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}) {verdict}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9, help="timing runs per command (median)")
+    parser.add_argument("--no-timing", action="store_true")
+    args = parser.parse_args()
+    compare()
+    if not args.no_timing:
+        print()
+        time_cli(args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""`matrix update`: read the PyTorch wheel index, validate it, cache it as an overlay.
+
+The only module of compat/ that touches the network or the disk (requests, the state dir). The
+shipped snapshot stays in force whenever anything here fails: offline, a timeout, a malformed or
+truncated page. Only a page that parses and covers the snapshot replaces the cached overlay, and it
+is written atomically (temp file in the same directory, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from egpu_setup.errors import EgpuSetupError, UsageError
+
+log = logging.getLogger("egpu_setup.matrix")
+
+STATE_ENV = "EGPU_SETUP_STATE_DIR"
+INDEX_ENV = "EGPU_SETUP_TORCH_INDEX"
+DEFAULT_STATE_DIR = "/var/lib/egpu-setup"
+OVERLAY_SCHEMA = "egpu-setup/torch-index/1"
+OVERLAY_NAME = "matrix/torch-index.json"
+CACHE_DIR = "cache/torch-index"
+TIMEOUT = (5.0, 30.0)  # connect, read: the all-variants page is a few MB
+RETRIES = 3
+BACKOFF = 0.5  # seconds, doubled per retry (urllib3 Retry backoff_factor)
+MAX_PAGE = 64 * 1024 * 1024
+# Wheels the resolver can use: CPython, Linux x86_64 (WSL2 uses the same wheels).
+_WHEEL_RE = re.compile(
+    r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>cpu|cu\d{3})-(?P<py>cp\d{2,3})-(?P<abi>cp\d{2,3})-"
+    r"(?P<plat>(?:manylinux\w*|linux)_x86_64)\.whl$"
+)
+# A truncated page (proxy cut, partial CDN object) still parses; it must also cover the snapshot.
+MIN_COVERAGE = 0.9
+FIRST_MAJOR = 2  # the matrix starts at torch 2.0; 1.x wheels on the index are ignored
+
+
+def state_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Where egpu-setup keeps state: EGPU_SETUP_STATE_DIR, else /var/lib/egpu-setup."""
+    return Path(explicit or os.environ.get(STATE_ENV) or DEFAULT_STATE_DIR)
+
+
+def overlay_path(state: str | os.PathLike[str] | None = None) -> Path:
+    return state_dir(state) / OVERLAY_NAME
+
+
+def load_overlay(state: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """The overlay written by the last good `matrix update`, or None (absent or unreadable)."""
+    path = overlay_path(state)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring %s (%s); using the shipped matrix", path, exc)
+        return None
+    if (
+        not isinstance(data, dict)
+        or data.get("schema") != OVERLAY_SCHEMA
+        or not _valid_releases(data.get("releases"))
+    ):
+        log.warning("ignoring %s: not an egpu-setup index overlay; using the shipped matrix", path)
+        return None
+    return data
+
+
+def _valid_releases(releases: Any) -> bool:
+    """The overlay's {version: {variant: [python, ...]}} shape, checked before anything uses it."""
+    if not isinstance(releases, dict):
+        return False
+    for version, variants in releases.items():
+        if not re.fullmatch(r"\d+\.\d+\.\d+", str(version)) or not isinstance(variants, dict):
+            return False
+        for variant, pythons in variants.items():
+            if not re.fullmatch(r"cpu|cu\d{3}", str(variant)) or not isinstance(pythons, list):
+                return False
+            if not all(isinstance(p, str) and re.fullmatch(r"3\.\d{1,2}", p) for p in pythons):
+                return False
+    return True
+
+
+def index_base(explicit: str | None = None) -> str:
+    """The PyTorch wheel index root ('…/whl/'): --index-url, EGPU_SETUP_TORCH_INDEX or the data."""
+    base = explicit or os.environ.get(INDEX_ENV)
+    if not base:
+        from egpu_setup.compat.matrix import load_snapshot
+
+        base = load_snapshot().index_url.split("{variant}")[0]
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(
+            f"--index-url {base!r} is not an http(s) URL",
+            "e.g. --index-url http://127.0.0.1:8000/whl/",
+        )
+    return base.rstrip("/") + "/"
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.hrefs: list[str] = []
+        self.saw_html = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("html", "body"):
+            self.saw_html = True
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def parse_index(html: str) -> dict[str, dict[str, list[str]]]:
+    """A PEP 503 project page -> {torch version: {variant: [python "3.12", ...]}}.
+
+    Only torch 2.x CPython Linux x86_64 wheels with a local label (+cu128, +cpu) count;
+    free-threaded builds (cp313t), other platforms and 1.x are skipped. ValueError when the
+    page is not an index page."""
+    parser = _Anchors()
+    try:
+        parser.feed(html)
+        parser.close()
+    except Exception as exc:  # html.parser raises plain exceptions on broken markup
+        raise ValueError(f"not HTML: {exc}") from exc
+    if not parser.hrefs:
+        raise ValueError("no links: not a PEP 503 index page")
+    out: dict[str, dict[str, set[str]]] = {}
+    for href in parser.hrefs:
+        name = unquote(urlsplit(href).path.rsplit("/", 1)[-1])
+        m = _WHEEL_RE.match(name)
+        if not m or m.group("py") != m.group("abi"):
+            continue
+        if int(m.group("version").split(".")[0]) < FIRST_MAJOR:
+            continue
+        py = m.group("py")[2:]
+        python = f"{py[0]}.{py[1:]}"
+        out.setdefault(m.group("version"), {}).setdefault(m.group("local"), set()).add(python)
+    if not out:
+        raise ValueError(f"{len(parser.hrefs)} links but no torch Linux x86_64 wheels")
+    return {
+        v: {k: sorted(p, key=lambda s: tuple(map(int, s.split(".")))) for k, p in variants.items()}
+        for v, variants in out.items()
+    }
+
+
+def validate(parsed: dict[str, dict[str, list[str]]], snapshot_versions: list[str]) -> list[str]:
+    """Refuse a page that does not cover the shipped releases; return the versions it adds."""
+    missing = [v for v in snapshot_versions if v not in parsed]
+    covered = 1 - len(missing) / max(1, len(snapshot_versions))
+    if covered < MIN_COVERAGE or (snapshot_versions and snapshot_versions[0] in missing):
+        shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise ValueError(
+            f"the page lacks {len(missing)} known torch releases ({shown}): truncated or wrong page"
+        )
+    return sorted(set(parsed) - set(snapshot_versions), key=lambda v: tuple(map(int, v.split("."))))
+
+
+# -- fetching --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    status: str  # "updated" / "not-modified"
+    url: str
+    fetched_at: str
+    versions: int
+    new_versions: tuple[str, ...]
+    changes: tuple[str, ...]
+    path: str
+
+
+def _session(retries: int, backoff: float) -> Any:
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    retry = Retry(
+        total=retries,
+        connect=retries,
+        read=retries,
+        status=retries,
+        backoff_factor=backoff,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=frozenset({"GET"}),
+        raise_on_status=False,
+    )
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    from egpu_setup import __version__
+
+    session.headers["User-Agent"] = f"egpu-setup/{__version__} (matrix update)"
+    return session
+
+
+def _fetch(
+    url: str, cache: Path, timeout: Any, retries: int, backoff: float
+) -> tuple[str, str, dict[str, str]]:
+    """GET `url` with the cached ETag -> (body, 'fetched'|'not-modified', validators)."""
+    import requests
+
+    body_file, meta_file = cache / "torch.html", cache / "torch.meta.json"
+    headers: dict[str, str] = {}
+    meta: dict[str, str] = {}
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        if meta.get("url") == url and body_file.is_file():
+            if meta.get("etag"):
+                headers["If-None-Match"] = meta["etag"]
+            if meta.get("last_modified"):
+                headers["If-Modified-Since"] = meta["last_modified"]
+    except (OSError, ValueError):
+        meta = {}
+    hint = "check the network or --index-url; the shipped matrix stays in force"
+    try:
+        with _session(retries, backoff) as session:
+            resp = session.get(url, headers=headers, timeout=timeout, stream=True)
+            if resp.status_code == 304 and headers:
+                return body_file.read_text(encoding="utf-8"), "not-modified", meta
+            if resp.status_code != 200:
+                raise EgpuSetupError(f"{url} answered HTTP {resp.status_code}", hint)
+            chunks, size = [], 0
+            for chunk in resp.iter_content(1 << 16):
+                size += len(chunk)
+                if size > MAX_PAGE:
+                    raise EgpuSetupError(f"{url}: page larger than {MAX_PAGE >> 20} MiB", hint)
+                chunks.append(chunk)
+            text = b"".join(chunks).decode(resp.encoding or "utf-8", errors="replace")
+            validators = {"url": url}
+            if resp.headers.get("ETag"):
+                validators["etag"] = resp.headers["ETag"]
+            if resp.headers.get("Last-Modified"):
+                validators["last_modified"] = resp.headers["Last-Modified"]
+            return text, "fetched", validators
+    except requests.exceptions.Timeout as exc:
+        raise EgpuSetupError(f"{url}: timed out after {retries} retries", hint) from exc
+    except requests.exceptions.RequestException as exc:
+        raise EgpuSetupError(f"could not read {url}: {type(exc).__name__}", hint) from exc
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def update_matrix(
+    state: str | os.PathLike[str] | None = None,
+    index_url: str | None = None,
+    *,
+    timeout: Any = TIMEOUT,
+    retries: int = RETRIES,
+    backoff: float = BACKOFF,
+) -> UpdateResult:
+    """Fetch `<index>/torch/`, validate it against the snapshot, then replace the overlay."""
+    from egpu_setup.compat.matrix import load_snapshot
+
+    snapshot = load_snapshot()
+    base = index_base(index_url)
+    url = base + "torch/"
+    root = state_dir(state)
+    cache = root / CACHE_DIR
+    text, status, validators = _fetch(url, cache, timeout, retries, backoff)
+    try:
+        parsed = parse_index(text)
+        new_versions = validate(parsed, [t.version for t in snapshot.torch])
+    except ValueError as exc:
+        raise EgpuSetupError(
+            f"{url}: {exc}",
+            f"the shipped matrix ({snapshot.snapshot}) stays in force; "
+            "try again later or check --index-url",
+        ) from exc
+    try:
+        if status == "fetched":
+            _atomic_write(cache / "torch.html", text)
+            _atomic_write(cache / "torch.meta.json", json.dumps(validators))
+        fetched_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        overlay = {
+            "schema": OVERLAY_SCHEMA,
+            "fetched_at": fetched_at,
+            "index_url": base,
+            "etag": validators.get("etag"),
+            "releases": parsed,
+        }
+        path = overlay_path(root)
+        _atomic_write(path, json.dumps(overlay, indent=1, sort_keys=True))
+    except OSError as exc:
+        raise EgpuSetupError(
+            f"cannot write the matrix cache under {root}: {exc.strerror}",
+            f"run as root, or set {STATE_ENV} to a writable directory",
+        ) from exc
+    return UpdateResult(
+        status="updated" if status == "fetched" else "not-modified",
+        url=url,
+        fetched_at=fetched_at,
+        versions=len(parsed),
+        new_versions=tuple(new_versions),
+        changes=tuple(_changes(snapshot, parsed)),
+        path=str(path),
+    )
+
+
+def _changes(snapshot: Any, parsed: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Where the live index and the shipped snapshot disagree on variants (for the user)."""
+    out = []
+    for row in snapshot.torch:
+        live = parsed.get(row.version)
+        if live is None:
+            continue
+        mine = {v.name for v in row.variants}
+        added, gone = sorted(set(live) - mine), sorted(mine - set(live))
+        if added:
+            out.append(f"torch {row.version}: index also has {', '.join(added)}")
+        if gone:
+            out.append(f"torch {row.version}: index lacks {', '.join(gone)}")
+    return out
