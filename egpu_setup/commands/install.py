@@ -1,0 +1,333 @@
+"""`egpu-setup install`: detect -> resolve -> render -> plan -> show, or execute under the lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+from egpu_setup.commands._options import echo_json, from_option, json_option
+
+log = logging.getLogger("egpu_setup.install")
+
+EPILOG = """\b
+Examples:
+  egpu-setup install --profile rtx4090 --dry-run        # the plan and every file diff
+  sudo egpu-setup install --profile rtx4090 --yes       # provision this laptop
+  egpu-setup install --profile rtx4090 --only torch --cuda cpu --venv ~/torch-venv
+  sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
+  egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
+\b
+Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again after),
+4 a person must act, 5 another run or the package manager holds a lock.
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.option(
+    "--profile", "profile_name", required=True, help="Profile name or path to a YAML file."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Show the resolution, every step and file diff; change nothing."
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.option("--only", default=None, metavar="PARTS", help="Comma list of driver,torch,config.")
+@click.option(
+    "--venv", default=None, metavar="PATH", help="torch venv (default /opt/egpu-setup/venv)."
+)
+@click.option(
+    "--torch",
+    "torch_spec",
+    default=None,
+    metavar="SPEC",
+    help="torch version, e.g. 2.9.1 or '>=2.8'.",
+)
+@click.option(
+    "--cuda", default=None, metavar="VARIANT", help="torch variant: cu128, cu126, ... or cpu."
+)
+@click.option(
+    "--driver-branch", type=int, default=None, metavar="N", help="NVIDIA driver branch, e.g. 550."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["compute", "display"]),
+    default=None,
+    help="Override the profile's mode.",
+)
+@click.option(
+    "--index-url",
+    default=None,
+    metavar="URL",
+    help="Lab mirror of the torch variant index (replaces it).",
+)
+@click.option(
+    "--root", "root_dir", default=None, metavar="DIR", help="Install into the system image at DIR."
+)
+@from_option
+@click.option(
+    "--force", is_flag=True, help="Replace files edited since egpu-setup wrote them (backed up)."
+)
+@click.option(
+    "--lock-timeout",
+    type=click.IntRange(0, 86400),
+    default=600,
+    show_default=True,
+    help="Seconds to wait for the package manager's lock.",
+)
+@click.option(
+    "--verify/--no-verify",
+    "run_verify",
+    default=True,
+    help="Run `verify --quick` after installing torch.",
+)
+def command(**kw: Any) -> None:
+    """Provision this machine: NVIDIA driver, torch venv, hot-plug configuration.
+
+    Shows the plan first (asks unless --yes); a second run changes nothing.
+    `egpu-setup rollback` undoes the files; see README "What egpu-setup changes".
+    """
+    from egpu_setup.errors import EXIT_REBOOT
+
+    run = prepare(**kw)
+    if kw["dry_run"]:
+        show(run, kw["as_json"])
+        return
+    rc = apply(run, kw)
+    if rc:
+        sys.exit(rc)
+    if rc is None:
+        sys.exit(EXIT_REBOOT)
+
+
+@dataclasses.dataclass
+class Prepared:
+    facts: Any
+    profile: Any
+    resolution: Any
+    rendered: Any
+    plan: Any
+    target: Any
+    paths: Any
+    plan_options: Any
+    warnings: list[str]
+    lock_holder: str | None
+
+
+def _constraints(resolve_mod: Any, kw: dict[str, Any], profile: Any) -> Any:
+    """The resolver's Constraints: the profile's, with our flags winning."""
+    return resolve_mod.constraints_from_profile(
+        profile,
+        torch_spec=kw["torch_spec"],
+        cuda=kw["cuda"],
+        driver_branch=kw["driver_branch"],
+    )
+
+
+def prepare(**kw: Any) -> Prepared:
+    from egpu_setup.compat import resolve as resolve_mod
+    from egpu_setup.detect import detect_host
+    from egpu_setup.errors import UsageError
+    from egpu_setup.host import LiveHost, RootHost, open_host
+    from egpu_setup.plan import DEFAULT_VENV, PlanOptions, build_plan, parse_only
+    from egpu_setup.profiles import load_profile
+    from egpu_setup.render import render_set
+    from egpu_setup.state import Journal, Manifest, RunLock, StatePaths
+
+    only = parse_only(kw["only"])
+    if kw["from_dir"] and not kw["root_dir"] and not kw["dry_run"]:
+        raise UsageError(
+            "--from describes another machine: a real install there needs --root DIR",
+            "add --dry-run to see the plan for that machine, or --root DIR to build an image",
+        )
+    if kw["index_url"]:
+        from egpu_setup.plan import check_index_url
+
+        check_index_url(kw["index_url"])
+    profile = load_profile(kw["profile_name"])
+    if kw["root_dir"]:
+        target = RootHost(kw["root_dir"])
+    elif kw["from_dir"]:
+        target = open_host(kw["from_dir"])  # dry run against the recording's files
+    else:
+        target = LiveHost()
+    facts_host = open_host(kw["from_dir"]) if kw["from_dir"] else target
+    facts = detect_host(facts_host)
+    warnings: list[str] = []
+    if facts.egpu is None:
+        warnings.append(
+            f"no external NVIDIA GPU detected: planning for the profile's GPU ({profile.gpu.name})"
+        )
+    resolution = resolve_mod.resolve(facts, profile, _constraints(resolve_mod, kw, profile))
+    mode = kw["mode"] or profile.mode
+    venv = os.path.abspath(os.path.expanduser(kw["venv"])) if kw["venv"] else DEFAULT_VENV
+    rset = render_set(facts, profile, resolution, mode, venv=venv)
+    paths = StatePaths.for_root(target.root)
+    try:
+        manifest = Manifest.load(paths)
+    except PermissionError:
+        manifest = Manifest(paths)
+        warnings.append(f"cannot read {paths.manifest} (not root): edits to our files not checked")
+    last = Journal(paths).last_run() if os.access(paths.state_dir, os.R_OK) else None
+    pending = None
+    if last is not None and last.status == "reboot" and target.kind == "live":
+        from egpu_setup.execute import boot_id
+
+        if last.boot_id and last.boot_id == boot_id(target):
+            pending = "the previous run installed changes that need a reboot"
+    sudo_uid = target.getenv("SUDO_UID")
+    options = PlanOptions(
+        only=only,
+        venv=venv,
+        index_url=kw["index_url"],
+        force=kw["force"],
+        apt_lock_timeout=kw["lock_timeout"],
+        target="live" if target.kind == "live" else "root",
+        pending_reboot=pending,
+        sudo_user=target.getenv("SUDO_USER"),
+        sudo_uid=int(sudo_uid) if sudo_uid and sudo_uid.isdigit() else None,
+    )
+    plan = build_plan(
+        facts, profile, resolution, rset.files, target, options, manifest, rset.commands
+    )
+    holder = RunLock(paths.lock).holder()
+    if holder:
+        warnings.append(f"another run is in progress ({holder}): this plan may already be stale")
+    warnings += list(getattr(resolution, "warnings", ())) + list(plan.warnings) + list(rset.notes)
+    return Prepared(
+        facts, profile, resolution, rset.files, plan, target, paths, options, warnings, holder
+    )
+
+
+def show(run: Prepared, as_json: bool) -> None:
+    if as_json:
+        data = dict(run.resolution.to_json())
+        data["steps"] = run.plan.to_json()
+        data["plan_warnings"] = run.warnings
+        echo_json(data)
+        return
+    for w in run.warnings:
+        click.echo(f"warning: {w}", err=True)
+    click.echo(_resolution_lines(run.resolution))
+    if run.plan.empty:
+        click.echo("Nothing to do: this machine already matches the profile.")
+        return
+    click.echo(f"Plan ({len(run.plan.steps)} steps):")
+    for i, step in enumerate(run.plan.steps, 1):
+        click.echo(f"  {i:2d}. [{step.part_name}] {step.describe()}")
+    for step in run.plan.steps:
+        diff = getattr(step, "diff", "")
+        if diff:
+            click.echo("")
+            click.echo(diff.rstrip("\n"))
+
+
+def _resolution_lines(res: Any) -> str:
+    d, t = res.driver, res.torch
+    gpu = res.gpu
+    lines = [
+        f"GPU:    {gpu.name} ({gpu.pci_id}, {gpu.architecture}, sm {gpu.compute_capability})"
+        if gpu
+        else "GPU:    none resolved",
+        f"driver: {d.action} {d.branch or ''} {d.flavour or ''} via {d.source}"
+        + (f" (installed {d.installed})" if d.installed else ""),
+        f"torch:  {t.version} {t.variant} from {t.index_url}" if t else "torch:  -",
+        f"python: {res.python}",
+    ]
+    lines += [f"  - {r}" for r in getattr(res, "reasons", ())]
+    return "\n".join(lines)
+
+
+def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
+    """Execute under the lock; 0 done, None reboot needed (exit 3)."""
+    from egpu_setup.execute import ExecOptions, execute
+    from egpu_setup.preflight import preflight
+    from egpu_setup.state import RunLock
+
+    preflight(run.plan, run.target, run.paths, run.facts, run.plan_options)
+    with RunLock(run.paths.lock):
+        # plan again under the lock: another run may have finished meanwhile
+        run = prepare(**{**kw, "dry_run": False})
+        for w in run.warnings:
+            if "stale" not in w:
+                click.echo(f"warning: {w}", err=True)
+        if run.plan.empty:
+            _summary(kw, run, None, "Nothing to do: this machine already matches the profile.")
+            return 0
+        if not kw["yes"]:
+            show(run, as_json=False)
+            if not sys.stdin.isatty():
+                from egpu_setup.errors import UsageError
+
+                raise UsageError("confirmation needed and stdin is not a terminal", "pass --yes")
+            click.confirm("Apply this plan?", abort=True, err=True)
+        installer = os.environ.get("EGPU_SETUP_INSTALLER", "auto")
+        result = execute(
+            run.plan,
+            run.target,
+            run.paths,
+            ExecOptions.from_env(installer=installer, force=kw["force"]),
+        )
+    verify = None
+    torch_done = any(s.kind == "pip-install" and s.status == "done" for s in result.steps)
+    if kw["run_verify"] and torch_done and not result.reboot_required and run.target.kind == "live":
+        verify = _verify(run.plan_options.venv)
+    _summary(kw, run, result, None, verify)
+    return None if result.reboot_required else 0
+
+
+def _verify(venv: str) -> dict[str, Any] | None:
+    """`egpu-setup verify --quick --json` in a child process (a hung GPU cannot hang us)."""
+    import json
+
+    from egpu_setup.errors import EgpuSetupError
+    from egpu_setup.host import LiveHost
+
+    argv = [sys.executable, "-m", "egpu_setup", "verify", "--quick", "--json", "--venv", venv]
+    try:
+        res = LiveHost().run(argv, timeout=300)
+    except EgpuSetupError as exc:  # verify's failure is reported, it does not undo the install
+        log.warning("verify did not run: %s", exc.message)
+        return None
+    try:
+        return json.loads(res.out)
+    except ValueError:
+        log.warning("verify printed no JSON (exit %s): %s", res.rc, res.err.strip()[-300:])
+        return None
+
+
+def _summary(
+    kw: dict[str, Any], run: Prepared, result: Any, message: str | None, verify: Any = None
+) -> None:
+    if kw["as_json"]:
+        data = dict(run.resolution.to_json())
+        data["steps"] = run.plan.to_json()
+        data["result"] = {
+            "run": result.run_id if result else None,
+            "steps": [s.to_json() for s in result.steps] if result else [],
+            "reboot_required": result.reboot_required if result else None,
+            "resumed_from": result.resumed_from if result else None,
+            "verify": verify,
+        }
+        echo_json(data)
+        return
+    if message:
+        click.echo(message)
+        return
+    changed = sum(1 for s in result.steps if s.status == "done")
+    simulated = sum(1 for s in result.steps if s.status == "simulated")
+    skipped = sum(1 for s in result.steps if s.status == "skipped")
+    click.echo(
+        f"Done: {changed} changed, {simulated} simulated, {skipped} skipped (run {result.run_id})."
+    )
+    for s in result.steps:
+        if s.detail:
+            click.echo(f"  {s.index + 1}. {s.status}: {s.detail}")
+    if verify is not None:
+        click.echo(f"verify: {'ok' if verify.get('ok') else 'FAILED'}")
+    if result.reboot_required:
+        click.echo(f"Reboot needed: {result.reboot_required}. Then run the same command again.")

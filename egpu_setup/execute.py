@@ -1,0 +1,248 @@
+"""Run a plan: journal every step, write files atomically, keep what rollback needs.
+
+The caller holds the run lock (state.RunLock) around planning *and* execution, so the plan is
+never stale. Each step is recorded in the journal before it starts and after it ends; every step
+is idempotent, so a run killed anywhere (kill -9, power loss) converges when run again: the next
+plan is a fresh diff against the host, and temp files the dead run left are removed first.
+
+Test hook (documented, inert unless set): EGPU_SETUP_TEST_KILL_AT=<i>[:begin|:mid-write|:done]
+makes the executor SIGKILL itself at step i's boundary — after the journal's step-begin record
+(`begin`, the default), with a file's temp copy written and fsync'ed but not yet renamed
+(`mid-write`), or after the step's work but before its step-done record (`done`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from egpu_setup import execute_apt, execute_files, execute_pip
+from egpu_setup.errors import EgpuSetupError, ExecutionError
+from egpu_setup.plan import (
+    AptInstall,
+    AptRepository,
+    EnableUnit,
+    PipInstall,
+    Plan,
+    RebootNeeded,
+    RunCommand,
+    Step,
+    WriteFile,
+)
+from egpu_setup.state import Journal, Manifest, StatePaths, clean_temp_files, new_run_id
+
+log = logging.getLogger("egpu_setup.execute")
+
+KILL_ENV = "EGPU_SETUP_TEST_KILL_AT"
+SIMULATE_ENV = "EGPU_SETUP_APT_SIMULATE"  # "1": apt-get -s, for tests in a debootstrap root
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    simulate_apt: bool = False
+    installer: str = "auto"  # auto (uv when on PATH) / uv / pip
+    force: bool = False
+
+    @classmethod
+    def from_env(cls, **kw: Any) -> ExecOptions:
+        return cls(simulate_apt=os.environ.get(SIMULATE_ENV) == "1", **kw)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    index: int
+    kind: str
+    description: str
+    status: str  # done / simulated / skipped
+    seconds: float
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "description": self.description,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class ExecResult:
+    run_id: str
+    steps: list[StepResult] = field(default_factory=list)
+    reboot_required: str | None = None
+    resumed_from: str | None = None
+    cleaned: list[str] = field(default_factory=list)
+
+
+def kill_hook(index: int, where: str) -> None:
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
+        return
+    at, _, point = spec.partition(":")
+    if at == str(index) and (point or "begin") == where:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def boot_id(host: Any) -> str | None:
+    if host.kind != "live":
+        return None
+    return host.read_attr("/proc/sys/kernel/random/boot_id")
+
+
+def recover(
+    host: Any, paths: StatePaths, plan: Plan, manifest: Manifest
+) -> tuple[str | None, list[str]]:
+    """After a dead run: name it, and remove the temp files it left next to its targets."""
+    last = Journal(paths).last_run()
+    resumed = None
+    if last is not None and last.status == "running":
+        at = last.interrupted_at
+        where = (
+            f" at step {at}: {last.steps[at]}" if at is not None and at < len(last.steps) else ""
+        )
+        resumed = f"run {last.run_id} was interrupted{where}"
+        log.warning("%s; continuing from the host's current state", resumed)
+    dirs = {host.real_path(p).parent for p in manifest.files}
+    for step in plan.steps:
+        for p in _paths_of(step):
+            dirs.add(host.real_path(p).parent)
+    dirs.add(paths.state_dir)
+    dirs.add(paths.backups)
+    cleaned = [str(p) for p in clean_temp_files(dirs)]
+    for p in cleaned:
+        log.warning("removed a temp file a dead run left: %s", p)
+    return resumed, cleaned
+
+
+def _paths_of(step: Step) -> list[str]:
+    if isinstance(step, WriteFile):
+        return [step.path]
+    if isinstance(step, AptRepository):
+        return [p for p in (step.sources_path, step.keyring_path, step.pin_path) if p]
+    if isinstance(step, EnableUnit):
+        return list(step.links)
+    return []
+
+
+def execute(
+    plan: Plan,
+    host: Any,
+    paths: StatePaths,
+    options: ExecOptions,
+    progress: Callable[[str], None] | None = None,
+) -> ExecResult:
+    """Apply every step in order; raise on the first failure (journaled, with what to do next)."""
+    if plan.conflicts and not options.force:
+        first = plan.conflicts[0]
+        raise EgpuSetupError(
+            f"{first.path} was changed by someone since egpu-setup wrote it (or is not ours)",
+            "see the diff with `egpu-setup install --dry-run`; --force replaces it "
+            "(your version is kept in /var/lib/egpu-setup/backups)",
+        )
+    manifest = Manifest.load(paths)
+    journal = Journal(paths)
+    result = ExecResult(new_run_id())
+    result.resumed_from, result.cleaned = recover(host, paths, plan, manifest)
+    journal.append(
+        {
+            "event": "run-begin",
+            "run": result.run_id,
+            "steps": [s.describe() for s in plan.steps],
+            "target": str(host.root),
+            "boot_id": boot_id(host),
+        }
+    )
+    say = progress or (lambda text: log.warning("%s", text))
+    ctx = execute_files.Context(host, manifest, result.run_id, options.force)
+    for i, step in enumerate(plan.steps):
+        say(f"[{i + 1}/{len(plan.steps)}] {step.describe()}")
+        journal.append({"event": "step-begin", "run": result.run_id, "step": i, "kind": step.kind})
+        kill_hook(i, "begin")
+        started = time.monotonic()
+        try:
+            status, detail = _apply(step, i, ctx, paths, options)
+        except BaseException as exc:
+            journal.append(
+                {
+                    "event": "step-failed",
+                    "run": result.run_id,
+                    "step": i,
+                    "error": str(getattr(exc, "message", exc))[:500],
+                }
+            )
+            journal.append({"event": "run-end", "run": result.run_id, "status": "failed"})
+            if isinstance(exc, EgpuSetupError) and not isinstance(exc, ExecutionError):
+                raise
+            if isinstance(exc, ExecutionError):
+                exc.message = f"step {i + 1} ({step.describe()}) failed: {exc.message}"
+                raise
+            if isinstance(exc, OSError):
+                raise EgpuSetupError(
+                    f"step {i + 1} ({step.describe()}) failed: {exc}",
+                    "nothing half-written was left; fix the cause and run the same command again",
+                ) from exc
+            raise
+        kill_hook(i, "done")
+        journal.append({"event": "step-done", "run": result.run_id, "step": i, "status": status})
+        result.steps.append(
+            StepResult(i, step.kind, step.describe(), status, time.monotonic() - started, detail)
+        )
+        if isinstance(step, RebootNeeded):
+            result.reboot_required = step.reason
+    journal.append(
+        {
+            "event": "run-end",
+            "run": result.run_id,
+            "status": "reboot" if result.reboot_required else "ok",
+            "reason": result.reboot_required,
+            "boot_id": boot_id(host),
+        }
+    )
+    return result
+
+
+def _apply(
+    step: Step, index: int, ctx: execute_files.Context, paths: StatePaths, options: ExecOptions
+) -> tuple[str, str]:
+    host = ctx.host
+    if isinstance(step, WriteFile):
+        execute_files.write_managed(
+            ctx,
+            step.path,
+            step.content.encode(),
+            step.mode,
+            lambda _tmp: kill_hook(index, "mid-write"),
+        )
+        return "done", ""
+    if isinstance(step, EnableUnit):
+        for link in step.links:
+            execute_files.link_managed(ctx, link, step.unit_path)
+        return "done", ""
+    if isinstance(step, AptRepository):
+        return execute_apt.add_repository(ctx, step, options.simulate_apt)
+    if isinstance(step, AptInstall):
+        return execute_apt.install(ctx, step, options.simulate_apt)
+    if isinstance(step, PipInstall):
+        return execute_pip.install(ctx, step, options.installer)
+    if isinstance(step, RunCommand):
+        if step.live_only and host.kind != "live":
+            return "skipped", "only on a running system"
+        if host.which(step.argv[0]) is None:
+            if step.skip_if_missing:
+                return "skipped", f"{step.argv[0]} is not installed here: nothing to do"
+            raise ExecutionError(f"{step.argv[0]} not found", "install it", argv=step.argv, rc=127)
+        if options.simulate_apt and step.for_part == "driver":
+            return "simulated", "not run: apt steps are simulated"
+        execute_apt.run_checked(host, list(step.argv), timeout=1800)
+        return "done", ""
+    if isinstance(step, RebootNeeded):
+        return "done", step.reason
+    raise AssertionError(f"unknown step {step!r}")

@@ -1,0 +1,116 @@
+"""torch into a venv through exactly one index (reference/hotplug-security.md §5.1–5.3).
+
+- Never into a system Python, never --break-system-packages: the venv is created if missing.
+- Exactly one source: `--index-url` of the resolved variant (or the lab's mirror of it). pip's
+  config files are not read for this install (PIP_CONFIG_FILE=/dev/null) and the index/find-links
+  variables are dropped, so an `extra-index-url` or `find-links` in somebody's config can never
+  mix a second source into torch (dependency confusion, CVE-2018-20225). Certificates, proxies
+  and timeouts from PIP_CERT / PIP_PROXY / PIP_DEFAULT_TIMEOUT and *_proxy variables still apply.
+- uv when it is on PATH (several times faster, reference/fleet-and-testing.md §4), else the venv's
+  own pip. Under sudo with a venv the invoking user owns, the installer runs as that user.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from egpu_setup.errors import EgpuSetupError
+from egpu_setup.execute_apt import run_checked
+from egpu_setup.execute_files import Context
+from egpu_setup.plan import PipInstall
+
+_DROP = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
+    "PIP_BREAK_SYSTEM_PACKAGES",
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "UV_NO_INDEX",
+    "UV_BREAK_SYSTEM_PACKAGES",
+    "VIRTUAL_ENV",
+)
+
+
+def installer_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROP}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def choose_installer(host: Any, wanted: str) -> str | None:
+    """Path of uv to use, or None for the venv's pip."""
+    if wanted == "pip":
+        return None
+    uv = host.which("uv") if host.kind != "live" else shutil.which("uv")
+    if uv is None and wanted == "uv":
+        raise EgpuSetupError("uv is not on PATH", "install uv, or drop EGPU_SETUP_INSTALLER=uv")
+    return uv
+
+
+def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
+    """The argv lists that carry out `step` (pure: shown by --dry-run -v and tested)."""
+    py = f"{step.venv}/bin/python"
+    out: list[list[str]] = []
+    if step.create_venv:
+        if uv:
+            out.append([uv, "venv", "--seed", "--no-config", "--python", step.python, step.venv])
+        else:
+            out.append([step.python, "-m", "venv", step.venv])
+    if uv:
+        out.append(
+            [
+                uv,
+                "pip",
+                "install",
+                "--no-config",
+                "--python",
+                py,
+                "--index-url",
+                step.index_url,
+                *step.requirements,
+            ]
+        )
+    else:
+        out.append(
+            [
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--progress-bar",
+                "on",
+                "--index-url",
+                step.index_url,
+                *step.requirements,
+            ]
+        )
+    if step.run_as:
+        out = [["runuser", "-u", step.run_as, "--", *argv] for argv in out]
+    return out
+
+
+def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
+    host = ctx.host
+    real_venv = host.real_path(step.venv)
+    if real_venv.exists() and not (real_venv / "pyvenv.cfg").is_file():
+        raise EgpuSetupError(
+            f"{step.venv} exists and is not a virtual environment (no pyvenv.cfg)",
+            "egpu-setup never installs into a system Python (PEP 668); pass --venv NEW_PATH",
+        )
+    uv = choose_installer(host, wanted)
+    if step.create_venv:
+        ctx.manifest.add_venv(step.venv, ctx.run_id)
+        ctx.manifest.save()
+    for argv in commands(step, uv):
+        run_checked(host, argv, env=installer_env())
+    return "done", f"with {'uv' if uv else 'pip'}"

@@ -1,0 +1,707 @@
+"""The install plan: ordered, typed steps computed as a diff against the host.
+
+Pure over its inputs (facts, profile, resolution, rendered files) plus what it *reads* through the
+Host to diff: current file contents, the dpkg status database, apt sources, unit links, and the
+torch version in an existing venv (read from its dist-info METADATA, never by importing torch).
+So a second run on a converged machine plans nothing (reference/hotplug-security.md §6.6).
+
+Order matters: package sources, packages, files, units, commands that consume files (initramfs),
+the torch venv, and a reboot marker last, so a reboot never blocks the parts that do not need it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from egpu_setup.errors import UsageError
+
+PARTS = ("driver", "torch", "config")
+DEFAULT_VENV = "/opt/egpu-setup/venv"
+DEFAULT_APT_LOCK_TIMEOUT = 600  # seconds apt waits for the dpkg lock (reference §6.7)
+_SOURCES_DIR = "/etc/apt/sources.list.d"
+_KEYRINGS_DIR = "/etc/apt/keyrings"  # admin-managed keys, APT >= 2.4 (reference §5.5)
+_OUR_MARK = "egpu-setup"  # rendered files carry a header naming us (DESIGN.md, "render")
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: ClassVar[str] = "step"
+    part: ClassVar[str] = "config"
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def part_name(self) -> str:
+        """The `--only` part this step belongs to (a field overrides the class default)."""
+        return self.__dict__.get("for_part") or self.part
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "description": self.describe()}
+        for name, value in self.__dict__.items():
+            data[name] = list(value) if isinstance(value, tuple) else value
+        data.pop("for_part", None)
+        data["part"] = self.part_name
+        return data
+
+
+@dataclass(frozen=True)
+class AptRepository(Step):
+    """A deb822 drop-in (and for third-party repos a keyring verified by fingerprint, a pin)."""
+
+    kind: ClassVar[str] = "apt-repository"
+    part: ClassVar[str] = "driver"
+    name: str
+    sources_path: str
+    content: str
+    summary: str
+    keyring_path: str | None = None
+    keyring_url: str | None = None
+    fingerprint: str | None = None
+    pin_path: str | None = None
+    pin_content: str | None = None
+
+    def describe(self) -> str:
+        key = f", key {self.fingerprint[-16:]} checked" if self.fingerprint else ""
+        return f"add apt source {self.sources_path} ({self.summary}{key}) and apt-get update"
+
+
+@dataclass(frozen=True)
+class AptInstall(Step):
+    kind: ClassVar[str] = "apt-install"
+    part: ClassVar[str] = "driver"
+    packages: tuple[str, ...]
+    no_install_recommends: bool = False
+    lock_timeout: int = DEFAULT_APT_LOCK_TIMEOUT
+    reason: str = ""
+    for_part: str = "driver"
+
+    def argv(self, simulate: bool = False) -> list[str]:
+        argv = [
+            "apt-get",
+            "-y",
+            "-o",
+            f"DPkg::Lock::Timeout={self.lock_timeout}",
+            # a user-modified conffile is kept, never prompts (reference §6.3)
+            "-o",
+            "Dpkg::Options::=--force-confdef",
+            "-o",
+            "Dpkg::Options::=--force-confold",
+        ]
+        if simulate:
+            argv.append("-s")
+        argv.append("install")
+        if self.no_install_recommends:
+            argv.append("--no-install-recommends")
+        return [*argv, *self.packages]
+
+    def describe(self) -> str:
+        rec = " --no-install-recommends" if self.no_install_recommends else ""
+        why = f" ({self.reason})" if self.reason else ""
+        return f"apt-get install{rec} {' '.join(self.packages)}{why}"
+
+
+@dataclass(frozen=True)
+class PipInstall(Step):
+    kind: ClassVar[str] = "pip-install"
+    part: ClassVar[str] = "torch"
+    venv: str
+    requirements: tuple[str, ...]
+    index_url: str
+    create_venv: bool
+    python: str  # interpreter that creates the venv
+    run_as: str | None = None  # the sudo user owning the venv
+    reason: str = ""
+
+    def describe(self) -> str:
+        create = f"create venv {self.venv}; " if self.create_venv else ""
+        who = f" as {self.run_as}" if self.run_as else ""
+        return (
+            f"{create}install {' '.join(self.requirements)} into {self.venv}"
+            f" --index-url {self.index_url}{who}"
+        )
+
+
+@dataclass(frozen=True)
+class WriteFile(Step):
+    kind: ClassVar[str] = "write-file"
+    part: ClassVar[str] = "config"
+    path: str
+    content: str
+    mode: int
+    purpose: str
+    action: str  # create / replace
+    diff: str
+    conflict: bool = False  # the user edited it since our last write (needs --force)
+    for_part: str = "config"
+
+    def describe(self) -> str:
+        note = " [edited by someone since our last write: needs --force]" if self.conflict else ""
+        return f"{self.action} {self.path} (mode {self.mode:04o}): {self.purpose}{note}"
+
+
+@dataclass(frozen=True)
+class EnableUnit(Step):
+    """`systemctl enable` done as what it is: a wants/ link; works in a chroot without systemd."""
+
+    kind: ClassVar[str] = "enable-unit"
+    part: ClassVar[str] = "config"
+    unit: str
+    unit_path: str
+    links: tuple[str, ...]  # /etc/systemd/system/<target>.wants/<unit>
+
+    def describe(self) -> str:
+        return f"enable {self.unit} (link {', '.join(self.links)})"
+
+
+@dataclass(frozen=True)
+class RunCommand(Step):
+    kind: ClassVar[str] = "run-command"
+    part: ClassVar[str] = "config"
+    argv: tuple[str, ...]
+    reason: str
+    skip_if_missing: bool = True  # e.g. no initramfs-tools in a minimal image: nothing to rebuild
+    live_only: bool = False  # reloads make sense only on a running system, not in --root
+    for_part: str = "config"
+
+    def describe(self) -> str:
+        return f"run {' '.join(self.argv)} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class RebootNeeded(Step):
+    kind: ClassVar[str] = "reboot-needed"
+    part: ClassVar[str] = "driver"
+    reason: str
+
+    def describe(self) -> str:
+        return f"reboot needed: {self.reason}"
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    only: frozenset[str] = frozenset(PARTS)
+    venv: str = DEFAULT_VENV
+    index_url: str | None = None  # a lab mirror of the variant index; replaces it, never extra
+    force: bool = False
+    apt_lock_timeout: int = DEFAULT_APT_LOCK_TIMEOUT
+    target: str = "live"  # live / root: what kind of system the steps land on
+    pending_reboot: str | None = None  # reason from the journal when a reboot is still owed
+    sudo_user: str | None = None
+    sudo_uid: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[Step, ...]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return not self.steps
+
+    @property
+    def conflicts(self) -> tuple[WriteFile, ...]:
+        return tuple(s for s in self.steps if isinstance(s, WriteFile) and s.conflict)
+
+    @property
+    def needs_root(self) -> bool:
+        return any(not isinstance(s, PipInstall) for s in self.steps)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [s.to_json() for s in self.steps]
+
+
+def parse_only(text: str | None) -> frozenset[str]:
+    if not text:
+        return frozenset(PARTS)
+    parts = {p.strip() for p in text.split(",") if p.strip()}
+    bad = sorted(parts - set(PARTS))
+    if bad or not parts:
+        raise UsageError(
+            f"--only {text!r}: unknown part {', '.join(bad) or '(empty)'}",
+            f"choose from {','.join(PARTS)}",
+        )
+    return frozenset(parts)
+
+
+def check_index_url(url: str) -> str:
+    """https for anything remote; plain http only on this machine (a loopback mirror)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and loopback:
+        return url
+    if parts.scheme == "file" and parts.path:
+        return url
+    raise UsageError(
+        f"--index-url {url!r}: only https:// (or http:// on 127.0.0.1, file://) is accepted",
+        "pass the https URL of your lab's mirror of the PyTorch index",
+    )
+
+
+# -- reading the host (diff inputs) ---------------------------------------------------------------
+
+
+def installed_packages(host: Any) -> dict[str, str]:
+    """name -> version of every package dpkg says is installed (reads /var/lib/dpkg/status)."""
+    text = host.read("/var/lib/dpkg/status") or ""
+    out: dict[str, str] = {}
+    for stanza in text.split("\n\n"):
+        fields = dict(
+            (m.group(1), m.group(2).strip())
+            for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
+        )
+        if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
+            out[fields["Package"]] = fields.get("Version", "")
+    return out
+
+
+@dataclass(frozen=True)
+class AptSource:
+    """One source entry as apt sees it (both formats)."""
+
+    path: str
+    types: tuple[str, ...]
+    uris: tuple[str, ...]
+    suites: tuple[str, ...]
+    components: tuple[str, ...]
+    signed_by: str | None
+
+
+def parse_deb822_sources(text: str, path: str) -> list[AptSource]:
+    out: list[AptSource] = []
+    for stanza in re.split(r"\n[ \t]*\n", text):
+        fields: dict[str, str] = {}
+        key = None
+        for line in stanza.splitlines():
+            if line.startswith("#"):
+                continue
+            if line[:1] in (" ", "\t") and key:
+                fields[key] += "\n" + line.strip()
+                continue
+            if ":" in line:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                fields[key] = value.strip()
+        if not fields.get("uris") or fields.get("enabled", "yes").lower() == "no":
+            continue
+        out.append(
+            AptSource(
+                path,
+                tuple(fields.get("types", "deb").split()),
+                tuple(fields["uris"].split()),
+                tuple(fields.get("suites", "").split()),
+                tuple(fields.get("components", "").split()),
+                fields.get("signed-by", "").split("\n")[0] or None,
+            )
+        )
+    return out
+
+
+def parse_one_line_sources(text: str, path: str) -> list[AptSource]:
+    out: list[AptSource] = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*(deb|deb-src)\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)\s*(.*)$", line)
+        if not m:
+            continue
+        opts = dict(o.split("=", 1) for o in (m.group(2) or "").split() if "=" in o)
+        out.append(
+            AptSource(
+                path,
+                (m.group(1),),
+                (m.group(3),),
+                (m.group(4),),
+                tuple(m.group(5).split()),
+                opts.get("signed-by"),
+            )
+        )
+    return out
+
+
+def apt_sources(host: Any) -> list[AptSource]:
+    sources: list[AptSource] = []
+    main = host.read("/etc/apt/sources.list")
+    if main:
+        sources += parse_one_line_sources(main, "/etc/apt/sources.list")
+    for path in host.glob(_SOURCES_DIR, "*.list"):
+        sources += parse_one_line_sources(host.read(path) or "", path)
+    for path in host.glob(_SOURCES_DIR, "*.sources"):
+        sources += parse_deb822_sources(host.read(path) or "", path)
+    return sources
+
+
+def venv_versions(host: Any, venv: str) -> dict[str, str] | None:
+    """Normalised distribution name -> version installed in `venv`; None when there is no venv."""
+    if not host.exists(f"{venv}/bin/python"):
+        return None
+    out: dict[str, str] = {}
+    for lib in host.glob(f"{venv}/lib", "python*"):
+        for info in host.glob(f"{lib}/site-packages", "*.dist-info"):
+            meta = host.read(f"{info}/METADATA", 16384) or ""
+            name = re.search(r"^Name:\s*(\S+)", meta, re.M)
+            version = re.search(r"^Version:\s*(\S+)", meta, re.M)
+            if name and version:
+                out[_norm(name.group(1))] = version.group(1)
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def unified_diff(path: str, old: str | None, new: str) -> str:
+    a = (old or "").splitlines(keepends=True)
+    b = new.splitlines(keepends=True)
+    lines = difflib.unified_diff(a, b, f"a{path}" if old is not None else "/dev/null", f"b{path}")
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+# -- building the plan ----------------------------------------------------------------------------
+
+
+def build_plan(
+    facts: Any,
+    profile: Any,
+    resolution: Any,
+    rendered_files: Sequence[Any],
+    host: Any,
+    options: PlanOptions,
+    manifest: Any = None,
+    commands: Sequence[Any] = (),
+) -> Plan:
+    """The steps that take `host` from what it is to what the profile and resolution ask for."""
+    steps: list[Step] = []
+    warnings: list[str] = []
+    live = options.target == "live"
+    if "driver" in options.only and host.listdir("/var/lib/dpkg/updates"):
+        # apt refuses to work until this is done (reference §6.8); doing it first is what a
+        # person would do, and it is shown in the plan so nobody is surprised
+        steps.append(
+            RunCommand(
+                ("dpkg", "--configure", "-a"),
+                "an earlier package installation was interrupted",
+                skip_if_missing=False,
+                for_part="driver",
+            )
+        )
+
+    driver_steps = _driver_steps(facts, resolution, host, options, warnings)
+    file_steps, unit_steps, cmd_steps = _config_steps(
+        rendered_files, host, options, manifest, commands, facts
+    )
+
+    if "driver" in options.only:
+        steps += driver_steps
+    steps += file_steps + unit_steps
+    if "torch" in options.only:
+        steps += _torch_steps(resolution, host, options, warnings)
+    steps += cmd_steps
+    wants_reboot = [
+        s for s in driver_steps if isinstance(s, AptInstall)
+    ] and "driver" in options.only
+    nouveau_change = any(
+        isinstance(s, WriteFile) and s.path.startswith("/etc/modprobe.d/") for s in file_steps
+    )
+    if live and (wants_reboot or nouveau_change):
+        what = "the new NVIDIA kernel module" if wants_reboot else "the module blacklist"
+        steps.append(RebootNeeded(f"{what} takes effect at the next boot"))
+    elif live and options.pending_reboot:
+        steps.append(RebootNeeded(options.pending_reboot))
+    return Plan(tuple(steps), tuple(warnings))
+
+
+def _driver_steps(
+    facts: Any, resolution: Any, host: Any, options: PlanOptions, warnings: list[str]
+) -> list[Step]:
+    driver = resolution.driver
+    if driver.action not in ("install", "upgrade"):
+        return []
+    steps: list[Step] = []
+    os_id = (facts.os.id or "").lower() if facts is not None else ""
+    codename = facts.os.codename if facts is not None else None
+    if driver.source == "nvidia-repo" and driver.repo is not None:
+        steps.append(_nvidia_repo_step(driver, host))
+    elif driver.apt_components:
+        step = _components_step(host, tuple(driver.apt_components), codename, os_id, warnings)
+        if step is not None:
+            steps.append(step)
+    installed = installed_packages(host)
+    wanted = list(driver.packages)
+    pin = getattr(driver.repo, "pin", None) if driver.source == "nvidia-repo" else None
+    if pin and pin not in wanted:
+        # NVIDIA's branch-pinning package (branches >= 590) keeps apt on the resolved branch
+        wanted.insert(0, pin)
+    kernel = facts.os.kernel if facts is not None else None
+    # Debian 13's dkms no longer Recommends the headers (reference/fleet-and-testing.md §3):
+    # without them the module is never built. Live: the running kernel; an image: the meta.
+    if (
+        os_id == "debian"
+        and any("nvidia" in p for p in wanted)
+        and not any(p.startswith("linux-headers") for p in wanted)
+    ):
+        arch = "amd64" if (facts.os.arch or "x86_64") in ("x86_64", "amd64") else facts.os.arch
+        live_headers = options.target == "live" and kernel and kernel.endswith(f"-{arch}")
+        wanted.append(f"linux-headers-{kernel}" if live_headers else f"linux-headers-{arch}")
+    missing = tuple(p for p in wanted if p not in installed)
+    if missing or driver.action == "upgrade":
+        steps.append(
+            AptInstall(
+                missing or tuple(wanted),
+                # Recommends stay on: trixie's dkms only Recommends gcc, and the driver's
+                # Recommends carry nvidia-persistenced (reference/fleet-and-testing.md §3)
+                no_install_recommends=False,
+                lock_timeout=options.apt_lock_timeout,
+                reason=f"NVIDIA driver branch {driver.branch}"
+                if driver.branch
+                else "NVIDIA driver",
+            )
+        )
+    return steps
+
+
+def _components_step(
+    host: Any, components: tuple[str, ...], codename: str | None, os_id: str, warnings: list[str]
+) -> Step | None:
+    """A drop-in that enables `components` on the suites the host already uses for `main`."""
+    sources = [s for s in apt_sources(host) if "deb" in s.types]
+    ours = f"{_SOURCES_DIR}/egpu-setup-{os_id or 'distro'}-components.sources"
+    stanzas: list[str] = []
+    for src in sources:
+        if src.path == ours or "main" not in src.components:
+            continue
+        if codename and not any(s.split("-")[0] == codename for s in src.suites):
+            continue
+        enabled = {
+            c
+            for other in sources
+            if other.uris == src.uris and set(other.suites) & set(src.suites)
+            for c in other.components
+            if other.path != ours
+        }
+        need = [c for c in components if c not in enabled]
+        if not need:
+            continue
+        lines = [
+            "Types: deb",
+            f"URIs: {' '.join(src.uris)}",
+            f"Suites: {' '.join(src.suites)}",
+            f"Components: {' '.join(need)}",
+        ]
+        if src.signed_by:
+            lines.append(f"Signed-By: {src.signed_by}")
+        stanza = "\n".join(lines) + "\n"
+        if stanza not in stanzas:
+            stanzas.append(stanza)
+    if not stanzas:
+        if not any("main" in s.components for s in sources):
+            warnings.append("no apt source with the `main` component found; components not added")
+        return None
+    header = (
+        "# Written by egpu-setup: the archive components the NVIDIA driver lives in.\n"
+        "# Remove with `egpu-setup rollback`.\n"
+    )
+    content = header + "\n".join(stanzas)
+    current = host.read(ours)
+    if current == content:
+        return None
+    return AptRepository(
+        name=f"{os_id or 'distro'}-components",
+        sources_path=ours,
+        content=content,
+        summary=" ".join(components),
+    )
+
+
+def _nvidia_repo_step(driver: Any, host: Any) -> AptRepository:
+    repo = driver.repo
+    name = "nvidia-cuda"
+    keyring = f"{_KEYRINGS_DIR}/egpu-setup-{name}.gpg"
+    content = (
+        "# Written by egpu-setup: NVIDIA's CUDA repository, trusted only through its own key.\n"
+        f"Types: deb\nURIs: {repo.url}\nSuites: /\nSigned-By: {keyring}\n"
+    )
+    return AptRepository(
+        name=name,
+        sources_path=f"{_SOURCES_DIR}/egpu-setup-{name}.sources",
+        content=content,
+        summary="NVIDIA CUDA repository",
+        keyring_path=keyring,
+        keyring_url=repo.keyring_url,
+        fingerprint=repo.fingerprint,
+    )
+
+
+def _file_part(path: str) -> str:
+    return "driver" if path.startswith("/etc/modprobe.d/") else "config"
+
+
+def _config_steps(
+    rendered: Iterable[Any],
+    host: Any,
+    options: PlanOptions,
+    manifest: Any,
+    commands: Sequence[Any],
+    facts: Any,
+) -> tuple[list[Step], list[Step], list[Step]]:
+    files: list[Step] = []
+    units: list[Step] = []
+    cmds: list[Step] = []
+    live = options.target == "live"
+    changed: set[str] = set()
+    for rf in rendered:
+        part = _file_part(rf.path)
+        if part not in options.only:
+            continue
+        current = host.read_bytes(rf.path)
+        if current != rf.content.encode() or _mode_of(host, rf.path) not in (None, rf.mode):
+            ours = manifest is not None and manifest.is_ours(rf.path, current)
+            known = manifest is not None and rf.path in manifest.files
+            # not ours: edited after our last write, or somebody else's file without our header
+            foreign = (
+                current is not None and not ours and (known or _OUR_MARK not in _head(current))
+            )
+            old_text = current.decode("utf-8", errors="replace") if current is not None else None
+            files.append(
+                WriteFile(
+                    path=rf.path,
+                    content=rf.content,
+                    mode=rf.mode,
+                    purpose=rf.purpose,
+                    action="create" if current is None else "replace",
+                    diff=unified_diff(rf.path, old_text, rf.content),
+                    conflict=foreign and not options.force,
+                    for_part=part,
+                )
+            )
+            changed.add(rf.path)
+        if rf.path.startswith("/etc/systemd/system/") and rf.path.endswith(
+            (".service", ".timer", ".path")
+        ):
+            unit = rf.path.rsplit("/", 1)[1]
+            links = tuple(
+                f"/etc/systemd/system/{target}.wants/{unit}"
+                for target in _wanted_by(rf.content)
+                if host.readlink(f"/etc/systemd/system/{target}.wants/{unit}") != rf.path
+            )
+            if links:
+                units.append(EnableUnit(unit, rf.path, links))
+    for cmd in commands:
+        argv = tuple(cmd.argv)
+        if argv[:2] == ("systemctl", "enable"):
+            continue  # done as EnableUnit links: works in a chroot and rolls back exactly
+        after = tuple(getattr(cmd, "after", ()) or ())
+        reload_for_links = argv[:2] == ("systemctl", "daemon-reload") and bool(units)
+        if after and not changed & set(after) and not reload_for_links:
+            continue
+        reloads = argv[0] in ("udevadm", "systemctl", "boltctl")
+        if argv[0] == "boltctl" and _bolt_already_stored(facts, argv):
+            continue
+        part = "driver" if any(a.startswith("/etc/modprobe.d/") for a in after) else "config"
+        if part not in options.only:
+            continue
+        if reloads and not live:
+            continue  # nothing runs in an image: the services read the files at boot
+        cmds.append(
+            RunCommand(
+                argv,
+                cmd.purpose + (" (asks first)" if getattr(cmd, "consent", False) else ""),
+                live_only=reloads,
+                for_part=part,
+            )
+        )
+    return files, units, cmds
+
+
+def _bolt_already_stored(facts: Any, argv: tuple[str, ...]) -> bool:
+    uid = argv[-1]
+    devices = getattr(getattr(facts, "thunderbolt", None), "devices", ()) or ()
+    return any(d.unique_id == uid and d.policy for d in devices)
+
+
+def _head(data: bytes) -> str:
+    return data[:2048].decode("utf-8", errors="replace")
+
+
+def _mode_of(host: Any, path: str) -> int | None:
+    try:
+        return host.real_path(path).stat().st_mode & 0o7777
+    except OSError:
+        return None
+
+
+def _wanted_by(unit_text: str) -> list[str]:
+    out: list[str] = []
+    section = None
+    for line in unit_text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == "[Install]" and line.startswith("WantedBy="):
+            out += line.split("=", 1)[1].split()
+    return out
+
+
+def _torch_steps(
+    resolution: Any, host: Any, options: PlanOptions, warnings: list[str]
+) -> list[Step]:
+    torch = resolution.torch
+    if torch is None or not torch.requirements:
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    installed = venv_versions(host, options.venv)
+    missing: list[str] = []
+    for text in torch.requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise UsageError(f"torch requirement {text!r}: {exc}", "check --torch") from exc
+        have = (installed or {}).get(_norm(req.name))
+        if have is None or not req.specifier.contains(have, prereleases=True):
+            missing.append(text)
+    if not missing:
+        return []
+    index = check_index_url(options.index_url or torch.index_url)
+    python = f"python{resolution.python}" if resolution.python else "python3"
+    if host.which(python) is None:
+        python = "python3"
+    run_as = None
+    if options.sudo_user and options.sudo_uid not in (None, 0):
+        owner = _owner(host, options.venv if installed is not None else _parent(options.venv))
+        if owner == options.sudo_uid:
+            run_as = options.sudo_user  # never leave root-owned files in a user's venv (§5.2)
+    why = f"torch {torch.version} ({torch.variant})"
+    return [
+        PipInstall(
+            venv=options.venv,
+            requirements=tuple(torch.requirements),
+            index_url=index,
+            create_venv=installed is None,
+            python=python,
+            run_as=run_as,
+            reason=why,
+        )
+    ]
+
+
+def _parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0] or "/"
+
+
+def _owner(host: Any, path: str) -> int | None:
+    try:
+        return host.real_path(path).stat().st_uid
+    except OSError:
+        return None

@@ -1,0 +1,136 @@
+"""Checks before anything changes: root, disk space, package manager, PEP 668, Secure Boot.
+
+Each check either passes, warns (logged), or raises the documented error with one next step. The
+run lock and the dpkg lock are checked here too so a busy machine is reported before any work;
+the executor re-checks the dpkg lock right before apt runs (reference/hotplug-security.md §6.7).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from egpu_setup.errors import ActionRequired, BusyError, EgpuSetupError, UsageError
+from egpu_setup.plan import AptInstall, PipInstall, Plan, PlanOptions
+
+log = logging.getLogger("egpu_setup.preflight")
+
+# Measured on Debian 12/13 (reference/fleet-and-testing.md §3, §4): the driver with its
+# dependencies installs ~1.3 GB; a CPU torch venv ~0.8 GB, a CUDA one ~5 GB. Margins added.
+DRIVER_BYTES = 2 * 1024**3
+TORCH_CPU_BYTES = 1 * 1024**3
+TORCH_CUDA_BYTES = 7 * 1024**3
+COMPETING_MANAGERS = (
+    "envycontrol",
+    "optimus-manager",
+    "bumblebee",
+    "system76-power",
+    "nvidia-prime-applet",
+)
+
+
+def preflight(plan: Plan, host: Any, paths: Any, facts: Any, options: PlanOptions) -> list[str]:
+    """Raise on what must stop the run; return warnings for what should be known."""
+    from egpu_setup.state import RunLock
+
+    warnings: list[str] = []
+    if host.kind == "recorded":
+        raise UsageError("a recorded host cannot be changed", "use --dry-run, or --root DIR")
+    if plan.needs_root and os.geteuid() != 0:
+        raise EgpuSetupError(
+            "installing the driver and system files needs root; nothing was changed",
+            "run it with sudo, or see the plan first with --dry-run",
+        )
+    holder = RunLock(paths.lock).holder()
+    if holder:
+        raise BusyError(
+            f"another egpu-setup run is in progress ({holder})",
+            "wait for it to finish; never delete the lock file",
+        )
+    _check_venv(plan, host)
+    _check_space(plan, host)
+    warnings += _competing_managers(plan, host)
+    warnings += _secure_boot(plan, facts, host)
+    for w in warnings:
+        log.warning("%s", w)
+    return warnings
+
+
+def _check_venv(plan: Plan, host: Any) -> None:
+    for step in plan.steps:
+        venv = step.venv if isinstance(step, PipInstall) else None
+        if venv and host.exists(venv) and not host.exists(f"{venv}/pyvenv.cfg"):
+            raise UsageError(
+                f"--venv {step.venv} exists and is not a virtual environment (no pyvenv.cfg)",
+                "egpu-setup never installs into a system Python (PEP 668): pass a new path",
+            )
+
+
+def _free_bytes(host: Any, path: str) -> int | None:
+    real = host.real_path(path)
+    while not real.exists() and real != real.parent:
+        real = real.parent
+    try:
+        st = os.statvfs(real)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _check_space(plan: Plan, host: Any) -> None:
+    needs: list[tuple[str, int]] = []
+    for step in plan.steps:
+        if isinstance(step, AptInstall) and any("nvidia" in p for p in step.packages):
+            needs.append(("/var/cache/apt/archives", DRIVER_BYTES))
+        if isinstance(step, PipInstall):
+            cpu = all("+cpu" in r or not r.startswith("torch") for r in step.requirements)
+            needs.append((step.venv, TORCH_CPU_BYTES if cpu else TORCH_CUDA_BYTES))
+    for path, need in needs:
+        free = _free_bytes(host, path)
+        if free is not None and free < need:
+            raise EgpuSetupError(
+                f"{free / 1024**3:.1f} GiB free for {path}, about {need / 1024**3:.0f} GiB needed",
+                "free some space (apt-get clean, old kernels, pip caches), then run again",
+            )
+
+
+def _competing_managers(plan: Plan, host: Any) -> list[str]:
+    from egpu_setup.plan import installed_packages
+
+    if not any(s.part_name == "config" for s in plan.steps):
+        return []
+    installed = installed_packages(host)
+    found = [m for m in COMPETING_MANAGERS if m in installed or host.which(m)]
+    return [
+        f"{m} is installed: it rewrites GPU configuration too; switch it off or remove it"
+        for m in found
+    ]
+
+
+def _secure_boot(plan: Plan, facts: Any, host: Any) -> list[str]:
+    """Secure Boot: DKMS-built modules must be signed by a key the firmware trusts (§4.2).
+
+    A key that dkms generated but nobody enrolled yet is a console step for a person: exit 4
+    with the steps; the next run continues (the packages are already in place).
+    """
+    sb = getattr(getattr(facts, "os", None), "secure_boot", None)
+    if not sb or host.kind != "live":
+        return []
+    installs_driver = any(isinstance(s, AptInstall) and s.part_name == "driver" for s in plan.steps)
+    pub = "/var/lib/dkms/mok.pub"
+    if host.exists(pub) and host.which("mokutil"):
+        res = host.run(["mokutil", "--test-key", pub], timeout=30)
+        text = (res.out + res.err).lower()
+        if "is not enrolled" in text or "not enrolled" in text:
+            raise ActionRequired(
+                f"Secure Boot is on and the DKMS signing key {pub} is not enrolled",
+                f"run `sudo mokutil --import {pub}`, choose a one-time password, reboot, "
+                "pick 'Enroll MOK' in the blue MokManager screen, then run this command again",
+            )
+    if installs_driver:
+        return [
+            "Secure Boot is on: dkms signs the NVIDIA module with its own key, which must be "
+            "enrolled once at the console (egpu-setup will say how after installing)"
+        ]
+    return []
