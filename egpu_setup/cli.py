@@ -124,7 +124,10 @@ def _crash_log(exc: BaseException) -> str | None:
 def main() -> None:
     """Console entry point."""
     try:
-        cli.main(standalone_mode=False)
+        # With standalone_mode=False click returns (not raises) the code of ctx.exit(N).
+        rc = cli.main(standalone_mode=False)
+        if isinstance(rc, int) and not isinstance(rc, bool):
+            sys.exit(rc)
     except EgpuSetupError as exc:
         fail(exc)
     except click.exceptions.Exit as exc:

@@ -1,0 +1,104 @@
+"""`egpu-setup doctor`: known eGPU failure modes, with evidence and a fix for each."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from egpu_setup.commands._options import echo_json, from_option, json_option
+from egpu_setup.errors import EXIT_FAILED, UsageError
+
+log = logging.getLogger("egpu_setup.doctor")
+
+
+def load_torch_info(path: Path):
+    """The verify step's torch facts (a user-named file or a bundle's commands/torch.json)."""
+    from egpu_setup.doctor.torchcheck import parse_torch_info
+    from egpu_setup.host import LiveHost
+
+    # Read through the gateway: this is a file on this machine that the user pointed us at.
+    text = LiveHost().read(str(path), limit=1024 * 1024)
+    if text is None:
+        raise UsageError(f"cannot read {path}", "pass a JSON file written by egpu-setup verify")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(
+            f"{path}: not valid JSON ({exc})", "pass a JSON file written by egpu-setup verify"
+        ) from None
+    return parse_torch_info(data, str(path))
+
+
+@click.command(
+    "doctor",
+    epilog="""\b
+Examples:
+  egpu-setup doctor                          # diagnose this machine
+  egpu-setup doctor --json | jq '.findings[].id'
+  egpu-setup doctor --from ./bundle          # a bundle from `egpu-setup record` or a bug report
+  egpu-setup doctor --torch-info torch.json  # also check the venv's torch build
+""",
+)
+@json_option
+@from_option
+@click.option(
+    "--torch-info",
+    "torch_info_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON with torch_version/cuda/arch_list/cuda_available of the target venv "
+    "(default with --from: DIR/commands/torch.json when present).",
+)
+def command(as_json: bool, from_dir: str | None, torch_info_path: Path | None) -> None:
+    """Diagnose known eGPU failure modes: each finding has a stable id, evidence and a fix.
+
+    Exits 0 when nothing is an error, 1 otherwise.
+    """
+    from egpu_setup.detect import detect_host
+    from egpu_setup.doctor import collect, diagnose, report_json
+    from egpu_setup.host import open_host
+
+    host = open_host(from_dir)
+    if torch_info_path is None and from_dir is not None:
+        candidate = Path(from_dir) / "commands" / "torch.json"
+        torch_info_path = candidate if candidate.is_file() else None
+    torch_info = load_torch_info(torch_info_path) if torch_info_path is not None else None
+    facts = detect_host(host)
+    inputs = collect(host, facts)
+    findings = diagnose(facts, inputs, torch_info)
+    missing = [name for name, ok in inputs.sources().items() if not ok]
+    if missing:
+        log.info("not available: %s", ", ".join(missing))
+    if as_json:
+        echo_json(report_json(findings, inputs))
+    else:
+        _print(findings, inputs.sources())
+    if any(f.severity == "error" for f in findings):
+        # sys.exit, not click's Exit: cli.main runs click with standalone_mode=False, which
+        # turns Exit into a return value that is then dropped.
+        sys.exit(EXIT_FAILED)
+
+
+def _print(findings, sources: dict[str, bool]) -> None:
+    import textwrap
+
+    for f in findings:
+        click.echo(f"{f.severity.upper():8} {f.id}")
+        click.echo(textwrap.fill(f.summary, 100, initial_indent="  ", subsequent_indent="  "))
+        for line in f.evidence:
+            click.echo(f"  | {line}")
+        click.echo(textwrap.fill(f.fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
+        click.echo("")
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    checked = ", ".join(name for name, ok in sources.items() if ok) or "host facts only"
+    if not findings:
+        click.echo(f"no known problems found (read: {checked})")
+    else:
+        click.echo(
+            f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info "
+            f"(read: {checked})"
+        )

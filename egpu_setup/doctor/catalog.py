@@ -1,0 +1,182 @@
+"""The finding catalog: stable ids (a contract, DESIGN.md "doctor --json"), default severity,
+what each one means, and the sources behind the diagnosis.
+
+Ids are never renamed; new ones may be added. Severity: `error` blocks the eGPU from working
+(doctor exits 1), `warning` degrades it or will bite later, `info` is context worth knowing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_FINDINGS = "egpu-setup/findings/1"
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Spec:
+    id: str
+    severity: str
+    meaning: str  # one line for the README troubleshooting table and `doctor --explain`
+    sources: tuple[str, ...]
+
+
+CATALOG: tuple[Spec, ...] = (
+    Spec(
+        "pci-bar-allocation-failed",
+        "error",
+        "The kernel could not place the GPU's memory windows (BARs) behind the Thunderbolt/OCuLink "
+        "bridge, so the driver cannot use the card.",
+        (
+            "hotplug-security.md §2.3-2.5 (pci=realloc, hpmmioprefsize, NVreg_EnableResizableBar)",
+            "Dunedan/mbp-2016-linux#60, system76/firmware-open#66 (BAR no space, NVRM BAR1 is 0M)",
+            "NVIDIA/open-gpu-kernel-modules#862 (RmInitAdapter failed without Above 4G / ReBAR), "
+            "PR #1109",
+        ),
+    ),
+    Spec(
+        "pcie-link-degraded",
+        "warning",
+        "The GPU's PCIe link trained narrower or slower than the connection allows.",
+        (
+            "hotplug-security.md §2.2 (current_link_speed/width vs max, kernel 'limited by' line)",
+            "ublue-os/bazzite#2174 (ADT-Link UT3G stuck at 2.5 GT/s), all-ways-egpu#37",
+        ),
+    ),
+    Spec(
+        "nvidia-driver-not-loaded",
+        "error",
+        "An NVIDIA GPU is present but the nvidia kernel module is not loaded or did not bind to "
+        "it.",
+        ("hotplug-security.md §4.3 (installed but not loaded)", "pop-os/pop#3168"),
+    ),
+    Spec(
+        "nouveau-bound",
+        "error",
+        "The open-source nouveau driver owns the GPU, so the NVIDIA driver cannot.",
+        ("hotplug-security.md §3.2 (NVIDIA README: nouveau blacklisting, initramfs rebuild)",),
+    ),
+    Spec(
+        "driver-library-mismatch",
+        "error",
+        "The loaded kernel module and the NVIDIA user-space libraries are different versions "
+        "(an upgrade without a reboot, or a half-finished one).",
+        ("hotplug-security.md §4.3, §7 row 33", "stackhpc/ansible-slurm-appliance#287"),
+    ),
+    Spec(
+        "gpu-fallen-off-bus",
+        "error",
+        "The GPU stopped answering on the PCIe bus (Xid 79); the driver cannot recover it without "
+        "a reboot.",
+        (
+            "NVIDIA README Known Issues (Xid 79)",
+            "NVIDIA/open-gpu-kernel-modules#842 (TB replug), PR #1228 (idle runtime PM), #979 "
+            "(Blackwell TB5)",
+        ),
+    ),
+    Spec(
+        "secure-boot-unsigned-module",
+        "error",
+        "Secure Boot is on and the kernel refuses the NVIDIA module because its signing key is "
+        "not enrolled.",
+        (
+            "hotplug-security.md §4.1-4.2 (mokutil, DKMS MOK keys)",
+            "Start9Labs/start-technologies#3702",
+        ),
+    ),
+    Spec(
+        "thunderbolt-not-authorized",
+        "error",
+        "A Thunderbolt/USB4 device is connected but not authorized, so no PCIe tunnel (and no "
+        "GPU) exists.",
+        ("hotplug-security.md §1.1-1.5 (authorized attribute, boltctl enroll --policy)",),
+    ),
+    Spec(
+        "thunderbolt-security-blocks-pcie",
+        "error",
+        "The firmware's Thunderbolt security level (dponly/usbonly/nopcie) forbids PCIe tunnels "
+        "entirely.",
+        (
+            "hotplug-security.md §1.1 (security levels), §7 row 15",
+            "egpu-switcher TROUBLESHOOT (USB/DP only)",
+        ),
+    ),
+    Spec(
+        "thunderbolt-blanket-authorize-rule",
+        "error",
+        "A udev rule authorizes every Thunderbolt device on plug-in: any device gets DMA access "
+        "to memory.",
+        (
+            "kernel Documentation/admin-guide/thunderbolt.rst (the rule and its DMA warning)",
+            "Thunderspy (2020)",
+        ),
+    ),
+    Spec(
+        "torch-arch-unsupported",
+        "error",
+        "The installed torch has no kernels for the GPU's compute capability "
+        "('no kernel image is available for execution on the device').",
+        ("matrix-facts.md §4.3 (compiled arch lists)", "pytorch/pytorch#150733, #167244 (sm_120)"),
+    ),
+    Spec(
+        "torch-driver-too-old",
+        "error",
+        "The torch wheel's CUDA runtime needs a newer NVIDIA driver than the one installed.",
+        (
+            "matrix-facts.md §1.2 (minor-version compatibility: CUDA 12 >= 525.60.13, CUDA 13 >= "
+            "580)",
+        ),
+    ),
+    Spec(
+        "torch-cpu-only-build",
+        "error",
+        "The torch in the target environment is a CPU-only build: it will never use the GPU.",
+        ("matrix-facts.md §4.2 (variants on download.pytorch.org)",),
+    ),
+    Spec(
+        "competing-gpu-manager",
+        "warning",
+        "Another GPU switching tool is installed or configured and may rewrite the same files or "
+        "disable the NVIDIA driver.",
+        (
+            "egpu-tools.md §2 item 14, hotplug-security.md §7 row 29",
+            "canonical/ubuntu-drivers-common#34",
+        ),
+    ),
+    Spec(
+        "xorg-busid-invalid",
+        "error",
+        "An Xorg BusID is not the decimal PCI:bus:device:function form, or points at no GPU.",
+        (
+            "egpu-tools.md §2 item 3 (hex vs decimal BusID)",
+            "NVIDIA README FAQ: format of a PCI Bus ID",
+        ),
+    ),
+    Spec(
+        "amd-pcie-atomics-missing",
+        "warning",
+        "An AMD GPU sits behind a link without PCIe atomics; ROCm compute will not use it.",
+        ("egpu-tools.md §2 item 24", "ROCm/legacy-rocm-build#1214, #827 ('PCI rejects atomics')"),
+    ),
+    Spec(
+        "externally-managed-python",
+        "info",
+        "The system Python is externally managed (PEP 668): packages go into a venv, never the "
+        "system.",
+        ("hotplug-security.md §5.1 (PEP 668)",),
+    ),
+    Spec(
+        "runtime-pm-on-egpu",
+        "warning",
+        "Runtime power management can suspend the eGPU or its bridges at idle, which drops it off "
+        "the bus.",
+        (
+            "hotplug-security.md §3.4 (NVreg_DynamicPowerManagement)",
+            "egpu-switcher#125, CachyOS/linux-cachyos#1021, NVIDIA/open-gpu-kernel-modules PR "
+            "#1228",
+        ),
+    ),
+)
+
+BY_ID: dict[str, Spec] = {s.id: s for s in CATALOG}
+ORDER: dict[str, int] = {s.id: i for i, s in enumerate(CATALOG)}

@@ -1,0 +1,785 @@
+"""The diagnosis rules: HostFacts plus raw text in, findings out. Pure.
+
+Each rule cites where its signature and its fix come from (see catalog.py for the sources).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from egpu_setup.doctor import MAX_EVIDENCE, DoctorInput, Finding
+from egpu_setup.doctor.dmesg import DmesgScan, nvrm_address, scan_dmesg
+from egpu_setup.facts import Gpu, HostFacts
+
+# Thunderbolt security levels that never create a PCIe tunnel (kernel sysfs-bus-thunderbolt ABI).
+NO_PCIE_LEVELS = {"dponly", "usbonly", "nopcie"}
+GRUB_DROPIN = "/etc/default/grub.d/60-egpu-setup.cfg"
+
+
+def _evidence(lines: list[str]) -> tuple[str, ...]:
+    """Unique lines in order, capped, with a count of what was left out."""
+    seen: list[str] = []
+    for line in lines:
+        if line and line not in seen:
+            seen.append(line)
+    if len(seen) > MAX_EVIDENCE:
+        return (*seen[:MAX_EVIDENCE], f"... and {len(seen) - MAX_EVIDENCE} more similar lines")
+    return tuple(seen)
+
+
+def _hit_lines(hits: Any) -> list[str]:
+    return [line for h in hits for line in h.lines]
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every rule needs: the NVIDIA functions, the eGPU, and the parsed sources."""
+
+    facts: HostFacts
+    inputs: DoctorInput
+    dmesg: DmesgScan
+    lspci: tuple[Any, ...]
+    nvidia_addrs: frozenset[str]
+    egpu: Gpu | None
+
+    @property
+    def nvidia_present(self) -> bool:
+        return bool(self.nvidia_addrs)
+
+
+def _context(facts: HostFacts, inputs: DoctorInput) -> _Context:
+    from egpu_setup.detect.lspci import parse_lspci
+
+    scan = scan_dmesg(inputs.dmesg)
+    entries = parse_lspci(inputs.lspci) if inputs.lspci else ()
+    addrs = {g.pci_address.lower() for g in facts.nvidia_gpus}
+    addrs |= {e.address for e in entries if e.vendor_id == "10de" and e.is_display}
+    addrs |= set(scan.nvidia_functions)
+    egpu = facts.egpu
+    if egpu is None:
+        external = [g for g in facts.nvidia_gpus if g.external]
+        egpu = external[0] if external else None
+    return _Context(facts, inputs, scan, tuple(entries), frozenset(addrs), egpu)
+
+
+def _bridges_above(ctx: _Context) -> set[str]:
+    """Bridges whose bus range holds an NVIDIA function (from dmesg and from sysfs facts)."""
+    out = {b.lower() for g in ctx.facts.nvidia_gpus for b in g.bridges}
+    for addr in ctx.nvidia_addrs:
+        domain, bus = addr.split(":")[0], int(addr.split(":")[1], 16)
+        for bridge, (bdomain, lo, hi) in ctx.dmesg.bridges.items():
+            if bdomain == domain and lo <= bus <= hi:
+                out.add(bridge)
+    return out
+
+
+def _gpu_name(ctx: _Context, address: str | None = None) -> str:
+    for g in ctx.facts.nvidia_gpus:
+        if address is None or g.pci_address == address:
+            return f"{g.name or 'NVIDIA GPU'} at {g.pci_address}"
+    if address is None and len(ctx.nvidia_addrs) == 1:
+        address = next(iter(ctx.nvidia_addrs))
+    return f"NVIDIA GPU at {address}" if address else "The NVIDIA GPU"
+
+
+# -- pci-bar-allocation-failed ---------------------------------------------------------------------
+
+
+def check_bar_allocation(ctx: _Context) -> list[Finding]:
+    relevant = ctx.nvidia_addrs | _bridges_above(ctx)
+    bars = [b for b in ctx.dmesg.bar_failures if b.kind == "mem" and b.address in relevant]
+    unassigned = [
+        f"lspci {e.address}: {bar}"
+        for e in ctx.lspci
+        if e.address in ctx.nvidia_addrs
+        for bar in e.unassigned_bars
+        if "<unassigned>" in bar or "<ignored>" in bar
+    ]
+    invalid = list(ctx.dmesg.nvrm_bar_invalid)
+    rebar = list(ctx.dmesg.rebar_fatal)
+    rm_init = list(ctx.dmesg.rm_init_failed)
+    if not (bars or unassigned or invalid or rebar or rm_init):
+        return []
+    cmdline = ctx.inputs.cmdline or ""
+    has_realloc = bool(re.search(r"(?:^|\s)pci=\S*realloc(?!=off)", cmdline))
+    steps = []
+    if rebar:
+        steps.append(
+            "the driver's Resizable BAR attempt failed and aborted the probe: remove "
+            "NVreg_EnableResizableBar=1 from /etc/modprobe.d/*.conf (egpu-setup never sets it for "
+            "eGPUs)"
+        )
+    if bars or unassigned or invalid or not rebar:
+        if has_realloc:
+            steps.append(
+                "pci=realloc is already on the kernel command line: also reserve a larger "
+                "prefetchable "
+                "window for hot-plug bridges, e.g. pci=realloc,hpmmioprefsize=512M (it applies to "
+                "every "
+                f"hot-plug bridge, so grow it step by step), in {GRUB_DROPIN}, then sudo "
+                "update-grub and reboot"
+            )
+        else:
+            steps.append(
+                f"add pci=realloc to the kernel command line: put GRUB_CMDLINE_LINUX_DEFAULT="
+                f'"$GRUB_CMDLINE_LINUX_DEFAULT pci=realloc" in {GRUB_DROPIN}, '
+                "run sudo update-grub, reboot"
+            )
+        steps.append(
+            "enable Above 4G Decoding (and Resizable BAR, if offered) in the laptop firmware"
+        )
+    only_rm = rm_init and not (bars or unassigned or invalid or rebar)
+    summary = (
+        "NVIDIA could not initialise the GPU (RmInitAdapter failed); on eGPUs this is most often "
+        "an address-window (BAR) problem"
+        if only_rm
+        else f"{_gpu_name(ctx)}: the kernel could not assign its memory windows (BARs), "
+        "so the driver cannot use it"
+    )
+    lines = [b for hit in (invalid + rebar) for b in hit.lines]
+    lines = [line for b in bars for line in b.hit.lines] + lines + unassigned + _hit_lines(rm_init)
+    return [
+        Finding(
+            "pci-bar-allocation-failed",
+            "warning" if only_rm else "error",
+            summary,
+            _evidence(lines),
+            "; ".join(steps) + ".",
+        )
+    ]
+
+
+# -- pcie-link-degraded ----------------------------------------------------------------------------
+
+
+def _connection(ctx: _Context, address: str) -> str:
+    for g in ctx.facts.nvidia_gpus:
+        if g.pci_address == address:
+            return g.connection
+    if ctx.facts.thunderbolt.domains or ctx.dmesg.thunderbolt_seen:
+        return "thunderbolt"
+    return "unknown"
+
+
+def check_link(ctx: _Context) -> list[Finding]:
+    lines: list[str] = []
+    severity = None
+
+    def bump(level: str) -> None:
+        nonlocal severity
+        if severity != "warning":
+            severity = level
+
+    tunnelled = ("thunderbolt", "usb4")
+    for lim in ctx.dmesg.link_limits:
+        if lim.address not in ctx.nvidia_addrs:
+            continue
+        conn = _connection(ctx, lim.address)
+        expected = 4 if conn in (*tunnelled, "oculink", "unknown") else lim.capable_width
+        if lim.width < min(expected, lim.capable_width):
+            bump("warning")
+        elif lim.speed_gts < lim.capable_speed_gts:
+            # Thunderbolt tunnels commonly report 2.5 GT/s x4 while moving about 2.7 GB/s
+            # (system76/firmware-open#66; ArchWiki): context, not a fault. A cabled link is real.
+            # Unknown: the x4 link of a laptop's external port is most likely a tunnel too.
+            bump("info" if conn in (*tunnelled, "unknown") else "warning")
+        else:
+            continue
+        lines.extend(lim.hit.lines)
+    for g in ctx.facts.nvidia_gpus:
+        link = g.link
+        if link.width is None or link.max_width is None:
+            continue
+        # Only a GPU known to be internal should reach its full width; anything else may sit
+        # behind an x4 Thunderbolt/USB4/OCuLink/M.2 link by design.
+        floor = link.max_width if g.external is False else 4
+        if link.width < min(floor, link.max_width):
+            bump("warning")
+            lines.append(
+                f"sysfs {g.pci_address}: current_link_width x{link.width}, max_link_width "
+                f"x{link.max_width}"
+                + (f", current_link_speed {link.speed_gts:g} GT/s" if link.speed_gts else "")
+            )
+    internal = {g.pci_address for g in ctx.facts.nvidia_gpus if g.external is False}
+    for e in ctx.lspci:
+        if e.address not in ctx.nvidia_addrs or e.link_width is None or e.max_link_width is None:
+            continue
+        floor = e.max_link_width if e.address in internal else 4
+        if e.link_width < min(floor, e.max_link_width):
+            bump("warning")
+            lines.append(
+                f"lspci {e.address}: LnkSta x{e.link_width} at {e.link_speed_gts or '?'} GT/s, "
+                f"LnkCap x{e.max_link_width} at {e.max_link_speed_gts or '?'} GT/s"
+            )
+    if severity is None:
+        return []
+    if severity == "info":
+        return [
+            Finding(
+                "pcie-link-degraded",
+                "info",
+                "The kernel reports the eGPU link at a lower PCIe speed than the card supports; "
+                "over "
+                "Thunderbolt/USB4 this number is the tunnel's, not a fault",
+                _evidence(lines),
+                "Nothing to change if `egpu-setup verify` measures host-to-device bandwidth above "
+                "the "
+                "profile's floor (about 2-3 GB/s is normal for Thunderbolt 3/4).",
+            )
+        ]
+    return [
+        Finding(
+            "pcie-link-degraded",
+            "warning",
+            "The GPU's PCIe link trained narrower or slower than the connection allows",
+            _evidence(lines),
+            "Reseat the cable and use a certified 40 Gb/s Thunderbolt/USB4 cable (or a shorter "
+            "OCuLink "
+            "cable); plug into a port wired to the CPU, not a chipset/retimer port; then measure "
+            "again "
+            "with `egpu-setup verify`.",
+        )
+    ]
+
+
+# -- driver state ----------------------------------------------------------------------------------
+
+
+def _nouveau_bound(ctx: _Context) -> list[str]:
+    lines = [
+        f"sysfs {g.pci_address}: driver nouveau ({g.name or 'NVIDIA GPU'})"
+        for g in ctx.facts.nvidia_gpus
+        if g.driver == "nouveau"
+    ]
+    lines += [
+        f"lspci {e.address}: Kernel driver in use: nouveau"
+        for e in ctx.lspci
+        if e.driver == "nouveau" and e.vendor_id == "10de"
+    ]
+    return lines
+
+
+def check_nouveau(ctx: _Context) -> list[Finding]:
+    lines = _nouveau_bound(ctx)
+    if not lines:
+        return []
+    lines += _hit_lines(ctx.dmesg.nouveau[:3])
+    return [
+        Finding(
+            "nouveau-bound",
+            "error",
+            "The nouveau driver owns the NVIDIA GPU, so the NVIDIA driver cannot bind to it",
+            _evidence(lines),
+            "Blacklist nouveau: write /etc/modprobe.d/egpu-setup-nouveau.conf with `blacklist "
+            "nouveau` and "
+            "`options nouveau modeset=0` (egpu-setup install does this), run sudo "
+            "update-initramfs -u, "
+            "and reboot; do not rmmod it under a running session.",
+        )
+    ]
+
+
+_SMI_NO_DRIVER = "couldn't communicate with the NVIDIA driver"
+
+
+def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
+    # Under WSL2 the Windows host owns the driver: there is no nvidia kernel module to load.
+    if not ctx.nvidia_present or suppressed or ctx.facts.os.wsl:
+        return []
+    nv = ctx.facts.nvidia
+    smi = ctx.inputs.nvidia_smi or ""
+    lines: list[str] = []
+    if nv.module_loaded is False:
+        lines.append("/sys/module/nvidia: absent (the nvidia kernel module is not loaded)")
+    if _SMI_NO_DRIVER in smi:
+        lines += [
+            ln.strip()
+            for ln in smi.splitlines()
+            if "NVIDIA-SMI has failed" in ln or _SMI_NO_DRIVER in ln
+        ]
+    unbound = [
+        g
+        for g in ctx.facts.nvidia_gpus
+        if g.driver not in ("nvidia", "nvidia-current", "nouveau", "vfio-pci")
+    ]
+    if nv.module_loaded and unbound:
+        lines += [
+            f"sysfs {g.pci_address}: no driver bound ({g.name or 'NVIDIA GPU'})" for g in unbound
+        ]
+    if not lines:
+        return []
+    lines += _hit_lines(ctx.dmesg.legacy_ignored)
+    if ctx.dmesg.legacy_ignored:
+        fix = (
+            "This driver branch no longer supports the GPU (NVRM says it will ignore it): install "
+            "the "
+            "legacy branch it names, e.g. the 580 branch for Maxwell/Pascal/Volta "
+            "(egpu-setup install --profile gtx1080ti --only driver)."
+        )
+    else:
+        fix = (
+            "Load it with sudo modprobe nvidia (Debian packages name it nvidia-current); if that "
+            "fails, "
+            "check `dkms status` and that linux-headers-$(uname -r) is installed, or let "
+            "`egpu-setup install --profile NAME --only driver` install a matching driver."
+        )
+    return [
+        Finding(
+            "nvidia-driver-not-loaded",
+            "error",
+            "An NVIDIA GPU is present but the NVIDIA driver is not loaded or not bound to it",
+            _evidence(lines),
+            fix,
+        )
+    ]
+
+
+def check_mismatch(ctx: _Context) -> list[Finding]:
+    smi = ctx.inputs.nvidia_smi or ""
+    lines = _hit_lines(ctx.dmesg.api_mismatch)
+    smi_lines = [
+        ln.strip()
+        for ln in smi.splitlines()
+        if "version mismatch" in ln or "NVML library version" in ln
+    ]
+    if not lines and not smi_lines:
+        return []
+    versions = ctx.dmesg.api_versions[-1] if ctx.dmesg.api_versions else None
+    detail = f" (libraries {versions[0]}, kernel module {versions[1]})" if versions else ""
+    return [
+        Finding(
+            "driver-library-mismatch",
+            "error",
+            f"The NVIDIA kernel module and user-space libraries are different versions{detail}",
+            _evidence(smi_lines + lines),
+            "Reboot so the kernel loads the module that matches the installed libraries. If it "
+            "persists "
+            "after a reboot, the upgrade is half-finished: run sudo apt-get install -f (or "
+            "reinstall one "
+            "driver version) and compare `cat /proc/driver/nvidia/version` with `modinfo -F "
+            "version nvidia`.",
+        )
+    ]
+
+
+def check_fallen_off(ctx: _Context) -> list[Finding]:
+    smi = ctx.inputs.nvidia_smi or ""
+    smi_lines = [
+        ln.strip()
+        for ln in smi.splitlines()
+        if "Unable to determine the device handle" in ln or "GPU is lost" in ln
+    ]
+    lines = _hit_lines(ctx.dmesg.fallen_off) + smi_lines
+    if not lines:
+        return []
+    where = next((a for h in ctx.dmesg.fallen_off if (a := nvrm_address(h))), None)
+    return [
+        Finding(
+            "gpu-fallen-off-bus",
+            "error",
+            f"The GPU{' at ' + where if where else ''} fell off the PCIe bus (Xid 79); it stays "
+            "lost until a reboot",
+            _evidence(lines),
+            "Reboot to recover it (the driver cannot re-attach a lost GPU). Before unplugging, run "
+            "`egpu-setup eject`. If it happens at idle, keep the eGPU powered (see "
+            "runtime-pm-on-egpu); "
+            "if under load, check the enclosure supply against `egpu-setup profiles show NAME` and "
+            "reseat or replace the cable.",
+        )
+    ]
+
+
+def _secure_boot_on(ctx: _Context) -> tuple[bool | None, list[str]]:
+    text = ctx.inputs.mokutil or ""
+    m = re.search(r"SecureBoot (enabled|disabled)", text)
+    if m:
+        return m.group(1) == "enabled", [m.group(0)]
+    sb = ctx.facts.os.secure_boot
+    return sb, (
+        [f"Secure Boot: {'enabled' if sb else 'disabled'} (EFI SecureBoot variable)"]
+        if sb is not None
+        else []
+    )
+
+
+def check_secure_boot(ctx: _Context) -> list[Finding]:
+    on, lines = _secure_boot_on(ctx)
+    rejected = _hit_lines(ctx.dmesg.key_rejected)
+    not_loaded = ctx.nvidia_present and ctx.facts.nvidia.module_loaded is False
+    if not on or not (rejected or not_loaded):
+        return []
+    severity = "error" if rejected else "warning"
+    summary = (
+        "Secure Boot rejected the NVIDIA kernel module: its signing key is not enrolled"
+        if rejected
+        else "Secure Boot is on and the NVIDIA module is not loaded: most likely its signing key "
+        "is not enrolled"
+    )
+    return [
+        Finding(
+            "secure-boot-unsigned-module",
+            severity,
+            summary,
+            _evidence(lines + rejected),
+            "Enroll the DKMS signing key: sudo mokutil --import /var/lib/dkms/mok.pub (Ubuntu: "
+            "/var/lib/shim-signed/mok/MOK.der), choose a one-time password, reboot and pick "
+            "Enroll MOK "
+            "in the blue MokManager screen. On Ubuntu the Canonical-signed linux-modules-nvidia-* "
+            "packages avoid this. Do not disable Secure Boot to work around it.",
+        )
+    ]
+
+
+# -- Thunderbolt -----------------------------------------------------------------------------------
+
+
+def check_tb_security(ctx: _Context) -> list[Finding]:
+    blocked = [d for d in ctx.facts.thunderbolt.domains if (d.security or "") in NO_PCIE_LEVELS]
+    if not blocked:
+        return []
+    return [
+        Finding(
+            "thunderbolt-security-blocks-pcie",
+            "error",
+            "The firmware's Thunderbolt security level forbids PCIe tunnels, so no eGPU can ever "
+            "appear",
+            _evidence(
+                [f"/sys/bus/thunderbolt/devices/{d.name}/security: {d.security}" for d in blocked]
+            ),
+            "In the laptop firmware (BIOS/UEFI) set Thunderbolt security to User Authorization / "
+            "Unique ID "
+            "(or No Security on a machine with Kernel DMA Protection), save and reboot; "
+            "'USB/DisplayPort only' and 'PCIe tunnelling off' settings cannot be changed from "
+            "Linux.",
+        )
+    ]
+
+
+def check_tb_authorized(ctx: _Context) -> list[Finding]:
+    domains = {d.name: d for d in ctx.facts.thunderbolt.domains}
+    pending = []
+    for dev in ctx.facts.thunderbolt.devices:
+        if dev.authorized is not False:
+            continue
+        domain = domains.get(dev.domain or "")
+        if domain is not None and (domain.security or "") in NO_PCIE_LEVELS | {"none"}:
+            continue
+        pending.append((dev, domain))
+    if not pending:
+        return []
+    lines = []
+    for dev, domain in pending:
+        sec = f", {domain.name} security {domain.security}" if domain and domain.security else ""
+        iommu = (
+            f", iommu_dma_protection={int(domain.iommu_dma_protection)}"
+            if domain and domain.iommu_dma_protection is not None
+            else ""
+        )
+        lines.append(
+            f"{dev.sysfs_name or 'device'}: {dev.vendor or ''} {dev.name or ''} uuid "
+            f"{dev.unique_id or '?'} "
+            f"authorized=0{sec}{iommu}".replace("  ", " ")
+        )
+    for ln in (ctx.inputs.boltctl or "").splitlines():
+        if re.search(r"status:\s+(connected|auth-error)\b", ln):
+            lines.append(ln.strip())
+    dev, domain = pending[0]
+    policy = "iommu" if domain is not None and domain.iommu_dma_protection else "auto"
+    uuid = dev.unique_id or "<uuid from boltctl list>"
+    iommu_note = (
+        ""
+        if policy == "iommu"
+        else " This domain has no IOMMU DMA protection: an authorized device can read memory, so "
+        "prefer `boltctl authorize` per session over a stored auto policy on shared machines."
+    )
+    return [
+        Finding(
+            "thunderbolt-not-authorized",
+            "warning" if ctx.nvidia_present else "error",
+            f"Thunderbolt device {dev.name or dev.sysfs_name or uuid} is connected but not "
+            "authorized, "
+            "so its PCIe tunnel (and the GPU behind it) does not exist",
+            _evidence(lines),
+            f"Authorize exactly this enclosure: sudo boltctl enroll --policy {policy} {uuid} "
+            f"(or pin hotplug.enclosure_unique_id: {uuid} in the profile and run egpu-setup "
+            "install); "
+            f"never add a rule that authorizes every device.{iommu_note}",
+        )
+    ]
+
+
+def check_blanket_rule(ctx: _Context) -> list[Finding]:
+    from egpu_setup.doctor.rules import blanket_rules
+
+    found = blanket_rules(ctx.inputs.udev_rules)
+    if not found:
+        return []
+    paths = sorted({r.path for r in found})
+    return [
+        Finding(
+            "thunderbolt-blanket-authorize-rule",
+            "error",
+            "A udev rule authorizes every Thunderbolt device on plug-in, which gives any device "
+            "plugged into this machine DMA access to its memory",
+            _evidence([f"{r.path}:{r.line}: {r.text}" for r in found]),
+            f"Remove the rule ({', '.join(paths)}), run sudo udevadm control --reload, and "
+            "authorize only "
+            "the enclosure: sudo boltctl enroll --policy iommu <uuid> (egpu-setup install renders "
+            "a rule "
+            "bound to one unique_id and to IOMMU protection when bolt is missing).",
+        )
+    ]
+
+
+# -- torch -----------------------------------------------------------------------------------------
+
+
+def _gpu_cc(g: Gpu) -> str | None:
+    if g.compute_capability:
+        return g.compute_capability
+    if g.device_id:
+        try:
+            from egpu_setup.compat.gpus import gpu_by_id
+
+            model = gpu_by_id(g.device_id)
+        except Exception:  # the GPU table is optional here; a broken one is reported elsewhere
+            return None
+        return model.compute_capability if model else None
+    return None
+
+
+def _driver_version(ctx: _Context) -> str | None:
+    if ctx.facts.nvidia.driver_version:
+        return ctx.facts.nvidia.driver_version
+    m = re.search(r"Driver Version:\s*([\d.]+)", ctx.inputs.nvidia_smi or "")
+    return m.group(1) if m else None
+
+
+def check_torch(ctx: _Context, torch_info: Any) -> list[Finding]:
+    from egpu_setup.doctor import torchcheck as tc
+
+    if torch_info is None:
+        return []
+    info: tc.TorchInfo = torch_info
+    cuda = info.cuda or "none"
+    head = f"torch {info.torch_version} (CUDA {cuda}, cuda_available={info.cuda_available})"
+    out: list[Finding] = []
+    if tc.is_cpu_only(info):
+        out.append(
+            Finding(
+                "torch-cpu-only-build",
+                "error",
+                f"The target environment has a CPU-only torch ({info.torch_version}); it will "
+                "never use the GPU",
+                (head,),
+                "Reinstall torch from a CUDA index: egpu-setup install --profile NAME --only torch "
+                "(it uses pip --index-url https://download.pytorch.org/whl/<variant>, never "
+                "PyPI's CPU "
+                "default on this platform).",
+            )
+        )
+        return out
+    for g in ctx.facts.nvidia_gpus:
+        cc = _gpu_cc(g)
+        if not cc:
+            continue
+        try:
+            runs = tc.runs_on(info, cc)
+        except ValueError:
+            continue
+        if runs is None:
+            out.append(
+                Finding(
+                    "torch-arch-unsupported",
+                    "error",
+                    f"torch {info.torch_version} has no kernels for {g.name or 'the GPU'} (compute "
+                    f"capability {cc}): CUDA calls fail with 'no kernel image is available'",
+                    (
+                        head,
+                        f"arch_list: {' '.join(info.arch_list)}",
+                        f"{g.pci_address}: compute capability {cc}",
+                    ),
+                    "Install a torch build whose arch list covers this GPU: egpu-setup resolve "
+                    "shows the "
+                    "right variant (Blackwell needs cu128 or newer, torch >= 2.7; Maxwell/Pascal "
+                    "need "
+                    "cu126, torch <= 2.14), then egpu-setup install --profile NAME --only torch.",
+                )
+            )
+    floor = tc.driver_too_old(info, _driver_version(ctx))
+    if floor is not None:
+        out.append(
+            Finding(
+                "torch-driver-too-old",
+                "error",
+                f"torch {info.torch_version} is built for CUDA {info.cuda}, which needs NVIDIA "
+                "driver "
+                f">= {floor}; this machine has {_driver_version(ctx)}",
+                (head, f"NVIDIA driver {_driver_version(ctx)}"),
+                f"Upgrade the driver to branch {floor.branch} or newer (egpu-setup install "
+                "--profile NAME "
+                "--only driver), or install a torch variant for an older CUDA (egpu-setup resolve "
+                f"--driver {_driver_version(ctx)} shows which).",
+            )
+        )
+    return out
+
+
+# -- configuration left by other tools -------------------------------------------------------------
+
+
+def check_managers(ctx: _Context) -> list[Finding]:
+    from egpu_setup.doctor.rules import competing_managers
+
+    hits = competing_managers(ctx.inputs.managers)
+    if not hits:
+        return []
+    tools = sorted({h.tool for h in hits})
+    disabling = [h for h in hits if h.disables_nvidia]
+    summary = f"Another GPU manager is configured: {', '.join(tools)}"
+    if disabling:
+        summary += " - and it disables or removes the NVIDIA GPU"
+    return [
+        Finding(
+            "competing-gpu-manager",
+            "error" if disabling else "warning",
+            summary,
+            _evidence([f"{h.path}: {h.detail} ({h.tool})" for h in hits]),
+            "Switch that tool back to its hybrid/on-demand mode or uninstall it (envycontrol "
+            "--reset, "
+            "prime-select on-demand, optimus-manager --cleanup, egpu-switcher disable), then "
+            "reboot. "
+            "Compute-only egpu-setup profiles can coexist with it; display mode cannot.",
+        )
+    ]
+
+
+def check_xorg(ctx: _Context) -> list[Finding]:
+    from egpu_setup.doctor.rules import busid_for, xorg_busids
+
+    ids = xorg_busids(ctx.inputs.xorg)
+    if not ids:
+        return []
+    display_addrs = {g.pci_address for g in ctx.facts.gpus}
+    bad = [b for b in ids if not b.valid]
+    dangling = [b for b in ids if b.valid and display_addrs and b.address not in display_addrs]
+    if not bad and not dangling:
+        return []
+    target = ctx.egpu.pci_address if ctx.egpu else next(iter(sorted(ctx.nvidia_addrs)), None)
+    hint = f' For {target} write BusID "{busid_for(target)}".' if target else ""
+    lines = [f"{b.path}:{b.line}: {b.raw} ({b.problem})" for b in bad]
+    lines += [f"{b.path}:{b.line}: {b.raw} (no GPU at {b.address})" for b in dangling]
+    return [
+        Finding(
+            "xorg-busid-invalid",
+            "error" if bad else "warning",
+            "An Xorg BusID is malformed" if bad else "An Xorg BusID points at no GPU present",
+            _evidence(lines),
+            "Xorg wants decimal PCI:bus:device:function (PCI:bus@domain:device:function off "
+            "domain 0); "
+            f"lspci prints hex, so convert each field.{hint} Fix it in the file named above "
+            "(egpu-setup "
+            "never edits your xorg.conf).",
+        )
+    ]
+
+
+def check_atomics(ctx: _Context) -> list[Finding]:
+    if not ctx.dmesg.atomics:
+        return []
+    return [
+        Finding(
+            "amd-pcie-atomics-missing",
+            "warning",
+            "An AMD GPU sits behind a PCIe path without atomics; ROCm skips it (no compute on "
+            "that GPU)",
+            _evidence(_hit_lines(ctx.dmesg.atomics)),
+            "ROCm needs PCIe atomic operations on every hop, which Thunderbolt bridges and many "
+            "chipset "
+            "ports lack: use an NVIDIA GPU for CUDA in this enclosure, or connect the AMD card to "
+            "a "
+            "CPU-attached slot/OCuLink port whose root port supports atomics.",
+        )
+    ]
+
+
+def check_pep668(ctx: _Context) -> list[Finding]:
+    py = ctx.facts.python
+    if not py.externally_managed:
+        return []
+    where = f" ({py.executable})" if py.executable else ""
+    return [
+        Finding(
+            "externally-managed-python",
+            "info",
+            f"The system Python {py.version or ''}{where} is externally managed (PEP 668)".replace(
+                "  ", " "
+            ),
+            (f"EXTERNALLY-MANAGED marker present for Python {py.version or '?'}",),
+            "Nothing to fix: egpu-setup installs torch into a venv (/opt/egpu-setup/venv by "
+            "default, "
+            "--venv PATH for another) and never passes --break-system-packages; make sure the "
+            "python3-venv package is installed.",
+        )
+    ]
+
+
+def check_runtime_pm(ctx: _Context) -> list[Finding]:
+    lines = [
+        f"/sys/bus/pci/devices/{addr}/power/control: auto"
+        for addr, value in ctx.inputs.power_control.items()
+        if value.strip() == "auto"
+    ]
+    for addr, text in ctx.inputs.nvidia_power.items():
+        m = re.search(r"Runtime D3 status:\s*(.+)", text)
+        if m and m.group(1).strip().lower().startswith("enabled"):
+            lines.append(
+                f"/proc/driver/nvidia/gpus/{addr}/power: Runtime D3 status: {m.group(1).strip()}"
+            )
+    if not lines:
+        return []
+    gpu = ctx.egpu.pci_address if ctx.egpu else "<gpu address>"
+    return [
+        Finding(
+            "runtime-pm-on-egpu",
+            "warning",
+            "Runtime power management is enabled on the eGPU path; an idle eGPU or bridge can be "
+            "suspended and fall off the bus",
+            _evidence(lines),
+            "Keep the path powered: egpu-setup install --profile NAME --only config "
+            "(hotplug.runtime_pm_off: "
+            "true) renders a udev rule setting power/control=on for the GPU and its bridges and "
+            "options nvidia NVreg_DynamicPowerManagement=0x00; to test now: echo on | sudo tee "
+            f"/sys/bus/pci/devices/{gpu}/power/control.",
+        )
+    ]
+
+
+def run_checks(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) -> list[Finding]:
+    ctx = _context(facts, inputs)
+    out: list[Finding] = []
+    out += check_tb_security(ctx)
+    out += check_tb_authorized(ctx)
+    out += check_blanket_rule(ctx)
+    bar = check_bar_allocation(ctx)
+    out += bar
+    out += check_link(ctx)
+    nouveau = check_nouveau(ctx)
+    out += nouveau
+    out += check_mismatch(ctx)
+    out += check_fallen_off(ctx)
+    secure = check_secure_boot(ctx)
+    out += secure
+    # A BAR failure, nouveau or Secure Boot explains an unbound GPU better than "driver missing"
+    # (egpu-tools.md §2 item 16: "do not report 'driver missing'").
+    suppressed = any(f.severity == "error" for f in bar) or bool(nouveau) or bool(secure)
+    out += check_driver_loaded(ctx, suppressed)
+    out += check_torch(ctx, torch_info)
+    out += check_managers(ctx)
+    out += check_xorg(ctx)
+    out += check_atomics(ctx)
+    out += check_pep668(ctx)
+    out += check_runtime_pm(ctx)
+    return out
