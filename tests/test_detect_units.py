@@ -266,3 +266,20 @@ def test_tunnel_by_id_and_by_name() -> None:
         "usb4", "ASM4242 USB4 PCIe Downstream Port"
     )
     assert tunnel_of(other, "ASM1182e 2-Port PCIe x1 Gen2 Packet Switch") is None
+
+
+@pytest.mark.parametrize(
+    ("driver", "cuda"),
+    [
+        pytest.param("535.183.01", "12.2", id="535-as-nvidia-smi-prints"),
+        pytest.param("560.35.03", "12.6", id="560"),
+        pytest.param("570.86.16", "12.8", id="570"),
+        pytest.param("580.95.05", "13.0", id="580"),
+        pytest.param("470.256.02", None, id="below-the-table"),
+        pytest.param("not-a-version", None, id="garbage"),
+    ],
+)
+def test_cuda_version_a_driver_supports(driver: str, cuda: str | None) -> None:
+    from egpu_setup.detect.nvidia import max_cuda_for_driver
+
+    assert max_cuda_for_driver(driver) == cuda

@@ -33,6 +33,20 @@ def parse_proc_version(text: str | None) -> tuple[str | None, str | None]:
     return m.group(2), "open" if m.group(1) else "proprietary"
 
 
+def max_cuda_for_driver(version: str) -> str | None:
+    """The newest CUDA toolkit a Linux driver supports: what nvidia-smi prints as "CUDA Version",
+    from NVIDIA's toolkit/driver table (data/cuda.yaml `toolkit_drivers`). None below the table."""
+    from egpu_setup.compat.matrix import load_snapshot, version_key
+    from egpu_setup.compat.versions import DriverVersion
+
+    try:
+        driver = DriverVersion.from_str(version)
+    except ValueError:
+        return None
+    supported = [t.cuda for t in load_snapshot().toolkit if t.min_driver <= driver]
+    return max(supported, key=version_key) if supported else None
+
+
 def loaded_modules(proc_modules: str | None) -> frozenset[str] | None:
     """Module names from /proc/modules text; None when the file is missing."""
     if proc_modules is None:
@@ -64,7 +78,8 @@ def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | No
         # A pasted report often has only the kernel log; live, dmesg is not read for this.
         log_version, flavour = parse_proc_version(host.command("dmesg", ["dmesg"]))
         proc_version = proc_version or log_version
-    version = host.read_attr("/sys/module/nvidia/version") or proc_version
+    module_version = host.read_attr("/sys/module/nvidia/version") or proc_version
+    version = module_version
     smi = None
     if run_smi or host.kind == "recorded":
         text = host.command("nvidia-smi", ["nvidia-smi", "-q"], timeout=20.0)
@@ -75,6 +90,9 @@ def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | No
         version = version or smi.driver_version
         cuda = smi.cuda_version
         smi_error = smi.error
+    if cuda is None and module_version is not None:
+        # Only a Linux kernel module's version maps through the Linux table (not WSL's).
+        cuda = max_cuda_for_driver(module_version)
     nouveau = _module_loaded(host, "nouveau", modules)
     return (
         NvidiaFacts(

@@ -14,14 +14,6 @@ from typing import Any
 from egpu_setup.compat.versions import ArchList, ComputeCapability, DriverVersion
 from egpu_setup.errors import UsageError
 
-# Minor-version compatibility floors: the oldest driver that runs a wheel of each CUDA major
-# (matrix-facts.md §1.2: 11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580, as uv encodes them).
-DRIVER_FLOOR = {
-    11: DriverVersion(450, 80, 2),
-    12: DriverVersion(525, 60, 13),
-    13: DriverVersion(580),
-}
-
 _ARCH_RE = re.compile(r"^(?P<kind>sm|compute)_(?P<num>\d{2,3})[a-z]?$")
 
 
@@ -86,10 +78,20 @@ def runs_on(info: TorchInfo, compute_capability: str) -> str | None:
 
 
 def driver_floor(info: TorchInfo) -> DriverVersion | None:
+    """The oldest Linux driver that runs the wheel's CUDA, from the matrix (data/cuda.yaml).
+
+    Wheels rely on minor-version compatibility, so the floor is per CUDA major: a CUDA the
+    matrix does not list yet takes the floor of the nearest listed one of the same major."""
     if info.cuda is None:
         return None
-    major = int(info.cuda.split(".")[0])
-    return DRIVER_FLOOR.get(major)
+    from egpu_setup.compat.matrix import load_snapshot, version_key
+
+    wanted = version_key(info.cuda)
+    same_major = [v for v in load_snapshot().cuda if version_key(v.cuda)[0] == wanted[0]]
+    if not same_major:
+        return None
+    nearest = min(same_major, key=lambda v: abs(version_key(v.cuda)[1] - wanted[1]))
+    return nearest.min_driver
 
 
 def driver_too_old(info: TorchInfo, driver_version: str | None) -> DriverVersion | None:
