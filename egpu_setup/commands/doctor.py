@@ -33,6 +33,50 @@ def load_torch_info(path: Path):
     return parse_torch_info(data, str(path))
 
 
+# Run in the target venv's Python (isolated: -I) to learn what its torch was built for. The
+# compiled arch flags come from the build itself, so this works without a working GPU, where
+# torch.cuda.get_arch_list() would return [].
+_TORCH_PROBE = """
+import json, torch
+flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)() or ""
+try:
+    available = bool(torch.cuda.is_available())
+except Exception:
+    available = False
+print(json.dumps({"torch_version": torch.__version__, "cuda": torch.version.cuda,
+                  "arch_list": flags.split(), "cuda_available": available}))
+"""
+
+
+def probe_venv_torch(venv: Path):
+    """The torch facts of a venv, by running its own Python through the Host gateway."""
+    from egpu_setup.doctor.torchcheck import parse_torch_info
+    from egpu_setup.errors import ExecutionError
+    from egpu_setup.host import LiveHost
+
+    python = venv / "bin" / "python"
+    host = LiveHost()
+    if not host.exists(str(python)):
+        raise UsageError(f"{python} does not exist", "pass the venv that holds torch (--venv PATH)")
+    try:
+        res = host.run([str(python), "-I", "-c", _TORCH_PROBE], timeout=120)
+    except ExecutionError as exc:
+        raise UsageError(
+            f"{python}: {exc.message}", "run `egpu-setup verify` to see where it hangs"
+        ) from None
+    if not res.ok:
+        tail = (res.err.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(
+            f"cannot import torch in {venv}: {tail}",
+            "install torch there: egpu-setup install --only torch --venv " + str(venv),
+        )
+    try:
+        data = json.loads(res.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise UsageError(f"{python} printed no torch facts", "run `egpu-setup verify`") from None
+    return parse_torch_info(data, f"torch in {venv}")
+
+
 @click.command(
     "doctor",
     epilog="""\b
@@ -41,6 +85,7 @@ Examples:
   egpu-setup doctor --json | jq '.findings[].id'
   egpu-setup doctor --from ./bundle          # a bundle from `egpu-setup record` or a bug report
   egpu-setup doctor --torch-info torch.json  # also check the venv's torch build
+  egpu-setup doctor --venv /opt/egpu-setup/venv   # ask that venv's torch directly
 """,
 )
 @json_option
@@ -53,7 +98,15 @@ Examples:
     help="JSON with torch_version/cuda/arch_list/cuda_available of the target venv "
     "(default with --from: DIR/commands/torch.json when present).",
 )
-def command(as_json: bool, from_dir: str | None, torch_info_path: Path | None) -> None:
+@click.option(
+    "--venv",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Check the torch build in this venv (runs its Python; this machine only).",
+)
+def command(
+    as_json: bool, from_dir: str | None, torch_info_path: Path | None, venv: Path | None
+) -> None:
     """Diagnose known eGPU failure modes: each finding has a stable id, evidence and a fix.
 
     Exits 0 when nothing is an error, 1 otherwise.
@@ -66,7 +119,14 @@ def command(as_json: bool, from_dir: str | None, torch_info_path: Path | None) -
     if torch_info_path is None and from_dir is not None:
         candidate = Path(from_dir) / "commands" / "torch.json"
         torch_info_path = candidate if candidate.is_file() else None
-    torch_info = load_torch_info(torch_info_path) if torch_info_path is not None else None
+    if venv is not None and (from_dir is not None or torch_info_path is not None):
+        raise UsageError(
+            "--venv inspects this machine's venv", "drop --from/--torch-info, or drop --venv"
+        )
+    if venv is not None:
+        torch_info = probe_venv_torch(venv)
+    else:
+        torch_info = load_torch_info(torch_info_path) if torch_info_path is not None else None
     facts = detect_host(host)
     inputs = collect(host, facts)
     findings = diagnose(facts, inputs, torch_info)
