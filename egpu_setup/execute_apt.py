@@ -22,7 +22,7 @@ from typing import Any
 
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError
 from egpu_setup.execute_files import Context, write_managed
-from egpu_setup.plan import AptInstall, AptRepository
+from egpu_setup.plan import AptInstall, AptRepository, bundle_apt_options
 
 log = logging.getLogger("egpu_setup.execute")
 
@@ -223,12 +223,17 @@ def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[s
         keyring = fetch_verified_key(step.keyring_url, step.fingerprint)
     before = set(ctx.manifest.files)
     try:
+        if step.stage_from and step.stage_to:
+            stage_repository(ctx, step.stage_from, step.stage_to)
         if keyring is not None and step.keyring_path:
             write_managed(ctx, step.keyring_path, keyring, 0o644)
         if step.pin_path and step.pin_content:
             write_managed(ctx, step.pin_path, step.pin_content.encode(), 0o644)
         write_managed(ctx, step.sources_path, step.content.encode(), 0o644)
-        run_checked(ctx.host, ["apt-get", "-o", "DPkg::Lock::Timeout=60", "update"], env=APT_ENV)
+        only = bundle_apt_options(step.sources_path if step.stage_from else None)
+        run_checked(
+            ctx.host, ["apt-get", *only, "-o", "DPkg::Lock::Timeout=60", "update"], env=APT_ENV
+        )
     except BaseException:
         # a source apt cannot use must not stay behind: undo this step's files
         from egpu_setup.execute_files import apply_undo, plan_undo
@@ -237,6 +242,29 @@ def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[s
         apply_undo(ctx.host, ctx.manifest, new)
         raise
     return "done", ""
+
+
+def stage_repository(ctx: Context, source: str, stage_to: str) -> int:
+    """Copy a bundle's flat repository (*.deb + Packages) to `stage_to` on the target.
+
+    Each file is a managed file (atomic write, in the manifest), so rollback removes them with the
+    source that points here; a file already there with the same bytes is left alone. The caller
+    verified the bundle against its manifest's sha256 before planning."""
+    from egpu_setup.state import sha256
+
+    src = Path(source)
+    names = sorted(p.name for p in src.glob("*.deb")) + ["Packages"]
+    copied = 0
+    for name in names:
+        data = (src / name).read_bytes()
+        target = f"{stage_to}/{name}"
+        have = ctx.host.read_bytes(target)
+        if have is not None and sha256(have) == sha256(data):
+            continue
+        write_managed(ctx, target, data, 0o644)
+        copied += 1
+    log.info("staged %d of %d files in %s", copied, len(names), stage_to)
+    return copied
 
 
 def fetch_verified_key(url: str, fingerprint: str) -> bytes:

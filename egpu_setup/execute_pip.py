@@ -61,6 +61,8 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
     """The argv lists that carry out `step` (pure: shown by --dry-run -v and tested)."""
     py = f"{step.venv}/bin/python"
     out: list[list[str]] = []
+    if step.find_links:
+        return _offline_commands(step, uv, py)
     if step.create_venv:
         if uv:
             out.append([uv, "venv", "--seed", "--no-config", "--python", step.python, step.venv])
@@ -94,6 +96,30 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
                 *step.requirements,
             ]
         )
+    if step.run_as:
+        out = [["runuser", "-u", step.run_as, "--", *argv] for argv in out]
+    return out
+
+
+def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[str]]:
+    """From an offline bundle: no index at all, every file checked against its --hash."""
+    out: list[list[str]] = []
+    if step.create_venv:
+        # `python -m venv` seeds pip from ensurepip, with no network; `uv venv --seed` would
+        # have to fetch pip from an index
+        out.append([step.python, "-m", "venv", step.venv])
+    offline = [
+        "--no-index",
+        "--find-links",
+        str(step.find_links),
+        "--require-hashes",
+        "-r",
+        str(step.requirements_file),
+    ]
+    if uv:
+        out.append([uv, "pip", "install", "--no-config", "--offline", "--python", py, *offline])
+    else:
+        out.append([py, "-m", "pip", "install", "--progress-bar", "on", *offline])
     if step.run_as:
         out = [["runuser", "-u", step.run_as, "--", *argv] for argv in out]
     return out

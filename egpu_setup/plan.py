@@ -12,6 +12,7 @@ the torch venv, and a reboot marker last, so a reboot never blocks the parts tha
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -67,9 +68,18 @@ class AptRepository(Step):
     fingerprint: str | None = None
     pin_path: str | None = None
     pin_content: str | None = None
+    # an offline bundle's repository: copied from stage_from (a directory on this machine) to
+    # stage_to (a host path, inside --root when there is one) before the source is written
+    stage_from: str | None = None
+    stage_to: str | None = None
 
     def describe(self) -> str:
         key = f", key {self.fingerprint[-16:]} checked" if self.fingerprint else ""
+        if self.stage_from:
+            return (
+                f"copy the bundle's packages to {self.stage_to}, add apt source "
+                f"{self.sources_path} ({self.summary}) and apt-get update (that source only)"
+            )
         return f"add apt source {self.sources_path} ({self.summary}{key}) and apt-get update"
 
 
@@ -82,11 +92,13 @@ class AptInstall(Step):
     lock_timeout: int = DEFAULT_APT_LOCK_TIMEOUT
     reason: str = ""
     for_part: str = "driver"
+    sources_list: str | None = None  # offline bundle: apt sees this one source and nothing else
 
     def argv(self, simulate: bool = False) -> list[str]:
         argv = [
             "apt-get",
             "-y",
+            *bundle_apt_options(self.sources_list),
             "-o",
             f"DPkg::Lock::Timeout={self.lock_timeout}",
             # a user-modified conffile is kept, never prompts (reference §6.3)
@@ -105,7 +117,27 @@ class AptInstall(Step):
     def describe(self) -> str:
         rec = " --no-install-recommends" if self.no_install_recommends else ""
         why = f" ({self.reason})" if self.reason else ""
-        return f"apt-get install{rec} {' '.join(self.packages)}{why}"
+        only = f" from {self.sources_list} only" if self.sources_list else ""
+        return f"apt-get install{rec} {' '.join(self.packages)}{only}{why}"
+
+
+def bundle_apt_options(sources_list: str | None) -> list[str]:
+    """apt options that make `sources_list` the only source (for an offline bundle).
+
+    Offline, another source's cached lists could offer a newer version of some dependency that
+    cannot be downloaded; with only the bundle's repository in view, apt either finds everything
+    in the bundle or says what is missing. List-Cleanup=0: `update` must not delete the lists of
+    the sources it was told to ignore."""
+    if not sources_list:
+        return []
+    return [
+        "-o",
+        f"Dir::Etc::SourceList={sources_list}",
+        "-o",
+        "Dir::Etc::SourceParts=/nonexistent-egpu-setup",
+        "-o",
+        "APT::Get::List-Cleanup=0",
+    ]
 
 
 @dataclass(frozen=True)
@@ -119,14 +151,19 @@ class PipInstall(Step):
     python: str  # interpreter that creates the venv
     run_as: str | None = None  # the sudo user owning the venv
     reason: str = ""
+    # offline bundle: --no-index --find-links DIR --require-hashes -r FILE (index_url unused)
+    find_links: str | None = None
+    requirements_file: str | None = None
 
     def describe(self) -> str:
         create = f"create venv {self.venv}; " if self.create_venv else ""
         who = f" as {self.run_as}" if self.run_as else ""
-        return (
-            f"{create}install {' '.join(self.requirements)} into {self.venv}"
-            f" --index-url {self.index_url}{who}"
+        source = (
+            f" offline from {self.find_links} (hashes from {self.requirements_file})"
+            if self.find_links
+            else f" --index-url {self.index_url}"
         )
+        return f"{create}install {' '.join(self.requirements)} into {self.venv}{source}{who}"
 
 
 @dataclass(frozen=True)
@@ -196,6 +233,28 @@ class PlanOptions:
     pending_reboot: str | None = None  # reason from the journal when a reboot is still owed
     sudo_user: str | None = None
     sudo_uid: int | None = None
+    bundle: BundleSource | None = None  # install --bundle: everything from there, offline
+
+
+@dataclass(frozen=True)
+class BundleSource:
+    """What `install --bundle DIR` takes from the bundle for this machine's target."""
+
+    directory: str  # the bundle on this machine (absolute)
+    target: str  # "py3.11-debian-12"
+    distro: str | None  # the driver part's repository; None: bundle has no driver part
+    find_links: str | None  # absolute wheel pool
+    requirements_file: str | None  # absolute requirements file with --hash lines
+    repository: str | None  # absolute directory holding the .debs and Packages
+    packages_sha256: str | None = None  # of repository/Packages, from the manifest
+
+    @property
+    def stage_to(self) -> str:
+        return f"/var/lib/egpu-setup/bundle-apt/{self.distro}"
+
+    @property
+    def sources_path(self) -> str:
+        return f"{_SOURCES_DIR}/egpu-setup-bundle.sources"
 
 
 @dataclass(frozen=True)
@@ -431,6 +490,8 @@ def _driver_steps(
     steps: list[Step] = []
     os_id = (facts.os.id or "").lower() if facts is not None else ""
     codename = facts.os.codename if facts is not None else None
+    if options.bundle is not None:
+        return _bundle_driver_steps(driver, host, options)
     if driver.source == "nvidia-repo" and driver.repo is not None:
         steps.append(_nvidia_repo_step(driver, host))
     elif driver.apt_components:
@@ -468,6 +529,56 @@ def _driver_steps(
                 else "NVIDIA driver",
             )
         )
+    return steps
+
+
+def bundle_sources_content(stage_to: str) -> str:
+    return (
+        "# Written by egpu-setup: the offline bundle's packages, copied to this machine.\n"
+        "# Trusted: yes is safe only because this is a local directory that egpu-setup filled\n"
+        "# after checking every .deb and the Packages index against the sha256 in the bundle's\n"
+        "# manifest; a flat local repository has no signed Release file for apt to check.\n"
+        "# Never copy this line to a remote source. Remove with `egpu-setup rollback`.\n"
+        f"Types: deb\nURIs: file:{stage_to}\nSuites: ./\nTrusted: yes\n"
+    )
+
+
+def _bundle_driver_steps(driver: Any, host: Any, options: PlanOptions) -> list[Step]:
+    """Offline: the bundle's repository (staged on the target) is the only apt source used."""
+    b = options.bundle
+    assert b is not None
+    if b.repository is None:
+        return []
+    installed = installed_packages(host)
+    missing = tuple(p for p in driver.packages if p not in installed)
+    if not missing:
+        return []
+    steps: list[Step] = []
+    content = bundle_sources_content(b.stage_to)
+    staged = host.read_bytes(f"{b.stage_to}/Packages")
+    fresh = staged is not None and hashlib.sha256(staged).hexdigest() == b.packages_sha256
+    if host.read(b.sources_path) != content or not fresh:
+        steps.append(
+            AptRepository(
+                name="bundle",
+                sources_path=b.sources_path,
+                content=content,
+                summary=f"offline bundle {b.target}",
+                stage_from=b.repository,
+                stage_to=b.stage_to,
+            )
+        )
+    steps.append(
+        AptInstall(
+            missing,
+            no_install_recommends=False,
+            lock_timeout=options.apt_lock_timeout,
+            reason=f"NVIDIA driver branch {driver.branch} from the bundle"
+            if driver.branch
+            else "NVIDIA driver from the bundle",
+            sources_list=b.sources_path,
+        )
+    )
     return steps
 
 
@@ -673,15 +784,24 @@ def _torch_steps(
             missing.append(text)
     if not missing:
         return []
+    b = options.bundle
+    if b is not None:
+        if b.find_links is None:
+            return []
+        return [
+            PipInstall(
+                venv=options.venv,
+                requirements=tuple(torch.requirements),
+                index_url="",
+                create_venv=installed is None,
+                python=_python_for(resolution, host),
+                run_as=_run_as(host, options, installed),
+                reason=f"torch {torch.version} ({torch.variant}) from the bundle",
+                find_links=b.find_links,
+                requirements_file=b.requirements_file,
+            )
+        ]
     index = check_index_url(options.index_url or torch.index_url)
-    python = f"python{resolution.python}" if resolution.python else "python3"
-    if host.which(python) is None:
-        python = "python3"
-    run_as = None
-    if options.sudo_user and options.sudo_uid not in (None, 0):
-        owner = _owner(host, options.venv if installed is not None else _parent(options.venv))
-        if owner == options.sudo_uid:
-            run_as = options.sudo_user  # never leave root-owned files in a user's venv (§5.2)
     why = f"torch {torch.version} ({torch.variant})"
     return [
         PipInstall(
@@ -689,11 +809,24 @@ def _torch_steps(
             requirements=tuple(torch.requirements),
             index_url=index,
             create_venv=installed is None,
-            python=python,
-            run_as=run_as,
+            python=_python_for(resolution, host),
+            run_as=_run_as(host, options, installed),
             reason=why,
         )
     ]
+
+
+def _python_for(resolution: Any, host: Any) -> str:
+    python = f"python{resolution.python}" if resolution.python else "python3"
+    return python if host.which(python) is not None else "python3"
+
+
+def _run_as(host: Any, options: PlanOptions, installed: dict[str, str] | None) -> str | None:
+    if options.sudo_user and options.sudo_uid not in (None, 0):
+        owner = _owner(host, options.venv if installed is not None else _parent(options.venv))
+        if owner == options.sudo_uid:
+            return options.sudo_user  # never leave root-owned files in a user's venv (§5.2)
+    return None
 
 
 def _parent(path: str) -> str:

@@ -21,6 +21,7 @@ Examples:
   egpu-setup install --profile rtx4090 --only torch --cuda cpu --venv ~/torch-venv
   sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
+  sudo egpu-setup install --bundle /media/usb/lab-bundle --yes   # offline, from `bundle`
 \b
 Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again after),
 4 a person must act, 5 another run or the package manager holds a lock.
@@ -29,7 +30,10 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
 
 @click.command(epilog=EPILOG)
 @click.option(
-    "--profile", "profile_name", required=True, help="Profile name or path to a YAML file."
+    "--profile",
+    "profile_name",
+    default=None,
+    help="Profile name or path to a YAML file (default with --bundle: the bundle's).",
 )
 @click.option(
     "--dry-run", is_flag=True, help="Show the resolution, every step and file diff; change nothing."
@@ -64,6 +68,13 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     default=None,
     metavar="URL",
     help="Lab mirror of the torch variant index (replaces it).",
+)
+@click.option(
+    "--bundle",
+    "bundle_dir",
+    default=None,
+    metavar="DIR",
+    help="Install offline from a bundle written by `egpu-setup bundle`.",
 )
 @click.option(
     "--root", "root_dir", default=None, metavar="DIR", help="Install into the system image at DIR."
@@ -139,6 +150,9 @@ def prepare(**kw: Any) -> Prepared:
     from egpu_setup.state import Journal, Manifest, RunLock, StatePaths
 
     only = parse_only(kw["only"])
+    bundle = _open_bundle(kw) if kw.get("bundle_dir") else None
+    if not kw["profile_name"]:
+        raise UsageError("--profile is required", "pass --profile NAME (or --bundle DIR)")
     if kw["from_dir"] and not kw["root_dir"] and not kw["dry_run"]:
         raise UsageError(
             "--from describes another machine: a real install there needs --root DIR",
@@ -163,6 +177,9 @@ def prepare(**kw: Any) -> Prepared:
             f"no external NVIDIA GPU detected: planning for the profile's GPU ({profile.gpu.name})"
         )
     resolution = resolve_mod.resolve(facts, profile, _constraints(resolve_mod, kw, profile))
+    bundle_source = None
+    if bundle is not None:
+        resolution, bundle_source = _from_bundle(bundle, kw, resolution, only, target)
     mode = kw["mode"] or profile.mode
     venv = os.path.abspath(os.path.expanduser(kw["venv"])) if kw["venv"] else DEFAULT_VENV
     rset = render_set(facts, profile, resolution, mode, venv=venv)
@@ -190,6 +207,7 @@ def prepare(**kw: Any) -> Prepared:
         pending_reboot=pending,
         sudo_user=target.getenv("SUDO_USER"),
         sudo_uid=int(sudo_uid) if sudo_uid and sudo_uid.isdigit() else None,
+        bundle=bundle_source,
     )
     plan = build_plan(
         facts, profile, resolution, rset.files, target, options, manifest, rset.commands
@@ -201,6 +219,90 @@ def prepare(**kw: Any) -> Prepared:
     return Prepared(
         facts, profile, resolution, rset.files, plan, target, paths, options, warnings, holder
     )
+
+
+def _open_bundle(kw: dict[str, Any]) -> Any:
+    """The bundle's manifest; its profile becomes the default; flags it decides are refused."""
+    from pathlib import Path
+
+    from egpu_setup.bundle import PROFILE_FILE, load_manifest
+    from egpu_setup.errors import UsageError
+
+    clash = [f for f, k in (("--index-url", "index_url"), ("--torch", "torch_spec"),
+                            ("--cuda", "cuda")) if kw[k]]  # fmt: skip
+    if clash:
+        raise UsageError(
+            f"{clash[0]} cannot be combined with --bundle: the bundle fixes what is installed",
+            f"pass {clash[0]} to `egpu-setup bundle` when building it",
+        )
+    path = Path(kw["bundle_dir"]).resolve()
+    if not path.is_dir():
+        raise UsageError(f"--bundle {kw['bundle_dir']}: no such directory", "pass a bundle DIR")
+    manifest = load_manifest(path)
+    if not kw["profile_name"]:
+        kw["profile_name"] = str(path / PROFILE_FILE)
+    return manifest
+
+
+def _from_bundle(
+    manifest: Any, kw: dict[str, Any], resolution: Any, only: frozenset[str], target: Any
+) -> tuple[Any, Any]:
+    """This machine's target in the bundle, its files verified; the resolution narrowed to it."""
+    from egpu_setup.bundle import find_target, verify_files
+    from egpu_setup.compat.resolve import TorchPlan
+    from egpu_setup.errors import UsageError
+    from egpu_setup.plan import BundleSource
+
+    directory = manifest.path.parent
+    wants_torch = "torch" in only and resolution.torch is not None
+    wants_driver = "driver" in only and resolution.driver.action in ("install", "upgrade")
+    distro = resolution.archive or resolution.distro
+    entry = find_target(
+        manifest, resolution.python if wants_torch else None, distro if wants_driver else None
+    )
+    torch, driver = entry.get("torch"), entry.get("driver")
+    for wanted, part, name in ((wants_torch, torch, "torch"), (wants_driver, driver, "driver")):
+        if wanted and not part:
+            raise UsageError(
+                f"bundle {directory} target {entry['name']} has no {name} part",
+                f"rebuild it with `egpu-setup bundle` including {name}, or pass --only",
+            )
+    if wants_torch and target.kind != "live":
+        raise UsageError(
+            "--bundle with --root installs the driver and configuration; torch into an image "
+            "from a bundle is not supported",
+            "pass --only driver,config (install torch on the running machine)",
+        )
+    prefixes = []
+    if wants_torch:
+        prefixes += [torch["wheels"], torch["requirements_file"]]
+    if wants_driver:
+        prefixes.append(driver["repository"])
+    checked = verify_files(directory, manifest, prefixes)
+    log.warning("bundle %s: %s verified (%.1f MB)", directory, entry["name"], checked / 1e6)
+    if wants_torch:
+        resolution = dataclasses.replace(
+            resolution,
+            torch=TorchPlan(
+                torch["version"], torch["variant"], torch["index_url"], tuple(torch["requirements"])
+            ),
+        )
+    if wants_driver:
+        resolution = dataclasses.replace(
+            resolution,
+            driver=dataclasses.replace(resolution.driver, packages=tuple(driver["packages"])),
+        )
+    packages = manifest.files().get(f"{driver['repository']}/Packages") if driver else None
+    source = BundleSource(
+        directory=str(directory),
+        target=entry["name"],
+        distro=entry["distro"] if wants_driver else None,
+        find_links=str(directory / torch["wheels"]) if wants_torch else None,
+        requirements_file=str(directory / torch["requirements_file"]) if wants_torch else None,
+        repository=str(directory / driver["repository"]) if wants_driver else None,
+        packages_sha256=packages["sha256"] if packages else None,
+    )
+    return resolution, source
 
 
 def show(run: Prepared, as_json: bool) -> None:

@@ -1,0 +1,131 @@
+"""Bytes from the network for a lab: one bundle vs N plain installs; offline install uv vs pip.
+
+Everything a laptop needs for torch 2.13.0 CPU (torch + its dependencies) is served by a loopback
+PEP 503 index (tests/_pypi_index.py) that counts the bytes it sends, so both scenarios are
+measured the same way:
+
+  bundle:  `egpu-setup bundle --only torch` once (torch via --index-url, dependencies via a pip
+           configuration whose index is the same loopback server), then N offline installs
+  plain:   N fresh venvs, each `pip install --no-cache-dir --index-url LOOP torch==2.13.0+cpu`
+
+Then one offline install from the bundle with pip and with uv (fresh venv each, no cache,
+`unshare -n` when we are root), timed side by side.
+
+    python benchmarks/bundle_fetch.py [--targets N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+import _pypi_index  # noqa: E402
+
+TORCH = "torch==2.13.0+cpu"
+
+
+def served_bytes(idx: _pypi_index.LocalIndex, since: int) -> int:
+    total = 0
+    for path in idx.requests[since:]:
+        local = idx.dir / path.lstrip("/").split("#")[0].replace("%2B", "+")
+        if local.is_dir():
+            local = local / "index.html"
+        if local.exists():
+            total += local.stat().st_size
+    return total
+
+
+def run(argv: list[str], env: dict[str, str] | None = None) -> float:
+    t = time.monotonic()
+    subprocess.run(argv, check=True, env={**os.environ, **(env or {})}, capture_output=True)
+    return time.monotonic() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", type=int, default=3, help="laptops to provision (default 3)")
+    args = ap.parse_args()
+    uv = shutil.which("uv")
+    if uv is None:
+        sys.exit("uv is not on PATH (pip install uv)")
+    wheels = _pypi_index.download_torch(_pypi_index.cache_dir())
+    offline = ["unshare", "-n", "--"] if os.geteuid() == 0 and shutil.which("unshare") else []
+    with (
+        tempfile.TemporaryDirectory(prefix="egpu-bundle-bench-") as tmp_s,
+        _pypi_index.LocalIndex(wheels) as idx,
+    ):
+        tmp = Path(tmp_s)
+        conf = tmp / "pip.conf"
+        conf.write_text(f"[global]\nindex-url = {idx.url}\n")
+        profile = tmp / "lab-cpu.yaml"
+        profile.write_text(
+            (REPO / "profiles/rtx4090.yaml")
+            .read_text()
+            .replace("extras: [torchvision]", "extras: []")
+        )
+        # 1. the bundle: one download for the whole lab
+        start = len(idx.requests)
+        t_bundle = run(
+            [sys.executable, "-m", "egpu_setup", "bundle", "--profile", str(profile),
+             "--out", str(tmp / "b"), "--cuda", "cpu", "--torch", "2.13.0", "--python", "3.11",
+             "--index-url", idx.url, "--only", "torch"],
+            env={"PIP_CONFIG_FILE": str(conf), "PIP_NO_CACHE_DIR": "1"},
+        )  # fmt: skip
+        bundle_bytes = served_bytes(idx, start)
+        # 2. N plain online installs
+        start = len(idx.requests)
+        t_plain = 0.0
+        for i in range(args.targets):
+            # pip, not uv, here: uv asks for wheel metadata with Range requests, which
+            # http.server answers with the whole file, so its byte count would be inflated
+            venv = tmp / f"plain{i}"
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            t_plain += run(
+                [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-cache-dir",
+                 "--no-compile", "--index-url", idx.url, TORCH],
+                env={"PIP_CONFIG_FILE": os.devnull},
+            )  # fmt: skip
+            shutil.rmtree(venv)
+        plain_bytes = served_bytes(idx, start)
+        # 3. offline installs from the bundle, pip vs uv
+        b = tmp / "b"
+        req = next(b.glob("requirements-*.txt"))
+        pool = b / "wheels/py3.11"
+        offline_args = ["--no-index", "--find-links", str(pool), "--require-hashes", "-r", str(req)]
+        start = len(idx.requests)
+        subprocess.run([sys.executable, "-m", "venv", str(tmp / "vp")], check=True)
+        t_pip = run(
+            [*offline, str(tmp / "vp/bin/python"), "-m", "pip", "install", "-q",
+             "--no-cache-dir", *offline_args],
+            env={"PIP_CONFIG_FILE": os.devnull},
+        )  # fmt: skip
+        subprocess.run(["sync"], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(tmp / "vu")], check=True)
+        t_uv = run(
+            [*offline, uv, "pip", "install", "-q", "--no-config", "--offline", "--no-cache",
+             "--python", str(tmp / "vu/bin/python"), *offline_args]
+        )  # fmt: skip
+        subprocess.run(["sync"], check=True)
+        assert served_bytes(idx, start) == 0, "an offline install reached the index"
+
+    n = args.targets
+    print(f"network bytes for {n} laptops (torch 2.13.0 CPU + dependencies, loopback index):")
+    print(f"  bundle once          {bundle_bytes / 1e6:9.1f} MB  ({t_bundle:5.1f} s to build)")
+    print(f"  {n} plain installs     {plain_bytes / 1e6:9.1f} MB  ({t_plain:5.1f} s, pip)")
+    print(f"  ratio plain/bundle   {plain_bytes / max(bundle_bytes, 1):9.2f}x")
+    where = "inside unshare -n" if offline else "network not isolated (not root)"
+    print(f"offline install from the bundle ({where}, fresh venv, no cache):")
+    print(f"  pip {t_pip:6.1f} s   uv {t_uv:6.1f} s   pip/uv {t_pip / t_uv:4.2f}x")
+
+
+if __name__ == "__main__":
+    main()

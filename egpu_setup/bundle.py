@@ -1,0 +1,966 @@
+"""Offline bundles: one download for a whole lab, installed with no network (`install --bundle`).
+
+Layout of a bundle directory (manifest schema egpu-setup/bundle/1):
+
+    manifest.json                     targets, every file with sha256 and size, inputs per part
+    profile.yaml                      the profile it was resolved for
+    wheels/py3.11/*.whl               torch (+ extras) and their dependencies, one pool per Python
+    requirements-py3.11-debian-12.txt `name==version --hash=sha256:...` per target
+    debs/debian-12/*.deb + Packages   the driver's packages: a flat local apt repository
+    tool/*.whl                        egpu-setup's own wheel and its dependencies (Ansible's
+                                      `bundle` source installs from here, --no-index)
+
+Downloads follow the one-index rule (reference/hotplug-security.md §5.1): torch comes through the
+variant's `--index-url` (or the lab's mirror of it) with pip's configuration switched off, in a
+call of its own; the dependencies that live on the general index come through this machine's own
+pip configuration in a SEPARATE call. Never `--extra-index-url`, never both in one resolver run.
+The driver's .debs come from `apt-get install --download-only` inside a debootstrap root of the
+target distribution with an empty dpkg status, so the set is self-contained: a laptop a few point
+releases behind still finds every dependency in the bundle (reference/fleet-and-testing.md §3, §6).
+
+Incremental: each part (a wheel pool, a distro's debs, the tool) records its inputs; a second run
+with the same inputs whose files still match their hashes downloads nothing.
+
+Processes (pip, debootstrap, apt-get in the root, dpkg-scanpackages) run through the Host.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import email.parser
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
+
+log = logging.getLogger("egpu_setup.bundle")
+
+SCHEMA = "egpu-setup/bundle/1"
+MANIFEST = "manifest.json"
+PROFILE_FILE = "profile.yaml"
+DOWNLOAD_TIMEOUT = 3600  # seconds for one pip/apt download call (3 GB of CUDA wheels)
+
+# glibc of each target distribution decides which manylinux wheels run there (PEP 600:
+# manylinux_2_X needs glibc >= 2.X). Versions of the libc6 package: packages.debian.org/libc6
+# (bookworm 2.36, trixie 2.41), packages.ubuntu.com/libc6 (jammy 2.35, noble 2.39).
+GLIBC = {"debian-12": 36, "debian-13": 41, "ubuntu-22.04": 35, "ubuntu-24.04": 39}
+_OLDEST_MANYLINUX = 17  # manylinux2014 == manylinux_2_17 (PEP 600)
+_APT_WORK = "/var/lib/egpu-setup-bundle"  # inside the debootstrap root
+ARCH = "x86_64"  # eGPU laptops; an aarch64 bundle is not planned yet
+DEB_ARCH = "amd64"
+
+# The environment a requirement marker is evaluated in for a target (PEP 508).
+_MARKER_ENV = {
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "platform_system": "Linux",
+    "sys_platform": "linux",
+    "os_name": "posix",
+    "platform_machine": ARCH,
+}
+# pip's settings that could add a second source to the torch call (dependency confusion)
+_PIP_SOURCE_ENV = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
+    "PIP_CONFIG_FILE",
+)
+
+
+# -- targets ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One kind of laptop the bundle serves: a Python for the torch venv, a distribution."""
+
+    python: str  # "3.11"
+    distro: str  # "debian-12"
+    resolution: Any  # compat.resolve.Resolution for this pair
+
+    @property
+    def name(self) -> str:
+        return f"py{self.python}-{self.distro}"
+
+    @property
+    def pool(self) -> str:
+        return f"wheels/py{self.python}"
+
+    @property
+    def requirements_file(self) -> str:
+        return f"requirements-{self.name}.txt"
+
+    @property
+    def debs(self) -> str:
+        return f"debs/{self.distro}"
+
+
+def resolve_targets(
+    profile: Any,
+    pythons: Sequence[str],
+    distros: Sequence[str],
+    *,
+    cuda: str | None = None,
+    torch_spec: str | None = None,
+) -> list[Target]:
+    """Resolve every (Python x distro) pair with the real resolver, from what-if inputs only."""
+    from egpu_setup.compat.matrix import load_matrix
+    from egpu_setup.compat.resolve import constraints_from_profile, parse_distro, resolve
+
+    matrix = load_matrix()
+    out: list[Target] = []
+    for distro in distros:
+        dist_id, dist_ver = parse_distro(distro, matrix)
+        label = f"{dist_id}-{dist_ver}"
+        if matrix.distro(dist_id, dist_ver) is None:
+            known = ", ".join(d.label for d in matrix.distros)
+            raise UsageError(
+                f"--distro {distro}: no driver packages known for it",
+                f"bundles are built for {known}",
+            )
+        for python in pythons or (None,):
+            constraints = constraints_from_profile(
+                profile, python=python, distro=label, cuda=cuda, torch_spec=torch_spec
+            )
+            res = resolve(None, profile, constraints)
+            out.append(Target(res.python, label, res))
+    names = [t.name for t in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"target {dupes[0]} given twice", "name each --python/--distro once")
+    return out
+
+
+def host_distro(host: Any) -> str:
+    """`debian-12` for the machine building the bundle (the default target distribution)."""
+    from egpu_setup.detect.osrelease import parse_os_release
+
+    fields = parse_os_release(host.read("/etc/os-release") or "")
+    if not fields.get("ID") or not fields.get("VERSION_ID"):
+        raise UsageError(
+            "cannot tell this machine's distribution from /etc/os-release",
+            "pass --distro, e.g. --distro debian-12",
+        )
+    return f"{fields['ID']}-{fields['VERSION_ID']}"
+
+
+def platform_tags(distro: str) -> list[str]:
+    """manylinux tags a wheel may carry to run on `distro` (newest first)."""
+    top = GLIBC.get(distro, 28)
+    tags = [f"manylinux_2_{minor}_{ARCH}" for minor in range(top, _OLDEST_MANYLINUX - 1, -1)]
+    return [*tags, f"manylinux2014_{ARCH}"]
+
+
+def marker_env(python: str) -> dict[str, str]:
+    return {**_MARKER_ENV, "python_version": python, "python_full_version": f"{python}.0"}
+
+
+# -- wheels: metadata, closure, hashes (pure over files) ------------------------------------------
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Wheel:
+    path: Path
+    name: str  # as in METADATA
+    version: str
+    requires: tuple[str, ...]  # Requires-Dist lines
+
+
+def read_wheel(path: Path) -> Wheel:
+    """Name, version and Requires-Dist of a wheel, from its *.dist-info/METADATA."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta_name = next(
+                n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+            )
+            text = zf.read(meta_name).decode("utf-8", errors="replace")
+    except (OSError, zipfile.BadZipFile, StopIteration) as exc:
+        raise EgpuSetupError(
+            f"{path} is not a readable wheel: {exc}", "delete it and run `egpu-setup bundle` again"
+        ) from exc
+    msg = email.parser.Parser().parsestr(text, headersonly=True)
+    return Wheel(
+        path, msg["Name"] or "", msg["Version"] or "", tuple(msg.get_all("Requires-Dist") or ())
+    )
+
+
+def wheel_pool(directory: Path) -> dict[str, list[Wheel]]:
+    pool: dict[str, list[Wheel]] = {}
+    for path in sorted(directory.glob("*.whl")):
+        whl = read_wheel(path)
+        pool.setdefault(norm(whl.name), []).append(whl)
+    return pool
+
+
+def direct_requirements(wheel: Wheel, python: str, extras: Iterable[str] = ()) -> list[Any]:
+    """The Requires-Dist entries of `wheel` that apply on the target (markers evaluated there)."""
+    from packaging.requirements import Requirement
+
+    env = marker_env(python)
+    out = []
+    for text in wheel.requires:
+        req = Requirement(text)
+        if req.marker is None or any(
+            req.marker.evaluate({**env, "extra": e}) for e in ("", *extras)
+        ):
+            out.append(req)
+    return out
+
+
+def closure(pool: dict[str, list[Wheel]], roots: Sequence[str], python: str) -> list[Wheel]:
+    """Every wheel needed to install `roots` on the target, chosen from `pool`; an incomplete
+    pool (pip resolved differently, a file went missing) is an error naming what is missing."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    chosen: dict[str, Wheel] = {}
+    queue = [Requirement(r) for r in roots]
+    while queue:
+        req = queue.pop(0)
+        key = norm(req.name)
+        if key in chosen:
+            if not req.specifier.contains(chosen[key].version, prereleases=True):
+                raise EgpuSetupError(
+                    f"the wheels do not fit together: {req} but {chosen[key].name} "
+                    f"{chosen[key].version} was chosen",
+                    "pin compatible versions with --torch (torchvision follows torch releases)",
+                )
+            continue
+        fits = [w for w in pool.get(key, []) if req.specifier.contains(w.version, prereleases=True)]
+        if not fits:
+            raise EgpuSetupError(
+                f"no wheel for {req} in the wheelhouse (Python {python})",
+                "run `egpu-setup bundle` again with network; check that the index has it",
+            )
+        best = max(fits, key=lambda w: Version(w.version))
+        chosen[key] = best
+        queue += direct_requirements(best, python, req.extras)
+    return sorted(chosen.values(), key=lambda w: norm(w.name))
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1024 * 1024), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def requirements_text(wheels: Sequence[Wheel], hashes: dict[str, str], header: str) -> str:
+    lines = [header]
+    for w in wheels:
+        lines.append(f"{w.name}=={w.version} --hash=sha256:{hashes[w.path.name]}")
+    return "\n".join(lines) + "\n"
+
+
+# -- manifest --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def targets(self) -> list[dict[str, Any]]:
+        return list(self.data.get("targets", []))
+
+    def target_names(self) -> str:
+        return ", ".join(t["name"] for t in self.targets) or "none"
+
+    def files(self) -> dict[str, dict[str, Any]]:
+        return {f["path"]: f for f in self.data.get("files", [])}
+
+
+def load_manifest(bundle: Path) -> Manifest:
+    """The bundle's manifest, validated; UsageError (exit 2) when DIR is not a bundle."""
+    path = Path(bundle) / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise UsageError(
+            f"--bundle {bundle}: no {MANIFEST} there", "pass a directory `egpu-setup bundle` wrote"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{path}: not a bundle manifest ({exc})", "rebuild it with `egpu-setup bundle`"
+        ) from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UsageError(
+            f"{path}: schema {data.get('schema') if isinstance(data, dict) else None!r}, "
+            f"expected {SCHEMA}",
+            "rebuild the bundle with this version of egpu-setup",
+        )
+    for entry in data.get("files", []):
+        rel = entry.get("path", "")
+        if rel.startswith("/") or ".." in rel.split("/") or not rel:
+            raise UsageError(f"{path}: file path {rel!r} leaves the bundle", "rebuild the bundle")
+    return Manifest(path, data)
+
+
+def verify_files(bundle: Path, manifest: Manifest, prefixes: Sequence[str]) -> int:
+    """Check size and sha256 of every manifest file under `prefixes`; bytes checked.
+
+    A mismatch is exit 1 before anything is installed: a wheel or .deb changed after `bundle`
+    wrote it is exactly what --require-hashes and a local apt repository cannot catch later."""
+    checked = 0
+    bad: list[str] = []
+    for rel, entry in manifest.files().items():
+        if not any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in prefixes):
+            continue
+        real = Path(bundle) / rel
+        try:
+            size = real.stat().st_size
+        except OSError:
+            bad.append(f"{rel} is missing")
+            continue
+        if size != entry.get("size") or sha256_file(real) != entry.get("sha256"):
+            bad.append(f"{rel} does not match its sha256 in {MANIFEST}")
+            continue
+        checked += size
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise EgpuSetupError(
+            f"bundle {bundle}: {bad[0]}{more}; nothing was installed",
+            "copy the bundle again from its source, or rebuild it with `egpu-setup bundle`",
+        )
+    return checked
+
+
+def find_target(manifest: Manifest, python: str | None, distro: str | None) -> dict[str, Any]:
+    """The manifest target for this machine (python None: driver only; distro None: torch only)."""
+    for t in manifest.targets:
+        if (python is None or t["python"] == python) and (distro is None or t["distro"] == distro):
+            return t
+    want = " on ".join(x for x in (f"Python {python}" if python else None, distro) if x)
+    pys = " ".join(f"--python {p}" for p in ([python] if python else []))
+    dis = f" --distro {distro}" if distro else ""
+    raise UsageError(
+        f"bundle {manifest.path.parent} has no target for {want}: "
+        f"it holds {manifest.target_names()}",
+        f"build one with `egpu-setup bundle ... {pys}{dis}`".replace("  ", " "),
+    )
+
+
+# -- building --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out: Path
+    index_url: str | None = None  # the lab's mirror of the variant index (replaces it)
+    parts: frozenset[str] = frozenset({"torch", "driver", "tool"})
+    refresh: bool = False
+    cache: Path | None = None  # debootstrap roots; default $EGPU_SETUP_CACHE or /var/cache/...
+
+
+@dataclass
+class BuildReport:
+    targets: list[str]
+    downloaded: list[str]  # parts that ran a download
+    reused: list[str]  # parts whose inputs and files were unchanged
+    files: int
+    total_bytes: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "targets": self.targets,
+            "downloaded": self.downloaded,
+            "reused": self.reused,
+            "files": self.files,
+            "total_bytes": self.total_bytes,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+class Builder:
+    def __init__(self, host: Any, profile: Any, targets: Sequence[Target], opts: BuildOptions):
+        self.host = host
+        self.profile = profile
+        self.targets = list(targets)
+        self.opts = opts
+        self.out = Path(opts.out).resolve()
+        self.old: dict[str, Any] = {}
+        self.parts: dict[str, dict[str, Any]] = {}
+        self.downloaded: list[str] = []
+        self.reused: list[str] = []
+
+    # -- the whole run ----------------------------------------------------------------------------
+
+    def build(self) -> BuildReport:
+        import time
+
+        started = time.monotonic()
+        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.old = load_manifest(self.out).data if (self.out / MANIFEST).exists() else {}
+        except UsageError:
+            log.warning("%s: unreadable old manifest, building from scratch", self.out / MANIFEST)
+        self._write_profile()
+        if "torch" in self.opts.parts:
+            by_python: dict[str, list[Target]] = {}
+            for t in self.targets:
+                by_python.setdefault(t.python, []).append(t)
+            for python, group in by_python.items():
+                self._wheels(python, group)
+        if "driver" in self.opts.parts:
+            for distro in dict.fromkeys(t.distro for t in self.targets):
+                target = next(t for t in self.targets if t.distro == distro)
+                self._debs(target)
+        if "tool" in self.opts.parts:
+            self._tool()
+        manifest = self._write_manifest()
+        return BuildReport(
+            [t.name for t in self.targets],
+            self.downloaded,
+            self.reused,
+            len(manifest["files"]),
+            manifest["total_bytes"],
+            time.monotonic() - started,
+        )
+
+    # -- incremental bookkeeping ------------------------------------------------------------------
+
+    def _unchanged(self, part: str, inputs: dict[str, Any]) -> bool:
+        """True when `part` was built from the same inputs and its files still match."""
+        old = (self.old.get("parts") or {}).get(part)
+        if self.opts.refresh or not old or old.get("inputs") != inputs:
+            return False
+        hashes = {f["path"]: f for f in self.old.get("files", [])}
+        for rel in old.get("files", []):
+            entry = hashes.get(rel)
+            real = self.out / rel
+            if entry is None or not real.is_file() or real.stat().st_size != entry["size"]:
+                return False
+            if sha256_file(real) != entry["sha256"]:
+                log.warning("%s changed since the last build: %s downloads again", rel, part)
+                return False
+        self.parts[part] = old
+        self.reused.append(part)
+        log.warning("%s: up to date (%d files verified)", part, len(old.get("files", [])))
+        return True
+
+    def _record(self, part: str, inputs: dict[str, Any], files: Iterable[str]) -> None:
+        self.parts[part] = {"inputs": inputs, "files": sorted(files)}
+        self.downloaded.append(part)
+
+    def _run(self, argv: Sequence[str], what: str, timeout: float = DOWNLOAD_TIMEOUT) -> str:
+        log.warning("%s", what)
+        log.info("run: %s", " ".join(argv))
+        res = self.host.run(list(argv), timeout=timeout)
+        if res.rc != 0:
+            tail = (res.err or res.out).strip().splitlines()[-15:]
+            raise ExecutionError(
+                f"{what} failed: `{' '.join(argv[:6])} ...` exited with {res.rc}",
+                "the output above says why (network, index, package name); fix it and run "
+                "`egpu-setup bundle` again: finished parts are kept",
+                argv=argv,
+                rc=res.rc,
+                stderr_tail="\n".join(tail),
+            )
+        return res.out
+
+    # -- profile ----------------------------------------------------------------------------------
+
+    def _write_profile(self) -> None:
+        src = Path(self.profile.path) if getattr(self.profile, "path", None) else None
+        if src is None or not src.is_file():
+            raise UsageError(f"profile {self.profile.name} has no file", "pass a profile file")
+        data = src.read_bytes()
+        dest = self.out / PROFILE_FILE
+        if not dest.is_file() or dest.read_bytes() != data:
+            _atomic_write(dest, data)
+
+    # -- (a) wheels -------------------------------------------------------------------------------
+
+    def _pip(self) -> list[str]:
+        return [sys.executable, "-m", "pip"]
+
+    def _download_args(self, python: str, distros: Iterable[str], dest: Path) -> list[str]:
+        tags: list[str] = []
+        for d in distros:
+            tags += [t for t in platform_tags(d) if t not in tags]
+        # the intersection of what every target distro runs: a wheel for glibc 2.39 must not
+        # reach a 2.35 laptop sharing this Python's pool
+        lowest = min(GLIBC.get(d, 28) for d in distros)
+        tags = [t for t in tags if not t.startswith("manylinux_2_") or _minor(t) <= lowest]
+        args = [
+            "download",
+            "--progress-bar",
+            "off",
+            "--disable-pip-version-check",
+            "--dest",
+            str(dest),
+            "--only-binary=:all:",
+            "--implementation",
+            "cp",
+            "--python-version",
+            python,
+        ]
+        for tag in tags:
+            args += ["--platform", tag]
+        return args
+
+    def _wheels(self, python: str, group: list[Target]) -> None:
+        from egpu_setup.plan import check_index_url
+
+        rel_pool = group[0].pool
+        pool_dir = self.out / rel_pool
+        index = {
+            t.name: check_index_url(self.opts.index_url or t.resolution.torch.index_url)
+            for t in group
+        }
+        inputs = {
+            "python": python,
+            "platform": platform_tags(
+                min((t.distro for t in group), key=lambda d: GLIBC.get(d, 28))
+            ),
+            "targets": {
+                t.name: {
+                    "requirements": list(t.resolution.torch.requirements),
+                    "index": index[t.name],
+                }
+                for t in group
+            },
+        }
+        part = rel_pool
+        if self._unchanged(part, inputs):
+            return
+        pool_dir.mkdir(parents=True, exist_ok=True)
+        distros = [t.distro for t in group]
+        base = self._download_args(python, distros, pool_dir)
+        # 1. torch (+ extras) from the variant index alone: pip's configuration is switched off
+        #    (PIP_CONFIG_FILE=/dev/null, its source variables unset), so no find-links or
+        #    extra-index-url of this machine can mix a second source into it; --no-deps keeps
+        #    the general-index packages out of this call.
+        for t in group:
+            unset = [a for v in _PIP_SOURCE_ENV for a in ("-u", v)]
+            argv = [
+                "env",
+                *unset,
+                f"PIP_CONFIG_FILE={os.devnull}",
+                *self._pip(),
+                *base,
+                "--no-deps",
+                "--index-url",
+                index[t.name],
+                *t.resolution.torch.requirements,
+            ]
+            self._run(argv, f"{t.name}: torch wheels from {index[t.name]}")
+        # 2. what those wheels depend on, through this machine's own pip configuration
+        pool = wheel_pool(pool_dir)
+        deps: list[str] = []
+        for t in group:
+            for root in t.resolution.torch.requirements:
+                for whl in _matching(pool, root):
+                    for req in direct_requirements(whl, python):
+                        text = _without_marker(req)
+                        if norm(req.name) not in _root_names(group) and text not in deps:
+                            deps.append(text)
+        if deps:
+            self._run(
+                [*self._pip(), *base, *deps],
+                f"Python {python}: {len(deps)} dependencies from this machine's pip index",
+            )
+            pool = wheel_pool(pool_dir)
+        keep: set[str] = set()
+        hashes = {p.name: sha256_file(p) for p in pool_dir.glob("*.whl")}
+        written: list[str] = []
+        for t in group:
+            wheels = closure(pool, t.resolution.torch.requirements, python)
+            keep |= {w.path.name for w in wheels}
+            header = (
+                f"# egpu-setup bundle target {t.name}: torch {t.resolution.torch.version} "
+                f"({t.resolution.torch.variant})\n"
+                "# pip install --no-index --find-links "
+                f"{rel_pool} --require-hashes -r {t.requirements_file}"
+            )
+            text = requirements_text(wheels, hashes, header)
+            dest = self.out / t.requirements_file
+            if not dest.is_file() or dest.read_text() != text:
+                _atomic_write(dest, text.encode())
+            written.append(t.requirements_file)
+        for path in pool_dir.glob("*.whl"):
+            if path.name not in keep:  # left from an older build: not part of any target now
+                log.info("removing %s (no target needs it)", path.name)
+                path.unlink()
+        self._record(part, inputs, [f"{rel_pool}/{n}" for n in sorted(keep)] + written)
+
+    # -- (b) driver .debs --------------------------------------------------------------------------
+
+    def _debs(self, target: Target) -> None:
+        driver = target.resolution.driver
+        part = target.debs
+        if driver.action not in ("install", "upgrade") or driver.source != "distro":
+            if driver.source == "nvidia-repo":
+                raise UsageError(
+                    f"{target.distro}: the driver comes from NVIDIA's CUDA repository, which "
+                    "bundles do not mirror yet",
+                    "pass --only torch,tool, or a --distro whose archive has the branch",
+                )
+            log.warning("%s: no driver packages to bundle (%s)", target.distro, driver.action)
+            return
+        from egpu_setup.compat.matrix import load_matrix
+        from egpu_setup.compat.resolve import parse_distro
+
+        matrix = load_matrix()
+        distro = matrix.distro(*parse_distro(target.distro, matrix))
+        packages = list(driver.packages)
+        if distro.scheme == "debian" and not any(p.startswith("linux-headers") for p in packages):
+            packages.append(f"linux-headers-{DEB_ARCH}")  # trixie's dkms dropped the Recommends
+        sources = self._archive_sources(distro)
+        inputs = {
+            "distro": target.distro,
+            "suite": distro.codename,
+            "packages": packages,
+            "components": ["main", *driver.apt_components],
+            "sources": sources,
+        }
+        if self._unchanged(part, inputs):
+            return
+        root = self._build_root(distro.codename, sources[0]["uri"])
+        debs = self._apt_download(root, distro, inputs, packages)
+        dest = self.out / part
+        dest.mkdir(parents=True, exist_ok=True)
+        names = set()
+        for src in debs:
+            names.add(src.name)
+            _move(src, dest / src.name)
+        for old in dest.glob("*.deb"):
+            if old.name not in names:
+                old.unlink()
+        # the lists (~50 MB) are not kept in the shared root: a rebuild fetches them again
+        self._run(
+            ["rm", "-rf", "--one-file-system", str(root / _APT_WORK.lstrip("/"))],
+            f"{target.distro}: cleaning the apt work directory in the root",
+            timeout=300,
+        )
+        index = self._run(
+            ["env", "-C", str(dest), "dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
+            f"{target.distro}: Packages index for {len(names)} .debs",
+            timeout=600,
+        )
+        _atomic_write(dest / "Packages", index.encode())
+        self._record(part, inputs, [f"{part}/{n}" for n in sorted(names)] + [f"{part}/Packages"])
+
+    def _archive_sources(self, distro: Any) -> list[dict[str, Any]]:
+        """The archive (and its security archive) this machine's apt uses for distro's family."""
+        from egpu_setup.compat.matrix import load_matrix
+        from egpu_setup.plan import apt_sources
+
+        family = {d.codename for d in load_matrix().distros if d.scheme == distro.scheme}
+        if distro.scheme == "debian":
+            family |= {"stable", "oldstable", "testing", "unstable", "sid"}
+        main: str | None = None
+        security: str | None = None
+        signed_by: str | None = None
+        for src in apt_sources(self.host):
+            if "deb" not in src.types:
+                continue
+            if not any(s.split("-")[0] in family for s in src.suites):
+                continue
+            for uri in src.uris:
+                if not uri.startswith(("http://", "https://", "file:")):
+                    continue
+                if any(s.endswith("-security") for s in src.suites) or "security" in uri:
+                    security = security or uri
+                else:
+                    main = main or uri
+                    signed_by = signed_by or src.signed_by
+        if main is None:
+            raise UsageError(
+                f"{distro.label}: this machine's apt sources name no {distro.scheme} archive "
+                "to download the driver from",
+                f"build the bundle on a {distro.scheme} machine, or pass --only torch,tool",
+            )
+        c = distro.codename
+        out = [{"uri": main, "suites": [c, f"{c}-updates"], "signed_by": signed_by}]
+        if security:
+            out.append({"uri": security, "suites": [f"{c}-security"], "signed_by": signed_by})
+        return out
+
+    def _cache(self) -> Path:
+        if self.opts.cache is not None:
+            return Path(self.opts.cache)
+        env = self.host.getenv("EGPU_SETUP_CACHE")
+        return Path(env) if env else Path("/var/cache/egpu-setup")
+
+    def _build_root(self, suite: str, mirror: str) -> Path:
+        """A minbase debootstrap root of `suite`, cached: it lends apt its keyring and version.
+
+        Same layout and completion marker as tests/_debroot.py, so both can share a cache."""
+        if os.geteuid() != 0:
+            raise UsageError(
+                "bundling driver packages needs root (debootstrap and chroot)",
+                "run it with sudo, or pass --only torch,tool",
+            )
+        if self.host.which("debootstrap") is None:
+            raise UsageError(
+                "debootstrap is not installed", "apt-get install debootstrap (or --only torch,tool)"
+            )
+        root = self._cache() / "debroot" / suite
+        if (root / ".egpu-setup-debroot-complete").is_file():
+            return root
+        work = root.with_name(root.name + ".building")
+        if work.exists():
+            self._run(["rm", "-rf", "--one-file-system", str(work)], "removing a half-built root")
+        work.parent.mkdir(parents=True, exist_ok=True)
+        self._run(
+            ["debootstrap", "--variant=minbase", "--components=main", suite, str(work), mirror],
+            f"debootstrap {suite} (once, cached in {root.parent})",
+        )
+        policy = work / "usr/sbin/policy-rc.d"  # nothing in the root may start a service
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+        (work / ".egpu-setup-debroot-complete").write_text(f"{suite} for egpu-setup bundle\n")
+        if root.exists():
+            self._run(["rm", "-rf", "--one-file-system", str(root)], "replacing a broken root")
+        work.rename(root)
+        return root
+
+    def _apt_download(
+        self, root: Path, distro: Any, inputs: dict[str, Any], packages: list[str]
+    ) -> list[Path]:
+        from egpu_setup.host import RootHost
+
+        work_host = _APT_WORK
+        work = root / work_host.lstrip("/")
+        for sub in ("lists/partial", "archives/partial", "sources.d"):
+            (work / sub).mkdir(parents=True, exist_ok=True)
+        for old in (work / "archives").glob("*.deb"):
+            old.unlink()
+        (work / "status").write_text("")
+        stanzas = []
+        for src in inputs["sources"]:
+            lines = [
+                "Types: deb",
+                f"URIs: {src['uri']}",
+                f"Suites: {' '.join(src['suites'])}",
+                f"Components: {' '.join(inputs['components'])}",
+            ]
+            keyring = src.get("signed_by")
+            if keyring and (root / keyring.lstrip("/")).is_file():
+                lines.append(f"Signed-By: {keyring}")
+            stanzas.append("\n".join(lines) + "\n")
+        (work / "sources.d/bundle.sources").write_text("\n".join(stanzas))
+        # a private apt state inside the root: its own sources, lists, archive and an EMPTY
+        # dpkg status, so apt downloads the whole dependency closure (libc6 included), not just
+        # what a minbase root happens to lack
+        opts = [
+            "-o", f"Dir::Etc::SourceList={work_host}/sources.d/bundle.sources",
+            "-o", f"Dir::Etc::SourceParts={work_host}/sources.d/none",
+            "-o", f"Dir::State::Lists={work_host}/lists",
+            "-o", f"Dir::Cache::archives={work_host}/archives",
+            "-o", f"Dir::State::status={work_host}/status",
+            "-o", f"APT::Architecture={DEB_ARCH}",
+        ]  # fmt: skip
+        chroot = RootHost(root)
+        for argv, what in (
+            (["apt-get", *opts, "update"], f"{distro.label}: apt-get update (archive lists)"),
+            (
+                ["apt-get", *opts, "-y", "--download-only", "install", *packages],
+                f"{distro.label}: downloading {' '.join(packages)} and their dependencies",
+            ),
+        ):
+            log.warning("%s", what)
+            res = chroot.run(
+                argv, timeout=DOWNLOAD_TIMEOUT, env={"DEBIAN_FRONTEND": "noninteractive"}
+            )
+            if res.rc != 0:
+                raise ExecutionError(
+                    f"{what} failed (exit {res.rc})",
+                    "check the archive in /etc/apt/sources.list* and the package names",
+                    argv=argv,
+                    rc=res.rc,
+                    stderr_tail="\n".join((res.err or res.out).strip().splitlines()[-15:]),
+                )
+        debs = sorted((work / "archives").glob("*.deb"))
+        if not debs:
+            raise EgpuSetupError(f"{distro.label}: apt downloaded no packages", "see the log above")
+        return debs
+
+    # -- (c) the tool itself ----------------------------------------------------------------------
+
+    def _tool(self) -> None:
+        from egpu_setup import __version__
+
+        dest = self.out / "tool"
+        pythons = sorted({t.python for t in self.targets})
+        distros = sorted({t.distro for t in self.targets})
+        src = Path(__file__).resolve().parent.parent
+        inputs = {"version": __version__, "pythons": pythons, "distros": distros}
+        if self._unchanged("tool", inputs):
+            return
+        dest.mkdir(parents=True, exist_ok=True)
+        for old in dest.glob("*.whl"):
+            old.unlink()
+        if (src / "pyproject.toml").is_file():
+            self._run(
+                [*self._pip(), "wheel", "--no-deps", "--disable-pip-version-check", "-q",
+                 "--wheel-dir", str(dest), str(src)],
+                f"egpu-setup {__version__}: building its wheel",
+            )  # fmt: skip
+        else:
+            self._run(
+                [*self._pip(), "download", "--no-deps", "-q", "--dest", str(dest),
+                 f"egpu-setup=={__version__}"],
+                f"egpu-setup {__version__}: its wheel from this machine's pip index",
+            )  # fmt: skip
+        ours = next(iter(dest.glob("egpu_setup-*.whl")), None)
+        if ours is None:
+            raise EgpuSetupError("no egpu-setup wheel was produced", "see the pip output above")
+        for python in pythons:
+            reqs = [_without_marker(r) for r in direct_requirements(read_wheel(ours), python)]
+            self._run(
+                [*self._pip(), *self._download_args(python, distros, dest), *reqs],
+                f"egpu-setup's dependencies for Python {python}",
+            )
+            closure(wheel_pool(dest), ["egpu-setup"], python)  # complete, or an error now
+        self._record("tool", inputs, [f"tool/{p.name}" for p in sorted(dest.glob("*.whl"))])
+
+    # -- (d) manifest -----------------------------------------------------------------------------
+
+    def _write_manifest(self) -> dict[str, Any]:
+        from egpu_setup import __version__
+
+        old_files = {f["path"]: f for f in self.old.get("files", [])}
+        reused = {rel for p in self.reused for rel in self.parts[p]["files"]}
+        files = []
+        for rel in sorted({*(r for p in self.parts.values() for r in p["files"]), PROFILE_FILE}):
+            real = self.out / rel
+            if rel in reused and rel in old_files:
+                files.append(old_files[rel])  # verified by _unchanged a moment ago
+            else:
+                files.append(
+                    {"path": rel, "sha256": sha256_file(real), "size": real.stat().st_size}
+                )
+        # keep what an earlier build held that this run did not touch (another --only)
+        for name, part in (self.old.get("parts") or {}).items():
+            if name not in self.parts and all((self.out / r).is_file() for r in part["files"]):
+                self.parts[name] = part
+                files += [old_files[r] for r in part["files"] if r in old_files]
+        targets = []
+        for t in self.targets:
+            res = t.resolution
+            entry: dict[str, Any] = {
+                "name": t.name,
+                "python": t.python,
+                "distro": t.distro,
+                "torch": None,
+                "driver": None,
+            }
+            if t.pool in self.parts:
+                entry["torch"] = {
+                    "version": res.torch.version,
+                    "variant": res.torch.variant,
+                    "index_url": self.opts.index_url or res.torch.index_url,
+                    "requirements": list(res.torch.requirements),
+                    "wheels": t.pool,
+                    "requirements_file": t.requirements_file,
+                }
+            if t.debs in self.parts:
+                entry["driver"] = {
+                    "branch": res.driver.branch,
+                    "flavour": res.driver.flavour,
+                    "packages": self.parts[t.debs]["inputs"]["packages"],
+                    "repository": t.debs,
+                }
+            targets.append(entry)
+        manifest = {
+            "schema": SCHEMA,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "tool_version": __version__,
+            "profile": {"name": self.profile.name, "file": PROFILE_FILE},
+            "targets": targets,
+            "parts": self.parts,
+            "files": sorted(files, key=lambda f: f["path"]),
+            "total_bytes": sum(f["size"] for f in files),
+        }
+        _atomic_write(self.out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        return manifest
+
+
+def _minor(tag: str) -> int:
+    return int(tag.split("_")[2])
+
+
+def _matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
+    from packaging.requirements import Requirement
+
+    req = Requirement(text)
+    return [
+        w
+        for w in pool.get(norm(req.name), [])
+        if req.specifier.contains(w.version, prereleases=True)
+    ]
+
+
+def _root_names(group: Sequence[Target]) -> set[str]:
+    from packaging.requirements import Requirement
+
+    return {norm(Requirement(r).name) for t in group for r in t.resolution.torch.requirements}
+
+
+def _without_marker(req: Any) -> str:
+    """The requirement as pip must see it for another interpreter: markers already evaluated."""
+    from packaging.requirements import Requirement
+
+    copy = Requirement(str(req))
+    copy.marker = None
+    return str(copy)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _move(src: Path, dest: Path) -> None:
+    """Into the bundle: a rename on one filesystem, else a copy (the root may live elsewhere)."""
+    try:
+        os.replace(src, dest)
+        return
+    except OSError:
+        pass
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        for chunk in iter(lambda: fin.read(4 * 1024 * 1024), b""):
+            fout.write(chunk)
+    os.replace(tmp, dest)
+    src.unlink()
+
+
+__all__ = [
+    "SCHEMA",
+    "BuildOptions",
+    "Builder",
+    "Manifest",
+    "Target",
+    "closure",
+    "find_target",
+    "load_manifest",
+    "resolve_targets",
+    "verify_files",
+]

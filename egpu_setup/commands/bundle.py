@@ -1,0 +1,134 @@
+"""`egpu-setup bundle`: download once what `install --bundle` needs on many laptops, offline."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from egpu_setup.commands._options import echo_json, json_option
+
+log = logging.getLogger("egpu_setup.bundle")
+
+EPILOG = """\b
+Examples:
+  sudo egpu-setup bundle --profile rtx4090 --out /srv/lab-bundle
+  sudo egpu-setup bundle --profile rtx4090 --out lab --python 3.11 --python 3.12 \\
+      --distro debian-12 --distro ubuntu-24.04
+  egpu-setup bundle --profile rtx4090 --out cpu-bundle --cuda cpu --only torch,tool
+  sudo egpu-setup bundle --profile lab.yaml --out lab --index-url https://mirror.lab/whl/cu128
+\b
+Then on each laptop (no network needed):
+  sudo egpu-setup install --bundle /srv/lab-bundle --yes
+Running it again with the same inputs downloads nothing (files are checked by sha256).
+"""
+
+PARTS = ("torch", "driver", "tool")
+
+
+def _parts(text: str | None) -> frozenset[str]:
+    from egpu_setup.errors import UsageError
+
+    if not text:
+        return frozenset(PARTS)
+    parts = {p.strip() for p in text.split(",") if p.strip()}
+    bad = sorted(parts - set(PARTS))
+    if bad or not parts:
+        raise UsageError(
+            f"--only {text!r}: unknown part {', '.join(bad) or '(empty)'}",
+            f"choose from {','.join(PARTS)}",
+        )
+    return frozenset(parts)
+
+
+@click.command(epilog=EPILOG)
+@click.option(
+    "--profile", "profile_name", required=True, help="Profile name or path to a YAML file."
+)
+@click.option(
+    "--out", "out", required=True, metavar="DIR", help="Bundle directory (created or updated)."
+)
+@click.option(
+    "--python", "pythons", multiple=True, metavar="X.Y", help="Target Python (repeatable)."
+)
+@click.option(
+    "--distro",
+    "distros",
+    multiple=True,
+    metavar="ID-VER",
+    help="Target distribution, e.g. debian-12 (repeatable; default: this machine's).",
+)
+@click.option("--cuda", default=None, metavar="VARIANT", help="torch variant: cu128, ... or cpu.")
+@click.option("--torch", "torch_spec", default=None, metavar="SPEC", help="torch version, 2.9.1.")
+@click.option(
+    "--index-url", default=None, metavar="URL", help="Lab mirror of the torch variant index."
+)
+@click.option("--only", default=None, metavar="PARTS", help="Comma list of torch,driver,tool.")
+@click.option("--refresh", is_flag=True, help="Download again even when the inputs are unchanged.")
+@json_option
+def command(
+    profile_name: str,
+    out: str,
+    pythons: tuple[str, ...],
+    distros: tuple[str, ...],
+    cuda: str | None,
+    torch_spec: str | None,
+    index_url: str | None,
+    only: str | None,
+    refresh: bool,
+    as_json: bool,
+) -> None:
+    """Build an offline bundle: torch wheelhouse with hashes, driver .debs, the tool, a manifest.
+
+    Resolves every --python x --distro pair with the same resolver `install` uses (no hardware
+    needed), then downloads: torch through the variant's index alone, its dependencies through
+    this machine's pip configuration, the driver's .debs inside a debootstrap root of each
+    distribution (needs root), and egpu-setup's own wheel for Ansible's `bundle` source.
+    """
+    from egpu_setup.bundle import Builder, BuildOptions, host_distro, resolve_targets
+    from egpu_setup.errors import UsageError
+    from egpu_setup.host import LiveHost
+    from egpu_setup.plan import check_index_url
+    from egpu_setup.profiles import load_profile
+
+    parts = _parts(only)
+    if index_url:
+        check_index_url(index_url)
+    target_dir = Path(out)
+    if target_dir.exists() and not target_dir.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory", "pass a directory")
+    if (
+        target_dir.is_dir()
+        and any(target_dir.iterdir())
+        and not (target_dir / "manifest.json").exists()
+    ):
+        raise UsageError(
+            f"--out {out}: a non-empty directory that is not a bundle",
+            "pass a new or empty directory, or an existing bundle to update",
+        )
+    profile = load_profile(profile_name)
+    host = LiveHost()
+    targets = resolve_targets(
+        profile,
+        list(pythons),
+        list(distros) or [host_distro(host)],
+        cuda=cuda,
+        torch_spec=torch_spec,
+    )
+    report = Builder(
+        host, profile, targets, BuildOptions(target_dir, index_url, parts, refresh)
+    ).build()
+    if as_json:
+        echo_json(
+            {"schema": "egpu-setup/bundle-build/1", "out": str(target_dir), **report.to_json()}
+        )
+        return
+    click.echo(
+        f"Bundle {target_dir}: {', '.join(report.targets)}; {report.files} files, "
+        f"{report.total_bytes / 1e6:.1f} MB ({report.seconds:.1f} s)"
+    )
+    if report.downloaded:
+        click.echo(f"  downloaded: {', '.join(report.downloaded)}")
+    if report.reused:
+        click.echo(f"  up to date: {', '.join(report.reused)}")
