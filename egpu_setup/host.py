@@ -129,7 +129,10 @@ class Host:
         return self.real_path(path).is_dir()
 
     def readlink(self, path: str) -> str | None:
-        real = self.root / path.lstrip("/") if not self._is_slash else Path(path)
+        """The target of the link at `path` itself; links above it resolve inside the root."""
+        parent, _, name = path.rstrip("/").rpartition("/")
+        parent_real = self.resolve(parent or "/") or parent
+        real = self.root / parent_real.lstrip("/") / name if not self._is_slash else Path(path)
         try:
             return os.readlink(real)
         except OSError:

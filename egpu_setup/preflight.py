@@ -21,13 +21,11 @@ log = logging.getLogger("egpu_setup.preflight")
 DRIVER_BYTES = 2 * 1024**3
 TORCH_CPU_BYTES = 1 * 1024**3
 TORCH_CUDA_BYTES = 7 * 1024**3
-COMPETING_MANAGERS = (
-    "envycontrol",
-    "optimus-manager",
-    "bumblebee",
-    "system76-power",
-    "nvidia-prime-applet",
-)
+
+
+# Where the key that signs DKMS modules lives: dkms's own (Debian, dkms >= 3) and Ubuntu's
+# shim-signed key (update-secureboot-policy), reference/hotplug-security.md §4.2.
+MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 
 def preflight(plan: Plan, host: Any, paths: Any, facts: Any, options: PlanOptions) -> list[str]:
@@ -96,15 +94,18 @@ def _check_space(plan: Plan, host: Any) -> None:
 
 
 def _competing_managers(plan: Plan, host: Any) -> list[str]:
-    from egpu_setup.plan import installed_packages
+    """Other GPU managers rewrite the same configuration: the same markers doctor reports
+    (`competing-gpu-manager`), so the two can never disagree."""
+    from egpu_setup.doctor import probe_manager_files
+    from egpu_setup.doctor.rules import competing_managers
 
     if not any(s.part_name == "config" for s in plan.steps):
         return []
-    installed = installed_packages(host)
-    found = [m for m in COMPETING_MANAGERS if m in installed or host.which(m)]
+    hits = competing_managers(probe_manager_files(host))
     return [
-        f"{m} is installed: it rewrites GPU configuration too; switch it off or remove it"
-        for m in found
+        f"{h.tool} ({h.path}: {h.detail}) also manages GPUs: switch it off or remove it "
+        "(see `egpu-setup doctor`)"
+        for h in hits
     ]
 
 
@@ -118,8 +119,8 @@ def _secure_boot(plan: Plan, facts: Any, host: Any) -> list[str]:
     if not sb or host.kind != "live":
         return []
     installs_driver = any(isinstance(s, AptInstall) and s.part_name == "driver" for s in plan.steps)
-    pub = "/var/lib/dkms/mok.pub"
-    if host.exists(pub) and host.which("mokutil"):
+    pub = next((k for k in MOK_KEYS if host.exists(k)), None)
+    if pub and host.which("mokutil"):
         res = host.run(["mokutil", "--test-key", pub], timeout=30)
         text = (res.out + res.err).lower()
         if "is not enrolled" in text or "not enrolled" in text:

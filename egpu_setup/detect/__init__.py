@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from egpu_setup.detect.sysfs import pcie_speed
 from egpu_setup.facts import Gpu, HostFacts, Link, ThunderboltFacts
 from egpu_setup.host import Host
 
@@ -183,9 +184,9 @@ def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
             architecture=arch,
             compute_capability=cc,
             link=Link(
-                _gen_speed(g.link_gen_current),
+                pcie_speed(g.link_gen_current),
                 g.link_width_current,
-                _gen_speed(g.link_gen_max),
+                pcie_speed(g.link_gen_max),
                 g.link_width_max,
             ),
         )
@@ -202,11 +203,3 @@ def _vendor_from_name(name: str | None) -> str | None:
     if "ati" in low.split():
         return "amd"
     return "other"
-
-
-# PCIe generation -> transfer rate (GT/s), for nvidia-smi, which reports generations.
-_GEN_SPEED = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
-
-
-def _gen_speed(gen: int | None) -> float | None:
-    return _GEN_SPEED.get(gen) if gen else None

@@ -55,3 +55,8 @@ _GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 
 def pcie_generation(speed_gts: float | None) -> int | None:
     return _GEN_BY_SPEED.get(speed_gts) if speed_gts is not None else None
+
+
+def pcie_speed(generation: int | None) -> float | None:
+    """PCIe generation -> transfer rate (GT/s), for tools that report generations (nvidia-smi)."""
+    return next((s for s, g in _GEN_BY_SPEED.items() if g == generation), None)

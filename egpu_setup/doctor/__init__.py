@@ -95,13 +95,10 @@ def _rule_files(host: Host, directory: str, suffix: str) -> list[tuple[str, str]
     return out
 
 
-def collect(host: Host, facts: HostFacts) -> DoctorInput:
-    """Read every source doctor uses through the Host (soft: missing is None or empty)."""
+def probe_manager_files(host: Host) -> dict[str, str | None]:
+    """The marker files of other GPU managers that exist, with their text (None: a directory)."""
     from egpu_setup.doctor.rules import MANAGER_MARKERS
 
-    udev = [f for d in UDEV_DIRS for f in _rule_files(host, d, ".rules")]
-    xorg = [(p, t) for p in XORG_FILES if (t := host.read(p)) is not None]
-    xorg += [f for d in XORG_DIRS for f in _rule_files(host, d, ".conf")]
     managers: dict[str, str | None] = {}
     for marker in MANAGER_MARKERS:
         if marker.path in managers or not host.exists(marker.path):
@@ -109,6 +106,15 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         managers[marker.path] = (
             None if host.is_dir(marker.path) else host.read(marker.path, limit=65536)
         )
+    return managers
+
+
+def collect(host: Host, facts: HostFacts) -> DoctorInput:
+    """Read every source doctor uses through the Host (soft: missing is None or empty)."""
+    udev = [f for d in UDEV_DIRS for f in _rule_files(host, d, ".rules")]
+    xorg = [(p, t) for p in XORG_FILES if (t := host.read(p)) is not None]
+    xorg += [f for d in XORG_DIRS for f in _rule_files(host, d, ".conf")]
+    managers = probe_manager_files(host)
     # Runtime PM of the eGPU and every bridge above it (the whole path must stay powered).
     power: dict[str, str] = {}
     nv_power: dict[str, str] = {}
