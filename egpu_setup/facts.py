@@ -119,6 +119,21 @@ class HostFacts:
     def nvidia_gpus(self) -> tuple[Gpu, ...]:
         return tuple(g for g in self.gpus if g.vendor == "nvidia")
 
+    def fleet_summary(
+        self, gpu: Gpu | None, *, hostname: str | None, torch: str | None
+    ) -> dict[str, Any]:
+        """The `host` block of install and verify reports, as `egpu-setup report` reads it."""
+        out: dict[str, Any] = {
+            "hostname": hostname,
+            "torch": torch,
+            "driver": self.nvidia.driver_version,
+        }
+        if gpu is not None:
+            out["gpu"] = {"name": gpu.name, "pci_address": gpu.pci_address}
+            out["connection"] = gpu.connection
+            out["link"] = asdict(gpu.link)
+        return out
+
     @property
     def egpu(self) -> Gpu | None:
         """The external NVIDIA GPU when exactly one is external; else None."""

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 import click
@@ -146,7 +147,7 @@ def prepare(**kw: Any) -> Prepared:
     from egpu_setup.host import LiveHost, RootHost, open_host
     from egpu_setup.plan import DEFAULT_VENV, PlanOptions, build_plan, parse_only
     from egpu_setup.profiles import load_profile
-    from egpu_setup.render import render_set
+    from egpu_setup.render import RenderSet, render_set
     from egpu_setup.state import Journal, Manifest, RunLock, StatePaths
 
     only = parse_only(kw["only"])
@@ -171,8 +172,14 @@ def prepare(**kw: Any) -> Prepared:
         target = LiveHost()
     facts_host = open_host(kw["from_dir"]) if kw["from_dir"] else target
     facts = detect_host(facts_host)
+    _refuse_non_nvidia_egpu(facts)
     warnings: list[str] = []
-    if facts.egpu is None:
+    if facts.os.wsl:
+        # The Windows host owns the driver and the device: nothing to render or apt-install.
+        if only - {"torch"}:
+            warnings.append("WSL2: the Windows driver serves the GPU; planning the torch part only")
+        only = only & frozenset({"torch"})
+    if facts.egpu is None and len(facts.nvidia_gpus) != 1:
         warnings.append(
             f"no external NVIDIA GPU detected: planning for the profile's GPU ({profile.gpu.name})"
         )
@@ -182,7 +189,20 @@ def prepare(**kw: Any) -> Prepared:
         resolution, bundle_source = _from_bundle(bundle, kw, resolution, only, target)
     mode = kw["mode"] or profile.mode
     venv = os.path.abspath(os.path.expanduser(kw["venv"])) if kw["venv"] else DEFAULT_VENV
-    rset = render_set(facts, profile, resolution, mode, venv=venv)
+    if only & {"driver", "config"}:
+        rset = render_set(
+            facts,
+            profile,
+            resolution,
+            mode,
+            venv=venv,
+            # Without bolt the one-UUID udev rule authorizes the enclosure; a recording can't say.
+            bolt_available=None
+            if target.kind == "recorded"
+            else target.which("boltctl") is not None,
+        )
+    else:
+        rset = RenderSet(files=(), commands=(), notes=())
     paths = StatePaths.for_root(target.root)
     try:
         manifest = Manifest.load(paths)
@@ -203,7 +223,8 @@ def prepare(**kw: Any) -> Prepared:
         index_url=kw["index_url"],
         force=kw["force"],
         apt_lock_timeout=kw["lock_timeout"],
-        target="live" if target.kind == "live" else "root",
+        # A recording is planned as the live machine it describes (it can never execute).
+        target="root" if target.kind == "root" else "live",
         pending_reboot=pending,
         sudo_user=target.getenv("SUDO_USER"),
         sudo_uid=int(sudo_uid) if sudo_uid and sudo_uid.isdigit() else None,
@@ -219,6 +240,23 @@ def prepare(**kw: Any) -> Prepared:
     return Prepared(
         facts, profile, resolution, rset.files, plan, target, paths, options, warnings, holder
     )
+
+
+def _refuse_non_nvidia_egpu(facts: Any) -> None:
+    """CUDA needs NVIDIA: an AMD or Intel eGPU alone is outside what egpu-setup provisions."""
+    from egpu_setup.errors import UnsupportedHardware
+
+    if facts.nvidia_gpus:
+        return
+    other = [g for g in facts.gpus if g.external]
+    if other:
+        g = other[0]
+        what = g.name or ":".join(i for i in (g.vendor_id, g.device_id) if i)
+        raise UnsupportedHardware(
+            f"the external GPU at {g.pci_address} ({what}) is {g.vendor or 'not NVIDIA'}: "
+            "egpu-setup provisions NVIDIA GPUs for CUDA",
+            "connect an NVIDIA eGPU and run again (`egpu-setup detect` shows what is seen)",
+        )
 
 
 def _open_bundle(kw: dict[str, Any]) -> Any:
@@ -318,7 +356,8 @@ def show(run: Prepared, as_json: bool) -> None:
     if run.plan.empty:
         click.echo("Nothing to do: this machine already matches the profile.")
         return
-    click.echo(f"Plan ({len(run.plan.steps)} steps):")
+    n = len(run.plan.steps)
+    click.echo(f"Plan ({n} step{'' if n == 1 else 's'}):")
     for i, step in enumerate(run.plan.steps, 1):
         click.echo(f"  {i:2d}. [{step.part_name}] {step.describe()}")
     for step in run.plan.steps:
@@ -331,8 +370,9 @@ def show(run: Prepared, as_json: bool) -> None:
 def _resolution_lines(res: Any) -> str:
     d, t = res.driver, res.torch
     gpu = res.gpu
+    ids = ", ".join(x for x in (gpu.pci_id, gpu.architecture) if x) if gpu else ""
     lines = [
-        f"GPU:    {gpu.name} ({gpu.pci_id}, {gpu.architecture}, sm {gpu.compute_capability})"
+        f"GPU:    {gpu.name} ({ids}, sm {gpu.compute_capability})"
         if gpu
         else "GPU:    none resolved",
         f"driver: {d.action} {d.branch or ''} {d.flavour or ''} via {d.source}"
@@ -346,6 +386,7 @@ def _resolution_lines(res: Any) -> str:
 
 def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
     """Execute under the lock; 0 done, None reboot needed (exit 3)."""
+    from egpu_setup.errors import EXIT_FAILED, EgpuSetupError
     from egpu_setup.execute import ExecOptions, execute
     from egpu_setup.preflight import preflight
     from egpu_setup.state import RunLock
@@ -368,18 +409,62 @@ def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
                 raise UsageError("confirmation needed and stdin is not a terminal", "pass --yes")
             click.confirm("Apply this plan?", abort=True, err=True)
         installer = os.environ.get("EGPU_SETUP_INSTALLER", "auto")
-        result = execute(
-            run.plan,
-            run.target,
-            run.paths,
-            ExecOptions.from_env(installer=installer, force=kw["force"]),
-        )
+        started = time.time()
+        try:
+            result = execute(
+                run.plan,
+                run.target,
+                run.paths,
+                ExecOptions.from_env(installer=installer, force=kw["force"]),
+            )
+        except EgpuSetupError as exc:
+            _save_report(run, started, None, None, exc)
+            raise
     verify = None
     torch_done = any(s.kind == "pip-install" and s.status == "done" for s in result.steps)
     if kw["run_verify"] and torch_done and not result.reboot_required and run.target.kind == "live":
         verify = _verify(run.plan_options.venv)
+    _save_report(run, started, result, verify, None)
     _summary(kw, run, result, None, verify)
+    if verify is not None and not verify.get("ok"):
+        return EXIT_FAILED  # installed, but the eGPU does not train: that is a failed install
     return None if result.reboot_required else 0
+
+
+def _save_report(run: Prepared, started: float, result: Any, verify: Any, error: Any) -> None:
+    """<state>/reports/install-<time>.json, on success and on failure, for `egpu-setup report`."""
+    from egpu_setup.errors import EXIT_FAILED, EXIT_REBOOT
+    from egpu_setup.state_reports import save_report
+
+    steps = [s.to_json() for s in result.steps] if result else []
+    torch = run.resolution.torch.version if run.resolution.torch else None
+    ok = error is None and (verify is None or bool(verify.get("ok")))
+    data = {
+        "schema": "egpu-setup/install/1",
+        "ok": ok,
+        "exit_code": error.exit_code
+        if error
+        else EXIT_FAILED
+        if not ok
+        else (EXIT_REBOOT if result and result.reboot_required else 0),
+        "changed": sum(1 for s in steps if s.get("status") == "done"),
+        "reboot_required": result.reboot_required if result else None,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "profile": run.profile.name,
+        "host": run.facts.fleet_summary(
+            run.facts.egpu, hostname=run.target.read_attr("/proc/sys/kernel/hostname"), torch=torch
+        ),
+        "resolution": run.resolution.to_json(),
+        "steps": steps,
+        "verify_ok": verify.get("ok") if verify else None,
+        "error": {"message": error.message, "hint": error.hint} if error else None,
+    }
+    try:
+        path = save_report(run.paths.state_dir, "install", data, started)
+    except OSError as exc:  # the report must never turn a good install into a failure
+        log.warning("could not save the install report: %s", exc)
+        return
+    log.info("report: %s", path)
 
 
 def _verify(venv: str) -> dict[str, Any] | None:

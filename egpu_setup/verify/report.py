@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,17 +52,9 @@ class VerifyReport:
 
     def save(self, state_dir: Path) -> Path:
         """Write <state>/reports/verify-<UTC time>.json atomically; return its path."""
-        from egpu_setup.state import atomic_write
+        from egpu_setup.state_reports import save_report
 
-        reports = state_dir / "reports"
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.started))
-        path = reports / f"verify-{stamp}.json"
-        n = 1
-        while path.exists():
-            n += 1
-            path = reports / f"verify-{stamp}-{n}.json"
-        atomic_write(path, (json.dumps(self.to_json(), indent=2) + "\n").encode(), 0o644)
-        return path
+        return save_report(state_dir, "verify", self.to_json(), self.started)
 
 
 def render_table(report: VerifyReport) -> str:

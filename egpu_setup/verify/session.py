@@ -359,17 +359,7 @@ def child_check(outcome: ChildOutcome, step: str | None, timeout: float) -> Chec
 
 def _host_summary(facts: HostFacts | None, device: dict[str, Any]) -> dict[str, Any]:
     """The `host` block `egpu-setup report` reads for its fleet table."""
-    out: dict[str, Any] = {"hostname": socket.gethostname(), "torch": device.get("torch")}
-    gpu = _target_gpu(facts)
-    if facts is not None:
-        out["driver"] = facts.nvidia.driver_version
-    if gpu is not None:
-        out["gpu"] = {"name": gpu.name, "pci_address": gpu.pci_address}
-        out["connection"] = gpu.connection
-        out["link"] = {
-            "speed_gts": gpu.link.speed_gts,
-            "width": gpu.link.width,
-            "max_speed_gts": gpu.link.max_speed_gts,
-            "max_width": gpu.link.max_width,
-        }
-    return out
+    hostname, torch = socket.gethostname(), device.get("torch")
+    if facts is None:
+        return {"hostname": hostname, "torch": torch}
+    return facts.fleet_summary(_target_gpu(facts), hostname=hostname, torch=torch)

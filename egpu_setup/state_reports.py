@@ -1,0 +1,23 @@
+"""Reports under <state>/reports/: one JSON file per install or verify, for `egpu-setup report`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+def save_report(state_dir: Path, kind: str, data: dict[str, Any], when: float) -> Path:
+    """Write <state>/reports/<kind>-<UTC time>.json atomically (never over an older one)."""
+    from egpu_setup.state import atomic_write
+
+    reports = state_dir / "reports"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+    path = reports / f"{kind}-{stamp}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = reports / f"{kind}-{stamp}-{n}.json"
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o644)
+    return path

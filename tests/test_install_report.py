@@ -1,0 +1,95 @@
+"""Every real install leaves a report that `egpu-setup report` reads; odd hosts are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import FIXTURES
+
+TB4 = str(FIXTURES / "tb4-rtx4090-ubuntu2404")
+
+
+def test_config_install_into_an_image_writes_a_report(cli, tmp_path: Path) -> None:
+    img = tmp_path / "img"
+    img.mkdir()
+    state = tmp_path / "state"
+    env = {"EGPU_SETUP_STATE_DIR": str(state)}
+    res = cli(
+        "install",
+        "--profile",
+        "rtx4090",
+        "--only",
+        "config",
+        "--root",
+        str(img),
+        "--from",
+        TB4,
+        "--yes",
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr
+    (report,) = (state / "reports").glob("install-*.json")
+    data = json.loads(report.read_text())
+    assert (
+        data["schema"] == "egpu-setup/install/1" and data["ok"] is True and data["exit_code"] == 0
+    )
+    assert data["changed"] == len(data["steps"]) > 0
+    assert data["host"]["gpu"] == {"name": "GeForce RTX 4090", "pci_address": "0000:0a:00.0"}
+    assert data["host"]["connection"] == "thunderbolt" and data["host"]["link"]["width"] == 4
+    table = cli("report", "--json", str(state / "reports"))
+    assert table.returncode == 0, table.stderr
+    assert "GeForce RTX 4090" in table.stdout
+    # Without bolt in the image, the enclosure is authorized by its UUID alone, never blanket.
+    rule = (img / "etc/udev/rules.d/61-egpu-setup-tb-authorize.rules").read_text()
+    assert 'ATTR{unique_id}=="00e8d1a4-3c2b-0e01-ffff-ffffffffffff"' in rule
+
+
+def test_a_failed_install_is_reported_too(cli, tmp_path: Path) -> None:
+    img = tmp_path / "img"
+    (img / "etc/udev/rules.d").mkdir(parents=True)
+    # A file of the user's where ours goes: a conflict, so the run stops before changing anything.
+    (img / "etc/udev/rules.d/71-egpu-setup.rules").write_text("# mine\n")
+    state = tmp_path / "state"
+    env = {"EGPU_SETUP_STATE_DIR": str(state)}
+    res = cli(
+        "install",
+        "--profile",
+        "rtx4090",
+        "--only",
+        "config",
+        "--root",
+        str(img),
+        "--from",
+        TB4,
+        "--yes",
+        env=env,
+    )
+    assert res.returncode == 1 and res.stderr.startswith("error: ")
+    (report,) = (state / "reports").glob("install-*.json")
+    data = json.loads(report.read_text())
+    assert data["ok"] is False and data["exit_code"] == 1 and data["error"]["hint"]
+    assert (img / "etc/udev/rules.d/71-egpu-setup.rules").read_text() == "# mine\n"
+
+
+def test_an_amd_egpu_is_refused_before_anything(cli) -> None:
+    res = cli(
+        "install",
+        "--profile",
+        "rtx4090",
+        "--dry-run",
+        "--from",
+        str(FIXTURES / "amd-rx7900xt-egpu"),
+    )
+    assert res.returncode == 2
+    assert "is amd: egpu-setup provisions NVIDIA GPUs" in res.stderr and "hint: " in res.stderr
+
+
+def test_wsl2_plans_torch_only(cli) -> None:
+    res = cli(
+        "install", "--profile", "rtx4090", "--dry-run", "--json", "--from", str(FIXTURES / "wsl2")
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert {s["part"] for s in data["steps"]} == {"torch"}
+    assert data["driver"]["action"] == "host-managed"
