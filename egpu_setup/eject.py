@@ -9,7 +9,8 @@ The sequence (hotplug-security.md §3.6, after gswitch's "remove", extended):
    this card);
 4. write 1 to `remove` of every function of the card (VGA, audio, USB-C), function 0 last;
 5. for Thunderbolt, write 0 to the enclosure's `authorized` where the domain supports
-   de-authorization (`deauthorization` = 1), which tears the PCIe tunnel down.
+   de-authorization (`deauthorization` = 1), which tears the PCIe tunnel down, but only for a
+   device tied to the eGPU (`_enclosure`): never a dock or a device it cannot tell apart.
 
 The NVIDIA driver does not handle surprise removal (open-gpu-kernel-modules #842), which is why
 this exists. `plan_eject` only reads; `run_eject` acts through the Host: commands with
@@ -179,15 +180,62 @@ def _installed_units(host: Host, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if any(host.exists(f"{d}/{n}") for d in dirs))
 
 
-def _enclosure(host: Host, facts: HostFacts, gpu: Gpu) -> TbDevice | None:
-    if gpu.connection not in ("thunderbolt", "usb4", "unknown"):
+def _gpu_domains(host: Host, gpu: Gpu) -> set[str] | None:
+    """Thunderbolt domains the eGPU's root port is tied to by the kernel, or None if untied.
+
+    On USB4 hosts whose ACPI names a `usb4-host-interface` for a PCIe root port, the kernel adds
+    a device link root port -> NHI (drivers/thunderbolt/acpi.c, tb_acpi_add_link), seen as
+    `supplier:pci:<nhi>` under the root port; the NHI's children are its domains. This ties the
+    GPU to a controller, never to one router: sysfs does not expose tunnels.
+    """
+    if not gpu.bridges:
         return None
-    peripherals = [
+    root_port = gpu.bridges[0]
+    domains: set[str] = set()
+    for link in host.glob(f"/sys/bus/pci/devices/{root_port}", "supplier:pci:*"):
+        nhi = link.rsplit("supplier:pci:", 1)[1]
+        if _PCI_FN.match(nhi):
+            domains |= {
+                p.rsplit("/", 1)[1] for p in host.glob(f"/sys/bus/pci/devices/{nhi}", "domain*")
+            }
+    return domains or None
+
+
+def _domain_name(dev: TbDevice) -> str:
+    # Router "1-3" lives in domain1 (sysfs-bus-thunderbolt [K2]).
+    return dev.domain or f"domain{(dev.sysfs_name or '').split('-', 1)[0]}"
+
+
+def _enclosure(host: Host, facts: HostFacts, gpu: Gpu) -> tuple[TbDevice | None, str | None]:
+    """The Thunderbolt device to de-authorize, or None and why none.
+
+    De-authorizing the wrong device drops a dock's network and displays, so a device counts as
+    the enclosure only when the eGPU is known to sit on Thunderbolt/USB4 and exactly one
+    peripheral is (or may be) authorized, narrowed to the eGPU's domain where the kernel links
+    it: the GPU's tunnel needs every router on its path authorized, so a sole candidate carries
+    it. Residual assumption: detect's `connection` is right. Connection "unknown", two
+    candidates (a dock, a daisy chain): None, and only the PCI device is removed.
+    """
+    if gpu.connection not in ("thunderbolt", "usb4"):
+        return None, (
+            f"the eGPU's link is '{gpu.connection}', so no Thunderbolt device can be tied to it"
+            if gpu.connection == "unknown"
+            else None
+        )
+    candidates = [
         d
         for d in facts.thunderbolt.devices
         if d.sysfs_name and not d.sysfs_name.endswith("-0") and d.authorized is not False
     ]
-    return peripherals[0] if len(peripherals) == 1 else None
+    domains = _gpu_domains(host, gpu)
+    if domains is not None:
+        candidates = [d for d in candidates if _domain_name(d) in domains]
+    if len(candidates) == 1 and candidates[0].authorized is True:
+        return candidates[0], None
+    if not candidates:
+        return None, "no authorized Thunderbolt device is listed"
+    names = ", ".join(f"{d.sysfs_name} ({d.name or '?'})" for d in candidates)
+    return None, f"several Thunderbolt devices could carry it: {names}"
 
 
 # -- planning -------------------------------------------------------------------------------------
@@ -247,9 +295,9 @@ def plan_eject(host: Host, facts: HostFacts) -> EjectPlan:
                 value="1\n",
             )
         )
-    enclosure = _enclosure(host, facts, gpu)
+    enclosure, untied = _enclosure(host, facts, gpu)
     if enclosure is not None and enclosure.sysfs_name:
-        domain = enclosure.domain or f"domain{enclosure.sysfs_name.split('-', 1)[0]}"
+        domain = _domain_name(enclosure)
         if host.read_attr(f"/sys/bus/thunderbolt/devices/{domain}/deauthorization") == "1":
             steps.append(
                 EjectStep(
@@ -262,9 +310,10 @@ def plan_eject(host: Host, facts: HostFacts) -> EjectPlan:
             )
         else:
             notes.append(f"{domain} cannot de-authorize devices; the tunnel closes when unplugged")
-    elif gpu.connection in ("thunderbolt", "usb4"):
+    elif untied is not None:
         notes.append(
-            "could not tell which Thunderbolt device is the enclosure; it stays authorized"
+            f"{untied}: only the PCI device is removed; the Thunderbolt enclosure stays "
+            "authorized (the tunnel closes when it is unplugged)"
         )
     return EjectPlan(gpu, functions, displays, users, tuple(steps), tuple(notes))
 

@@ -9,6 +9,9 @@ Test hook (documented, inert unless set): EGPU_SETUP_TEST_KILL_AT=<i>[:begin|:mi
 makes the executor SIGKILL itself at step i's boundary — after the journal's step-begin record
 (`begin`, the default), with a file's temp copy written and fsync'ed but not yet renamed
 (`mid-write`), or after the step's work but before its step-done record (`done`).
+
+A RebootNeeded step leaves state.VERIFY_MARKER on the target: egpu-setup-verify.service runs
+once at the next boot when (and only while) it exists, consumes it and saves verify's report.
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ from egpu_setup.plan import (
     Step,
     WriteFile,
 )
-from egpu_setup.state import Journal, Manifest, StatePaths, clean_temp_files, new_run_id
+from egpu_setup.state import (
+    Journal,
+    Manifest,
+    StatePaths,
+    clean_temp_files,
+    new_run_id,
+    write_verify_marker,
+)
 
 log = logging.getLogger("egpu_setup.execute")
 
@@ -145,8 +155,10 @@ def execute(
         raise EgpuSetupError(
             f"{first.path} was changed by someone since egpu-setup wrote it (or is not ours)",
             "see the diff with `egpu-setup install --dry-run`; --force replaces it "
-            "(your version is kept in /var/lib/egpu-setup/backups)",
+            f"(your version is kept in {paths.backups})",
         )
+    # a normal user against root-owned state: `error: … needs root`, before anything is written
+    paths.check_writable()
     manifest = Manifest.load(paths)
     journal = Journal(paths)
     result = ExecResult(new_run_id())
@@ -242,7 +254,31 @@ def _apply(
         if options.simulate_apt and step.for_part == "driver":
             return "simulated", "not run: apt steps are simulated"
         execute_apt.run_checked(host, list(step.argv), timeout=1800)
+        undo = undo_argv(step.argv)
+        if undo is not None:  # rollback takes it back (`boltctl forget`, `grubby --remove-args`)
+            ctx.manifest.add_command(list(step.argv), undo, ctx.run_id)
+            ctx.manifest.save()
         return "done", ""
     if isinstance(step, RebootNeeded):
+        write_verify_marker(host, ctx.run_id, step.reason)
         return "done", step.reason
     raise AssertionError(f"unknown step {step!r}")
+
+
+def undo_argv(argv: tuple[str, ...] | list[str]) -> list[str] | None:
+    """The command that takes back what `argv` did outside any file we manage, or None.
+
+    `boltctl enroll [--policy P] UUID` stores the device in boltd's database (it is authorized
+    at every connect from then on): `boltctl forget UUID` removes it (boltctl(1)).
+    `grubby --update-kernel=ALL --args=A` edits every boot entry: `--remove-args=A` undoes it
+    (grubby(8)).
+    """
+    argv = list(argv)
+    if argv[:2] == ["boltctl", "enroll"] and len(argv) > 2:
+        return ["boltctl", "forget", argv[-1]]
+    if argv and argv[0] == "grubby":
+        args = [a.split("=", 1)[1] for a in argv if a.startswith("--args=")]
+        kernels = [a for a in argv if a.startswith("--update-kernel=")]
+        if args and kernels:
+            return ["grubby", kernels[0], "--remove-args=" + args[0]]
+    return None

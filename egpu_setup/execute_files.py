@@ -107,13 +107,10 @@ def link_managed(ctx: Context, path: str, target: str) -> None:
     entry["target"] = target
     ctx.manifest.save()
     real.parent.mkdir(parents=True, exist_ok=True)
-    tmp = real.with_name(f".{real.name}.egpu-setup-tmp-{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    os.symlink(target, tmp)
-    os.replace(tmp, real)
+    _replace_with_link(real, target)
     fsync_dir(real.parent)
     entry["sha256"] = "link:" + target
+    ctx.manifest.save()  # the link is made: record it, as write_managed records its hash
 
 
 # -- rollback -------------------------------------------------------------------------------------
@@ -136,28 +133,51 @@ def plan_undo(host: Any, manifest: Manifest) -> list[Undo]:
         entry = manifest.files[path]
         real = _location(host, path)
         if entry["kind"] == "link":
-            current = os.readlink(real) if real.is_symlink() else None
-            if current is None:
-                out.append(Undo(path, "already-gone"))
-            elif current == entry.get("target"):
-                out.append(Undo(path, "unlinked" if entry["created"] else "restored"))
-            else:
-                out.append(Undo(path, "kept-edited", f"now points to {current}"))
-            continue
-        data = real.read_bytes() if real.is_file() else None
-        if data is not None and not manifest.is_ours(path, data):
-            out.append(Undo(path, "kept-edited", "changed since egpu-setup wrote it"))
-        elif entry["created"]:
-            out.append(Undo(path, "removed" if data is not None else "already-gone"))
+            out.append(_plan_link(path, entry, real))
         else:
-            out.append(
-                Undo(
-                    path,
-                    "restored",
-                    f"to the content from before egpu-setup ({entry['prior_sha256'][:12]})",
-                )
-            )
+            out.append(_plan_file(path, entry, real, manifest))
     return out
+
+
+def _prior(entry: dict[str, Any]) -> str:
+    """What rollback puts back, in words."""
+    if entry.get("prior_link") is not None:
+        return f"to the link -> {entry['prior_link']} from before egpu-setup"
+    return f"to the content from before egpu-setup ({(entry.get('prior_sha256') or '?')[:12]})"
+
+
+def _plan_link(path: str, entry: dict[str, Any], real: Path) -> Undo:
+    current = os.readlink(real) if real.is_symlink() else None
+    if current is not None and current == entry.get("target"):
+        if entry["created"]:
+            return Undo(path, "unlinked")
+        return Undo(path, "restored", _prior(entry))
+    if current is not None:
+        if current == entry.get("prior_link"):
+            return Undo(path, "already-gone", f"already points to {current} again")
+        return Undo(path, "kept-edited", f"now points to {current}")
+    if real.exists():  # a regular file where our link was
+        if entry.get("prior_sha256") and sha256(real.read_bytes()) == entry["prior_sha256"]:
+            return Undo(path, "already-gone", "the file from before egpu-setup is back")
+        return Undo(path, "kept-edited", "replaced by a file since egpu-setup linked it")
+    if entry["created"]:
+        return Undo(path, "already-gone")
+    return Undo(path, "restored", _prior(entry))  # our link was removed: put theirs back
+
+
+def _plan_file(path: str, entry: dict[str, Any], real: Path, manifest: Manifest) -> Undo:
+    # we only ever write regular files: a link here now is someone else's (or the old one back)
+    if real.is_symlink():
+        current = os.readlink(real)
+        if current == entry.get("prior_link"):
+            return Undo(path, "already-gone", f"already the link -> {current} again")
+        return Undo(path, "kept-edited", f"now a link to {current}")
+    data = real.read_bytes() if real.is_file() else None
+    if data is not None and not manifest.is_ours(path, data):
+        return Undo(path, "kept-edited", "changed since egpu-setup wrote it")
+    if entry["created"]:
+        return Undo(path, "removed" if data is not None else "already-gone")
+    return Undo(path, "restored", _prior(entry))
 
 
 def _location(host: Any, path: str) -> Path:
@@ -176,23 +196,22 @@ def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = Fa
             log.warning("%s was edited after egpu-setup wrote it: kept as it is", u.path)
             done.append(u)
             continue
-        if entry["kind"] == "link" or entry.get("prior_link"):
-            if entry.get("prior_link"):
-                tmp = real.with_name(f".{real.name}.egpu-setup-tmp-{os.getpid()}")
-                os.symlink(entry["prior_link"], tmp)
-                os.replace(tmp, real)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    real.unlink()
-        elif entry["created"]:
-            with contextlib.suppress(FileNotFoundError):
-                real.unlink()
-        else:
+        if u.action == "already-gone" and not entry["created"]:
+            pass  # what was there before us is back already (by hand): nothing to put back
+        elif entry.get("prior_link") is not None:
+            # a link before us (file or unit link entry alike): the same link text, exactly
+            _replace_with_link(real, entry["prior_link"])
+        elif entry.get("prior_sha256"):
+            # a regular file before us, whatever we put there (a file or a unit link): its
+            # bytes, mode and owner from the backup (a link we made over it goes with the rename)
             data = manifest.read_backup(entry["backup"])
-            atomic_write(real, data, entry["prior_mode"])
+            atomic_write(real, data, entry["prior_mode"])  # the rename replaces our link too
             owner = entry.get("prior_owner")
             if owner and os.geteuid() == 0:
                 os.chown(real, owner[0], owner[1])
+        else:  # created by us
+            with contextlib.suppress(FileNotFoundError):
+                real.unlink()
         for d in reversed(entry.get("created_dirs") or []):
             with contextlib.suppress(OSError):  # not empty: something else lives there now
                 _location(host, d).rmdir()
@@ -202,6 +221,15 @@ def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = Fa
         manifest.save()
         done.append(u)
     return done
+
+
+def _replace_with_link(real: Path, target: str) -> None:
+    """Make `real` the symlink -> `target` in one rename (a reader never sees it missing)."""
+    tmp = real.with_name(f".{real.name}.egpu-setup-tmp-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    os.symlink(target, tmp)
+    os.replace(tmp, real)
 
 
 def remove_tree(host: Any, path: str) -> None:

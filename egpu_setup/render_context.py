@@ -42,6 +42,14 @@ _KERNEL_PARAM = re.compile(
 
 NVIDIA_VENDOR = "10de"
 
+DEFAULT_TOOL_PATH = "/usr/local/bin/egpu-setup"
+# Where the boot helper writes the Xorg file with the current BusID (display mode); tmpfs, so
+# a boot without the eGPU starts with none (hotplug-security.md §3.7).
+XORG_RUNTIME = "/run/egpu-setup/90-egpu-setup.conf"
+# Directories a distribution or an administrator's install keeps root-owned; an entry point
+# elsewhere (a pipx venv in a home directory) could be replaced by the user.
+ROOT_OWNED_PREFIXES = ("/usr/", "/opt/")
+
 # -- knowledge tables -----------------------------------------------------------------------------
 
 # argv that rebuilds the initramfs after the nouveau blacklist changes, by distro family.
@@ -146,6 +154,7 @@ class RenderContext:
     kernel_params: tuple[str, ...]
     grub: str | None  # "dropin" / "grubby" / None
     tool_path: str
+    xorg_runtime: str
     venv: str
     wait_timeout: int
     notes: tuple[str, ...]
@@ -168,6 +177,7 @@ class RenderContext:
             "initramfs": self.initramfs,
             "kernel_params": self.kernel_params,
             "tool_path": self.tool_path,
+            "xorg_runtime": self.xorg_runtime,
             "venv": self.venv,
             "wait_timeout": self.wait_timeout,
         }
@@ -285,24 +295,52 @@ def _is_peripheral(dev: TbDevice) -> bool:
     return not (dev.sysfs_name or "").endswith("-0")
 
 
-def _enclosure(facts: HostFacts, wanted: str | None) -> TbDevice | None:
+def _enclosure(
+    facts: HostFacts, wanted: str | None, egpu: Gpu | None
+) -> tuple[TbDevice | None, str | None]:
+    """The Thunderbolt device that carries the eGPU's PCIe tunnel, or None and why not.
+
+    Nothing in sysfs ties a peripheral router to the PCI functions behind it: the Thunderbolt
+    bus exposes routers and their `authorized`/`unique_id`, not the tunnels (sysfs-bus-thunderbolt
+    [K2]; tunnels are listed only in debugfs). The one kernel link is at the host side: on USB4
+    hosts whose ACPI gives a root port `usb4-host-interface`, drivers/thunderbolt/acpi.c
+    (tb_acpi_add_link) adds a device link root port -> NHI (`supplier:pci:<nhi>` under the root
+    port), which names the domain, not the router. So the device is taken to be the enclosure
+    only when (a) the profile pins its UUID, or (b) an external NVIDIA GPU is detected on a
+    Thunderbolt/USB4 link and exactly one peripheral is (or may be) authorized: the GPU is
+    visible, so its tunnel runs through authorized routers, and with one candidate it is that
+    one. Residual assumption: detect's `connection` is right and `authorized` was read while the
+    GPU was attached (a daisy chain or a dock makes two candidates, which is refused).
+    Anything else (eGPU unplugged, a dock alone) names no device: a dock's UUID must never be
+    enrolled as the enclosure.
+    """
     peripherals = [d for d in facts.thunderbolt.devices if _is_peripheral(d)]
     if wanted is not None:
         for dev in peripherals:
             if (dev.unique_id or "").lower() == wanted:
-                return dev
-        return None
-    if len(peripherals) == 1:
-        return peripherals[0]
-    if len(peripherals) > 1:
-        listed = "; ".join(
-            f"{d.vendor or '?'} {d.name or '?'}: {d.unique_id or '?'}" for d in peripherals
+                return dev, None
+        return None, None
+    if egpu is None or egpu.connection not in _TB_CONNECTIONS:
+        why = (
+            "no eGPU is attached now"
+            if egpu is None
+            else f"the eGPU's link is '{egpu.connection}', not Thunderbolt/USB4"
         )
-        raise UsageError(
-            f"several Thunderbolt devices are connected ({listed}) and the profile names none",
-            "set hotplug.enclosure_unique_id in the profile to the enclosure's UUID",
+        return None, (
+            f"{why}, so no Thunderbolt device can be tied to it and none is authorized: "
+            "connect the eGPU, or pin hotplug.enclosure_unique_id in the profile, then re-run"
         )
-    return None
+    candidates = [d for d in peripherals if d.authorized is not False]
+    if len(candidates) == 1:
+        return candidates[0], None
+    listed = "; ".join(
+        f"{d.vendor or '?'} {d.name or '?'}: {d.unique_id or '?'}" for d in candidates
+    )
+    return None, (
+        f"cannot tell which Thunderbolt device is the eGPU's enclosure "
+        f"({listed or 'no authorized device is listed'}), so none is authorized: connect the "
+        "eGPU alone, or pin hotplug.enclosure_unique_id in the profile, then re-run"
+    )
 
 
 def _domain_of(facts: HostFacts, dev: TbDevice | None) -> TbDomain | None:
@@ -340,7 +378,7 @@ def plan_thunderbolt(
     wanted = hotplug.enclosure_unique_id
     if wanted is not None:
         wanted = check_uuid(wanted, "profile hotplug.enclosure_unique_id")
-    dev = _enclosure(facts, wanted)
+    dev, unknown = _enclosure(facts, wanted, egpu)
     domain = _domain_of(facts, dev)
     security = domain.security if domain else None
     iommu = domain.iommu_dma_protection if domain else None
@@ -367,11 +405,12 @@ def plan_thunderbolt(
 
     uuid = wanted or (dev.unique_id if dev else None)
     if uuid is None:
-        raise ActionRequired(
-            f"Thunderbolt security level '{security}' needs the enclosure authorized, "
-            "but it is not "
-            "connected and the profile names no hotplug.enclosure_unique_id",
-            "connect and power on the enclosure, then re-run (or set enclosure_unique_id)",
+        # Enrol nothing and write no udev rule: a guess could authorize a dock or a stranger's
+        # device for good. The boot helper then waits for the GPU only.
+        return ThunderboltPlan("none", security=security, iommu=iommu), (
+            unknown
+            or "the enclosure has no unique_id in sysfs; pin hotplug.enclosure_unique_id in the "
+            "profile",
         )
     uuid = check_uuid(uuid, "Thunderbolt device unique_id")
     accept = _check_bool(hotplug.accept_no_iommu, "profile hotplug.accept_no_iommu")
@@ -445,7 +484,7 @@ def build_context(
     *,
     bolt_available: bool | None = None,
     kernel_params: Iterable[str] = (),
-    tool_path: str = "/usr/local/bin/egpu-setup",
+    tool_path: str = DEFAULT_TOOL_PATH,
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
 ) -> RenderContext:
@@ -484,11 +523,9 @@ def build_context(
         raise UsageError(
             f"the eGPU at {gpu.sysfs if gpu else '?'} is not an NVIDIA GPU", "use an NVIDIA GPU"
         )
-    if mode == "display" and gpu is None:
-        raise ActionRequired(
-            "display mode needs the eGPU's PCI address for Xorg's BusID, and no eGPU is connected",
-            "connect and power on the eGPU, then re-run (or use --mode compute)",
-        )
+    # Display mode needs no address here: the boot helper writes Xorg's BusID from the address
+    # the eGPU has at that boot (another port means another bus number), or no Xorg file at all
+    # when it is absent, so X falls back to the built-in GPU (hotplug-security.md §3.7).
 
     tb, tb_notes = plan_thunderbolt(facts, hp, egpu, bolt_available)
     notes = list(tb_notes)
@@ -527,6 +564,13 @@ def build_context(
         else:
             notes.append(f"add these kernel parameters in your boot loader: {' '.join(params)}")
 
+    tool_path = check_path(tool_path, "egpu-setup path")
+    if not tool_path.startswith(ROOT_OWNED_PREFIXES):
+        notes.append(
+            f"egpu-eject runs {tool_path} as root: allow egpu-eject in sudoers only if that file "
+            "and every directory above it are root-owned and not writable by the user"
+        )
+
     debian_modules = (facts.os.id or "").lower() == "debian"
     removable = bool(egpu is not None and egpu.removable == "removable")
     return RenderContext(
@@ -544,7 +588,8 @@ def build_context(
         initramfs=initramfs,
         kernel_params=params,
         grub=grub,
-        tool_path=check_path(tool_path, "egpu-setup path"),
+        tool_path=tool_path,
+        xorg_runtime=XORG_RUNTIME,
         venv=check_path(venv, "venv path"),
         wait_timeout=wait_timeout,
         notes=tuple(notes),

@@ -9,6 +9,13 @@ Layout (DESIGN.md, "Files on a provisioned machine"; all of it under DIR with `-
 
 `EGPU_SETUP_STATE_DIR` moves the state (and the lock, so parallel tests never meet) elsewhere.
 
+Not root, on the running system: the state (and its lock) live in $XDG_STATE_HOME/egpu-setup
+(default ~/.local/state/egpu-setup, XDG Base Directory spec). Only a plan that needs no root runs
+then (torch into the user's own venv: preflight refuses the rest), and its record (the venv it
+created) belongs to that user, who rolls it back without sudo. Root-owned state a normal user
+cannot read or write is reported as `error:`/`hint: sudo …`, never as a PermissionError
+traceback (StateAccessError).
+
 Why content-addressed backups: a file replaced twice keeps its *original* content (the one from
 before egpu-setup ever touched it), which is what rollback must restore byte for byte
 (reference/hotplug-security.md §6.2, §6.5).
@@ -23,6 +30,8 @@ import hashlib
 import json
 import logging
 import os
+import shlex
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,12 +45,39 @@ log = logging.getLogger("egpu_setup.state")
 
 STATE_DIR = "/var/lib/egpu-setup"
 LOCK_PATH = "/run/lock/egpu-setup.lock"
+USER_STATE_NAME = "egpu-setup"  # under $XDG_STATE_HOME (default ~/.local/state)
+# Host path (under the target root), the ConditionPathExists= of egpu-setup-verify.service
+# (templates/systemd/egpu-setup-verify.service.j2): fixed, the unit cannot follow an override.
+VERIFY_MARKER = "/var/lib/egpu-setup/verify-after-reboot"
 MANIFEST_SCHEMA = "egpu-setup/manifest/1"
 TMP_MARK = ".egpu-setup-tmp-"  # temp files carry this in their name so a later run can find them
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+class StateAccessError(EgpuSetupError, PermissionError):
+    """State this user may not read or write (root-owned /var/lib/egpu-setup, the run lock).
+
+    Also a PermissionError, so a caller that goes on without the state (a dry run as a normal
+    user) can still catch it as one; the CLI prints it as `error:`/`hint:` with exit 1.
+    """
+
+
+def sudo_hint() -> str:
+    """`sudo egpu-setup <the same arguments>`: the one next step for a normal user."""
+    args = shlex.join(sys.argv[1:])
+    return f"sudo egpu-setup {args}".rstrip()
+
+
+def denied(path: Path, verb: str) -> StateAccessError:
+    return StateAccessError(f"{path} needs root to {verb}", sudo_hint())
+
+
+def can(path: Path | str, mode: int) -> bool:
+    """os.access by the *effective* ids, which the kernel checks on open (not the real ones)."""
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
 
 
 # -- atomic writes -------------------------------------------------------------------------------
@@ -98,7 +134,8 @@ def clean_temp_files(directories: set[Path]) -> list[Path]:
     for d in sorted(directories):
         with contextlib.suppress(OSError):
             for entry in d.iterdir():
-                if TMP_MARK in entry.name and entry.is_file() and not entry.is_symlink():
+                # a temp symlink (link_managed, rollback) is removed too, never followed
+                if TMP_MARK in entry.name and (entry.is_symlink() or entry.is_file()):
                     entry.unlink()
                     removed.append(entry)
     return removed
@@ -116,12 +153,45 @@ class StatePaths:
 
     @classmethod
     def for_root(cls, root: Path) -> StatePaths:
+        """The state of `root`; a normal user's own state on the running system (module doc)."""
         override = os.environ.get("EGPU_SETUP_STATE_DIR")
         if override:
             d = Path(override)
             return cls(d, d / "egpu-setup.lock")
+        if Path(root) == Path("/") and os.geteuid() != 0:
+            return cls.for_user()
+        return cls.system(root)
+
+    @classmethod
+    def system(cls, root: Path) -> StatePaths:
+        """The root-owned state of the system at `root` (what `sudo egpu-setup` uses)."""
         root = Path(root)
         return cls(root / STATE_DIR.lstrip("/"), root / LOCK_PATH.lstrip("/"))
+
+    @classmethod
+    def for_user(cls) -> StatePaths:
+        """$XDG_STATE_HOME/egpu-setup; a relative XDG_STATE_HOME is invalid and ignored (spec)."""
+        xdg = os.environ.get("XDG_STATE_HOME", "")
+        base = Path(xdg) if xdg.startswith("/") else Path.home() / ".local" / "state"
+        d = base / USER_STATE_NAME
+        return cls(d, d / "egpu-setup.lock")
+
+    def check_writable(self) -> None:
+        """Raise StateAccessError unless this process can create/write the state (changes nothing).
+
+        Checked before a run writes its first journal line, so a normal user running a plan
+        against root-owned state gets `error: … needs root` and nothing on disk changes.
+        """
+        # os.path.exists, not Path.exists: it is False (not an exception) behind a 0700 directory
+        for target in (self.state_dir, self.lock.parent):
+            probe = target
+            while not os.path.exists(probe) and probe != probe.parent:
+                probe = probe.parent
+            if not can(probe, os.W_OK | os.X_OK):
+                raise denied(target, "write")
+        for existing in (self.manifest, self.journal, self.lock):
+            if os.path.exists(existing) and not can(existing, os.R_OK | os.W_OK):
+                raise denied(existing, "write")
 
     @property
     def manifest(self) -> Path:
@@ -163,8 +233,11 @@ class RunLock:
             os.close(fd)
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError as exc:  # a root-owned lock (or its directory), not root
+            raise denied(self.path, "lock") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -176,8 +249,6 @@ class RunLock:
                     "wait for it to finish; never delete the lock file",
                 ) from exc
             raise
-        import sys
-
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
         self._fd = fd
@@ -214,6 +285,9 @@ class Manifest:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     packages: list[dict[str, Any]] = field(default_factory=list)
     venvs: list[dict[str, Any]] = field(default_factory=list)
+    # commands whose effect outlives the files, with the argv that undoes each, e.g.
+    # {"argv": ["boltctl", "enroll", …, UUID], "undo": ["boltctl", "forget", UUID], "run": …}
+    commands: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, paths: StatePaths) -> Manifest:
@@ -221,8 +295,9 @@ class Manifest:
             data = json.loads(paths.manifest.read_text())
         except FileNotFoundError:
             return cls(paths)
-        except PermissionError:
-            raise  # not root: a dry run goes on without it, a real run stopped before this
+        except PermissionError as exc:
+            # not root: a dry run goes on without it (catches PermissionError); the rest says so
+            raise denied(paths.manifest, "read") from exc
         except (OSError, ValueError) as exc:
             raise EgpuSetupError(
                 f"cannot read the manifest {paths.manifest}: {exc}",
@@ -233,17 +308,31 @@ class Manifest:
                 f"{paths.manifest}: unknown schema {data.get('schema')!r}",
                 "this manifest was written by another egpu-setup version",
             )
-        return cls(paths, data.get("files", {}), data.get("packages", []), data.get("venvs", []))
+        return cls(
+            paths,
+            data.get("files", {}),
+            data.get("packages", []),
+            data.get("venvs", []),
+            data.get("commands", []),
+        )
 
     def save(self) -> None:
-        self.paths.state_dir.mkdir(parents=True, exist_ok=True)
         data = {
             "schema": MANIFEST_SCHEMA,
             "files": self.files,
             "packages": self.packages,
             "venvs": self.venvs,
+            "commands": self.commands,
         }
-        atomic_write(self.paths.manifest, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+        try:
+            self.paths.state_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.paths.manifest, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+        except PermissionError as exc:
+            raise denied(self.paths.manifest, "write") from exc
+
+    @property
+    def empty(self) -> bool:
+        return not (self.files or self.packages or self.venvs or self.commands)
 
     def backup(self, data: bytes) -> str:
         """Store `data` content-addressed; return the backup's name."""
@@ -283,6 +372,10 @@ class Manifest:
         if not any(v["path"] == path for v in self.venvs):
             self.venvs.append({"path": path, "run": run_id})
 
+    def add_command(self, argv: list[str], undo: list[str], run_id: str) -> None:
+        if not any(c["undo"] == undo for c in self.commands):
+            self.commands.append({"argv": argv, "undo": undo, "run": run_id})
+
 
 # -- the journal ----------------------------------------------------------------------------------
 
@@ -312,9 +405,12 @@ class Journal:
         self.paths = paths
 
     def append(self, event: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"time": round(time.time(), 3), **event}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except PermissionError as exc:
+            raise denied(self.path, "write") from exc
         try:
             os.write(fd, line.encode())
             os.fsync(fd)
@@ -326,6 +422,8 @@ class Journal:
             text = self.path.read_text(errors="replace")
         except FileNotFoundError:
             return
+        except PermissionError as exc:
+            raise denied(self.path, "read") from exc
         for line in text.splitlines():
             with contextlib.suppress(ValueError):  # a line cut by power loss is skipped
                 event = json.loads(line)
@@ -363,6 +461,21 @@ class Journal:
             tuple(run["steps"]),
             run["boot_id"],
         )
+
+
+def write_verify_marker(host: Any, run_id: str, reason: str) -> None:
+    """Arm egpu-setup-verify.service for the next boot (atomically, under the target root)."""
+    data = {"run": run_id, "reason": reason, "time": round(time.time(), 3)}
+    atomic_write(host.real_path(VERIFY_MARKER), (json.dumps(data) + "\n").encode(), 0o644)
+
+
+def remove_verify_marker(host: Any) -> bool:
+    """Disarm it (rollback took the unit away); True when there was one."""
+    try:
+        host.real_path(VERIFY_MARKER).unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def new_run_id() -> str:

@@ -7,7 +7,9 @@ render needs only the facts; tests/fixtures/hosts/ bundles go through detect in 
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 from egpu_setup.facts import (
     Gpu,
@@ -28,6 +30,7 @@ from egpu_setup.profiles import (
     Profile,
     TorchConstraints,
 )
+from egpu_setup.render import BIN_HOTPLUG, render_all
 
 CORE_X_UUID = "c9030000-0080-7708-2307-a11e8c1b3d12"
 AG02_UUID = "d1030000-0090-8d18-a3b2-6c0a1c5f4e01"
@@ -225,3 +228,80 @@ CASES = {
 
 def with_os(facts: HostFacts, **os_fields: object) -> HostFacts:
     return replace(facts, os=replace(facts.os, **os_fields))
+
+
+# -- the hot-plug helper against a fake sysfs (tests/test_render.py, tests/test_checkers.py) --
+
+
+def fake_sys(
+    tmp: Path, *, authorized: str = "1", driver: bool = True, slot: str = "0000:3c:00"
+) -> Path:
+    """A sysfs tree with the TB3 RTX 4090 of DEBIAN12_TB3_4090 (VGA + audio) at `slot`."""
+    sysfs = tmp / "sys"
+    chain = sysfs / "devices/pci0000:00/0000:00:07.0/0000:3a:00.0/0000:3b:01.0"
+    for dev in (f"{slot}.0", f"{slot}.1"):
+        d = chain / dev
+        (d / "power").mkdir(parents=True)
+        (d / "power/control").write_text("auto\n")
+    for bridge in (chain, chain.parent, chain.parent.parent):
+        (bridge / "power").mkdir(parents=True, exist_ok=True)
+        (bridge / "power/control").write_text("auto\n")
+    gpu = chain / f"{slot}.0"
+    for attr, value in {
+        "vendor": "0x10de",
+        "device": "0x2684",
+        "class": "0x030000",
+        "current_link_speed": "2.5 GT/s PCIe",
+        "current_link_width": "4",
+        "max_link_speed": "16.0 GT/s PCIe",
+        "max_link_width": "16",
+    }.items():
+        (gpu / attr).write_text(value + "\n")
+    audio = chain / f"{slot}.1"
+    for attr, value in {"vendor": "0x10de", "device": "0x22ba", "class": "0x040300"}.items():
+        (audio / attr).write_text(value + "\n")
+    if driver:
+        (sysfs / "bus/pci/drivers/nvidia").mkdir(parents=True)
+        (gpu / "driver").symlink_to(sysfs / "bus/pci/drivers/nvidia")
+    devices = sysfs / "bus/pci/devices"
+    devices.mkdir(parents=True, exist_ok=True)
+    for dev in (f"{slot}.0", f"{slot}.1"):
+        (devices / dev).symlink_to(chain / dev)
+    (sysfs / "bus/pci/rescan").write_text("")
+    tb = sysfs / "bus/thunderbolt/devices/0-1"
+    tb.mkdir(parents=True)
+    (tb / "unique_id").write_text(CORE_X_UUID + "\n")
+    (tb / "authorized").write_text(authorized + "\n")
+    return sysfs
+
+
+def run_helper(
+    tmp: Path, sysfs: Path, mode: str, timeout: str, slot: str = "0000:3c:00"
+) -> subprocess.CompletedProcess:
+    """Run the rendered egpu-hotplug `wait` for real against `sysfs`, with modprobe and
+    systemctl stubs that record their calls in tmp/calls, /dev and /run under tmp."""
+    script = tmp / "egpu-hotplug"
+    prof = profile(enclosure_unique_id=CORE_X_UUID)
+    files = render_all(DEBIAN12_TB3_4090, prof, None, mode, bolt_available=False)
+    script.write_text(next(f.content for f in files if f.path == BIN_HOTPLUG))
+    script.chmod(0o755)
+    stubs = tmp / "stubs"
+    stubs.mkdir(exist_ok=True)
+    for name in ("modprobe", "systemctl"):  # record instead of acting on this machine
+        (stubs / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{tmp}/calls"\n')
+        (stubs / name).chmod(0o755)
+    dev = tmp / "dev"
+    (dev / "dri/by-path").mkdir(parents=True, exist_ok=True)
+    (dev / "nvidiactl").write_text("")
+    (dev / "dri/card1").write_text("")
+    (dev / "dri/card0").write_text("")
+    (dev / f"dri/by-path/pci-{slot}.0-card").symlink_to(dev / "dri/card1")
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "EGPU_SETUP_SYSFS": str(sysfs),
+        "EGPU_SETUP_DEV": str(dev),
+        "EGPU_SETUP_RUN": str(tmp / "run"),
+    }
+    return subprocess.run(
+        ["sh", str(script), "wait", timeout], capture_output=True, text=True, env=env, timeout=60
+    )

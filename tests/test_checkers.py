@@ -3,7 +3,8 @@
 shellcheck + `bash -n` (scripts and the GRUB drop-in, which grub-mkconfig sources as shell),
 `systemd-analyze verify` with EMPTY stderr (it exits 0 on unknown keys: fleet-and-testing.md §3),
 `udevadm verify` from Debian 13 (systemd >= 254; Debian 12's 252 lacks the verb), Xorg's own
-config parser for the display drop-in. A test skips only when its checker cannot be installed.
+config parser for the Xorg file the boot helper writes, and for xorg.conf.d with our link
+dangling (eGPU absent) and resolving (present). A test skips only when its checker cannot be installed.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from _render_cases import CASES
-from egpu_setup.render import RenderedFile, render_set
+from _render_cases import CASES, fake_sys, run_helper
+from egpu_setup.render import XORG_DROPIN, RenderedFile, render_set
 
 RENDERS = [
     pytest.param(name, mode, id=f"{name}-{mode}")
@@ -157,9 +158,11 @@ def test_udevadm_verify_catches_a_bad_rule(udev_root: Path) -> None:
 # -- Xorg ------------------------------------------------------------------------------------------
 
 
-def _xorg_parse(conf: Path, tmp_path: Path) -> str:
+def _xorg_parse(conf: Path, tmp_path: Path, configdir: Path | None = None) -> str:
     xorg = _need("Xorg")
     log = tmp_path / "Xorg.log"
+    log.unlink(missing_ok=True)
+    extra = ["-configdir", str(configdir)] if configdir is not None else []
     subprocess.run(
         [
             "timeout",
@@ -168,6 +171,7 @@ def _xorg_parse(conf: Path, tmp_path: Path) -> str:
             ":97",
             "-config",
             str(conf),
+            *extra,
             "-logfile",
             str(log),
             "-nolisten",
@@ -184,16 +188,65 @@ def _xorg_parse(conf: Path, tmp_path: Path) -> str:
     return log.read_text(errors="replace") if log.exists() else ""
 
 
-@pytest.mark.parametrize(("name", "mode"), [p for p in RENDERS if p.values[1] == "display"])
-def test_xorg_dropin_parses(name: str, mode: str, tmp_path: Path) -> None:
-    (drop_in,) = [f for f in _files(name, mode) if "xorg.conf.d" in f.path]
-    conf = tmp_path / "egpu.conf"
-    conf.write_text(drop_in.content)
+@pytest.mark.parametrize("slot", ["0000:3c:00", "10000:e1:00"])
+def test_xorg_file_the_boot_helper_writes_parses(slot: str, tmp_path: Path) -> None:
+    """The file egpu-hotplug writes at boot (display mode), through Xorg's own parser."""
+    _need("Xorg")
+    res = run_helper(tmp_path, fake_sys(tmp_path, slot=slot), "display", "5", slot=slot)
+    assert res.returncode == 0, res.stderr
+    conf = tmp_path / "run/egpu-setup/90-egpu-setup.conf"
     log = _xorg_parse(conf, tmp_path)
     assert log, "Xorg wrote no log"
     assert "Parse error" not in log and "Problem parsing" not in log, log[-3000:]
+    assert '|-->Device "egpu-setup-egpu"' in log, log[-3000:]
     # It got past parsing to loading the driver (absent on a machine without a GPU).
     assert 'LoadModule: "nvidia"' in log or 'Failed to load module "nvidia"' in log, log[-3000:]
+
+
+def _config_dir(tmp_path: Path, target: Path) -> tuple[Path, Path]:
+    """An xorg.conf.d with a keyboard snippet and our link; a minimal -config next to it."""
+    confd = tmp_path / "xorg.conf.d"
+    confd.mkdir()
+    (confd / "00-keyboard.conf").write_text(
+        'Section "InputClass"\n    Identifier "kbd"\n    MatchIsKeyboard "on"\n'
+        '    Option "XkbLayout" "us"\nEndSection\n'
+    )
+    (confd / Path(XORG_DROPIN).name).symlink_to(target)
+    base = tmp_path / "base.conf"
+    base.write_text('Section "ServerFlags"\n    Option "AutoAddDevices" "false"\nEndSection\n')
+    return base, confd
+
+
+def test_absent_egpu_leaves_xorg_without_an_egpu_device(tmp_path: Path) -> None:
+    """Booted without the eGPU: the helper wrote nothing, the link dangles, and Xorg reads the
+    directory as if our file were not there (scan.c skips what it cannot fopen)."""
+    _need("Xorg")
+    sysfs = fake_sys(tmp_path, authorized="0")
+    res = run_helper(tmp_path, sysfs, "display", "1")
+    assert res.returncode == 0, res.stderr
+    runtime = tmp_path / "run/egpu-setup/90-egpu-setup.conf"
+    assert not runtime.exists()
+    base, confd = _config_dir(tmp_path, runtime)
+    log = _xorg_parse(base, tmp_path, confd)
+    assert f'Using config directory: "{confd}"' in log, log[-3000:]
+    assert "egpu-setup-egpu" not in log and "Parse error" not in log, log[-3000:]
+    assert "(EE) Unable to locate/open config directory" not in log
+
+
+def test_present_egpu_reaches_xorg_through_the_link(tmp_path: Path) -> None:
+    """The control for the test above: the same directory with the file present has the
+    eGPU's Device section, so its absence there is the dangling link's doing."""
+    _need("Xorg")
+    res = run_helper(tmp_path, fake_sys(tmp_path), "display", "5")
+    assert res.returncode == 0, res.stderr
+    base, confd = _config_dir(tmp_path, tmp_path / "run/egpu-setup/90-egpu-setup.conf")
+    log = _xorg_parse(base, tmp_path, confd)
+    assert '|-->Device "egpu-setup-egpu"' in log, log[-3000:]
+
+
+def test_display_mode_writes_no_fixed_xorg_file() -> None:
+    for name, mode in [p.values for p in RENDERS if p.values[1] == "display"]:
+        assert not [f.path for f in _files(name, mode) if "xorg.conf.d" in f.path]
 
 
 def test_xorg_parser_catches_a_broken_section(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from _render_cases import CORE_X_UUID, DEBIAN12_TB3_4090
 from conftest import run_cli
 from egpu_setup.eject import EjectStep, plan_eject, run_eject
 from egpu_setup.errors import BusyError, EgpuSetupError, UsageError
-from egpu_setup.facts import Gpu
+from egpu_setup.facts import Gpu, TbDevice
 from egpu_setup.host import RecordedHost, RootHost
 
 CHAIN = "sys/devices/pci0000:00/0000:00:07.0/0000:3a:00.0/0000:3b:01.0"
@@ -23,9 +23,25 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def fake_root(tmp: Path, *, deauth: str = "1") -> Path:
-    """A machine with a TB3 RTX 4090 (VGA + audio functions), bolt-style domain, driver loaded."""
+def fake_root(tmp: Path, *, deauth: str = "1", tb_bridges: bool = True) -> Path:
+    """A machine with a TB3 RTX 4090 (VGA + audio functions), bolt-style domain, driver loaded.
+
+    tb_bridges: the enclosure's PCIe switch is an Alpine Ridge (8086:15d3), so detect sees a
+    Thunderbolt link; False leaves the bridges without ids: connection "unknown"."""
     root = tmp / "root"
+    bridge_dirs = {
+        "0000:00:07.0": root / "sys/devices/pci0000:00/0000:00:07.0",
+        "0000:3a:00.0": root / "sys/devices/pci0000:00/0000:00:07.0/0000:3a:00.0",
+        "0000:3b:01.0": root / CHAIN,
+    }
+    for addr, d in bridge_dirs.items():
+        if tb_bridges and addr != "0000:00:07.0":
+            _write(d / "vendor", "0x8086\n")
+            _write(d / "device", "0x15d3\n")
+            _write(d / "class", "0x060400\n")
+            link = root / "sys/bus/pci/devices" / addr
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(d, link.parent))
     for fn, dev_id, cls in (
         ("0000:3c:00.0", "0x2684", "0x030000"),
         ("0000:3c:00.1", "0x22ba", "0x040300"),
@@ -229,3 +245,92 @@ def test_eject_command_refuses_with_exit_5_naming_the_process(tmp_path: Path) ->
     assert "error: not safe to unplug" in res.stderr and "pid 4242 (python3)" in res.stderr
     assert "hint: close those programs" in res.stderr
     assert (root / CHAIN / "0000:3c:00.0/remove").read_text() == ""
+
+
+# -- which Thunderbolt device is the enclosure ----------------------------------------------------
+
+DOCK = TbDevice(
+    name="Thunderbolt Dock",
+    vendor="Dell",
+    unique_id="d4030000-0000-0000-0000-00000000dd01",
+    authorized=True,
+    sysfs_name="0-3",
+    domain="domain0",
+)
+
+
+def _with_devices(*devices: TbDevice, connection: str = "thunderbolt"):
+    egpu = replace(EGPU, connection=connection)
+    return replace(
+        DEBIAN12_TB3_4090,
+        gpus=(DEBIAN12_TB3_4090.gpus[0], egpu),
+        thunderbolt=replace(DEBIAN12_TB3_4090.thunderbolt, devices=devices),
+    )
+
+
+def _deauth_paths(plan) -> list[str]:
+    return [s.path for s in plan.steps if s.path.endswith("/authorized")]
+
+
+def test_unknown_connection_never_deauthorizes_and_says_so(tmp_path: Path) -> None:
+    """The review's failure: connection unknown, a dock is the only device -> it was cut off."""
+    root = fake_root(tmp_path)
+    (root / "sys/bus/thunderbolt/devices/0-1/unique_id").write_text(DOCK.unique_id + "\n")
+    dock_only = replace(DOCK, sysfs_name="0-1")
+    plan = plan_eject(RootHost(root), _with_devices(dock_only, connection="unknown"))
+    assert _deauth_paths(plan) == []
+    assert [s.path for s in plan.steps if s.kind == "write"] == [
+        "/sys/bus/pci/devices/0000:3c:00.1/remove",
+        "/sys/bus/pci/devices/0000:3c:00.0/remove",
+    ]
+    (note,) = [n for n in plan.notes if "stays authorized" in n]
+    assert "'unknown'" in note and "only the PCI device is removed" in note
+    run_eject(RootHost(root), plan)
+    assert (root / "sys/bus/thunderbolt/devices/0-1/authorized").read_text() == "1\n"
+
+
+def test_unknown_connection_end_to_end_leaves_the_device_authorized(tmp_path: Path) -> None:
+    """Through detect: bridges without Thunderbolt ids -> connection unknown -> no de-auth."""
+    root = fake_root(tmp_path, tb_bridges=False)
+    res = run_cli("eject", "--yes", "--root", str(root))
+    assert res.returncode == 0, res.stderr
+    assert "stays authorized" in res.stderr
+    assert (root / CHAIN / "0000:3c:00.0/remove").read_text() == "1\n"
+    assert (root / "sys/bus/thunderbolt/devices/0-1/authorized").read_text() == "1\n"
+
+
+def test_a_dock_next_to_the_enclosure_is_ambiguous_and_nothing_is_deauthorized(
+    tmp_path: Path,
+) -> None:
+    root = fake_root(tmp_path)
+    core_x = DEBIAN12_TB3_4090.thunderbolt.devices[0]
+    plan = plan_eject(RootHost(root), _with_devices(core_x, DOCK))
+    assert _deauth_paths(plan) == []
+    (note,) = [n for n in plan.notes if "stays authorized" in n]
+    assert "0-1 (Core X Chroma)" in note and "0-3 (Thunderbolt Dock)" in note
+    # An unauthorized device is no candidate: its tunnel cannot carry the visible GPU.
+    plan = plan_eject(RootHost(root), _with_devices(core_x, replace(DOCK, authorized=False)))
+    assert _deauth_paths(plan) == ["/sys/bus/thunderbolt/devices/0-1/authorized"]
+
+
+def test_the_kernel_link_root_port_to_nhi_narrows_to_the_gpus_domain(tmp_path: Path) -> None:
+    """USB4 hosts: root port -> NHI device link (supplier:pci:*, drivers/thunderbolt/acpi.c);
+    the dock on the other controller (domain1) is no candidate."""
+    root = fake_root(tmp_path)
+    nhi0 = root / "sys/devices/pci0000:00/0000:00:0d.2"
+    nhi1 = root / "sys/devices/pci0000:00/0000:00:0d.3"
+    (nhi0 / "domain0").mkdir(parents=True)
+    (nhi1 / "domain1").mkdir(parents=True)
+    devices = root / "sys/bus/pci/devices"
+    for addr, d in (("0000:00:0d.2", nhi0), ("0000:00:0d.3", nhi1)):
+        (devices / addr).symlink_to(os.path.relpath(d, devices))
+    port = root / "sys/devices/pci0000:00/0000:00:07.0"
+    (port / "supplier:pci:0000:00:0d.2").symlink_to("../../virtual/devlink/x")
+    (devices / "0000:00:07.0").symlink_to(os.path.relpath(port, devices))
+    core_x = DEBIAN12_TB3_4090.thunderbolt.devices[0]
+    other = replace(DOCK, sysfs_name="1-1", domain="domain1")
+    plan = plan_eject(RootHost(root), _with_devices(core_x, other))
+    assert _deauth_paths(plan) == ["/sys/bus/thunderbolt/devices/0-1/authorized"]
+    # Same controller: the link cannot tell them apart.
+    plan = plan_eject(RootHost(root), _with_devices(core_x, DOCK))
+    assert _deauth_paths(plan) == []

@@ -3,8 +3,8 @@ decisions, driver-branch and distro rules, headers, and the `render` command end
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 
 from _render_cases import (
-    AG02_UUID,
     CASES,
     CORE_X_UUID,
+    DEBIAN12_NO_EGPU,
     DEBIAN12_TB3_4090,
     FEDORA41_OCULINK_3090,
     UBUNTU2404_USB4_5090,
+    fake_sys,
     profile,
+    run_helper,
     with_os,
 )
 from conftest import run_cli
@@ -30,7 +32,10 @@ from egpu_setup.render import (
     UDEV_RULES,
     UDEV_TB_RULES,
     XORG_DROPIN,
+    XORG_RUNTIME,
+    RenderedLink,
     classify_generated,
+    entry_point_path,
     render_all,
     render_set,
     thunderbolt_actions,
@@ -55,6 +60,8 @@ def _golden_tree(name: str, mode: str) -> dict[str, str]:
         for c in result.commands
     )
     tree["_notes.txt"] = "".join(f"{n}\n" for n in result.notes)
+    if result.links:
+        tree["_links.txt"] = "".join(f"{ln.path} -> {ln.target}\n" for ln in result.links)
     return tree
 
 
@@ -100,24 +107,41 @@ def test_header_detects_edits_and_foreign_files() -> None:
 
 
 def test_compute_mode_leaves_the_display_stack_alone() -> None:
-    files = _by_path(render_all(*CASES["debian12-tb3-rtx4090"][:2], None, "compute"))
-    assert XORG_DROPIN not in files
+    result = render_set(*CASES["debian12-tb3-rtx4090"][:2], None, "compute")
+    files = _by_path(result.files)
+    assert XORG_DROPIN not in files and result.links == ()
     assert "mutter-device-preferred-primary" not in files[UDEV_RULES].content
     assert "nvidia-drm" not in files[MODPROBE_NVIDIA].content.replace("# ", "")
+    assert "Xorg" not in files[BIN_HOTPLUG].content
     assert (
         "Before=display-manager.service"
         not in files["/etc/systemd/system/egpu-setup-wait.service"].content
     )
 
 
-def test_display_mode_busid_is_decimal_with_domain() -> None:
-    files = _by_path(render_all(*CASES["fedora41-oculink-rtx3090"][:2], None, "display"))
-    assert 'BusID "PCI:225@65536:0:0"' in files[XORG_DROPIN].content
-    files = _by_path(render_all(*CASES["debian12-tb3-rtx4090"][:2], None, "display"))
-    assert 'BusID "PCI:60:0:0"' in files[XORG_DROPIN].content
+def test_display_mode_links_the_xorg_dropin_to_the_boot_time_file() -> None:
+    """No fixed BusID is written anywhere: the helper writes it at boot (review finding 2)."""
+    result = render_set(*CASES["debian12-tb3-rtx4090"][:2], None, "display")
+    assert result.links == (RenderedLink(XORG_DROPIN, XORG_RUNTIME, result.links[0].purpose),)
+    assert XORG_RUNTIME == "/run/egpu-setup/90-egpu-setup.conf"
+    files = _by_path(result.files)
+    assert XORG_DROPIN not in files
+    assert not [f.path for f in result.files if "BusID" in f.content and f.path != BIN_HOTPLUG]
+    helper = files[BIN_HOTPLUG].content
+    assert 'BusID "${busid}"' in helper and 'BusID "PCI:' not in helper
+    # The helper's default location is the link's target.
+    assert "RUNDIR=${EGPU_SETUP_RUN:-/run}" in helper
+    assert 'XORG_CONF="$RUNDIR/egpu-setup/90-egpu-setup.conf"' in helper
     assert (
         "Before=display-manager.service"
         in files["/etc/systemd/system/egpu-setup-wait.service"].content
+    )
+    # Unplugged: udev drops the file, so a later X start does not look for the missing card.
+    lines = files[UDEV_RULES].content.splitlines()
+    (remove,) = [ln for ln in lines if ln.startswith('ACTION=="remove"')]
+    assert remove == (
+        'ACTION=="remove", SUBSYSTEM=="pci", ENV{PCI_ID}=="10DE:2684", '
+        f'RUN+="/bin/rm -f {XORG_RUNTIME}"'
     )
 
 
@@ -134,10 +158,11 @@ def test_xorg_busid(address: str, busid: str) -> None:
     assert PciAddress.parse(address, "t").xorg_busid == busid
 
 
-def test_display_mode_without_a_connected_egpu_needs_action() -> None:
+def test_display_mode_renders_without_a_connected_egpu() -> None:
+    """The BusID comes at boot, so a lab image can be rendered before the eGPU was ever seen."""
     facts, prof, _, _ = CASES["debian12-lab-image"]
-    with pytest.raises(ActionRequired, match="BusID"):
-        render_all(facts, prof, None, "display")
+    result = render_set(facts, prof, None, "display")
+    assert [ln.path for ln in result.links] == [XORG_DROPIN]
 
 
 # -- driver branch, Debian naming, distro ------------------------------------------------------
@@ -159,6 +184,21 @@ def test_drm_params_only_where_the_branch_has_them(
     text = _by_path(render_all(facts, profile(), None, "display"))[MODPROBE_NVIDIA].content
     lines = [line + "\n" for line in text.splitlines() if line.startswith("options nvidia-drm")]
     assert lines == ([expected] if expected else [])
+
+
+@pytest.mark.parametrize("os_id", ["debian", "ubuntu"])
+@pytest.mark.parametrize("version", ["580.95.05", "535.261.03", None])
+@pytest.mark.parametrize("mode", ["compute", "display"])
+def test_modprobe_options_have_no_blank_lines(os_id: str, version: str | None, mode: str) -> None:
+    facts = with_os(
+        replace(DEBIAN12_TB3_4090, nvidia=NvidiaFacts(driver_version=version)), id=os_id
+    )
+    for pm in (True, False):
+        text = _by_path(render_all(facts, profile(runtime_pm_off=pm), None, mode))[
+            MODPROBE_NVIDIA
+        ].content
+        assert "\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
+        assert all(ln.startswith(("#", "options ")) for ln in text.splitlines()), text
 
 
 def test_resolution_branch_wins_over_installed_driver() -> None:
@@ -247,7 +287,7 @@ def _tb(facts, security: str, iommu: bool | None, devices=None):
                     name="Core X",
                     vendor="Razer",
                     unique_id=CORE_X_UUID,
-                    authorized=False,
+                    authorized=True,
                     sysfs_name="0-1",
                     domain="domain0",
                 ),
@@ -323,21 +363,69 @@ def test_secure_level_without_bolt_refuses_the_keyless_udev_rule() -> None:
         )
 
 
-def test_several_devices_and_no_uuid_in_the_profile_is_a_usage_error() -> None:
-    two = (
-        TbDevice(name="Core X", unique_id=CORE_X_UUID, sysfs_name="0-1", domain="domain0"),
-        TbDevice(name="Dock", unique_id=AG02_UUID, sysfs_name="0-3", domain="domain0"),
+DOCK = TbDevice(
+    name="WD19TB",
+    vendor="Dell",
+    unique_id="d4030000-0000-0000-0000-00000000dd01",
+    authorized=True,
+    sysfs_name="0-3",
+    domain="domain0",
+)
+
+
+def _nothing_enrolled(result) -> None:
+    assert not [c for c in result.commands if c.argv[0] == "boltctl"]
+    assert UDEV_TB_RULES not in _by_path(result.files)
+    assert "ENCLOSURE_UUID=''" in _by_path(result.files)[BIN_HOTPLUG].content
+    assert any("pin hotplug.enclosure_unique_id" in n for n in result.notes), result.notes
+
+
+@pytest.mark.parametrize("bolt", [True, False])
+def test_a_dock_with_the_egpu_unplugged_is_never_enrolled(bolt: bool) -> None:
+    """Review finding 1: the only Thunderbolt peripheral was taken to be the enclosure."""
+    facts = replace(
+        DEBIAN12_NO_EGPU,
+        thunderbolt=ThunderboltFacts(domains=(TbDomain("domain0", "user", True),), devices=(DOCK,)),
     )
-    with pytest.raises(UsageError, match="profile names none") as exc:
-        render_set(_tb(DEBIAN12_TB3_4090, "user", True, two), profile(), None, "compute")
-    assert "enclosure_unique_id" in exc.value.hint
+    result = render_set(facts, profile(), None, "compute", bolt_available=bolt)
+    _nothing_enrolled(result)
+    assert any("connect the eGPU" in n for n in result.notes)
+    assert thunderbolt_actions(facts, profile(), bolt_available=bolt) == ()
+
+
+def test_an_egpu_on_an_unknown_link_ties_no_device() -> None:
+    egpu = replace(DEBIAN12_TB3_4090.gpus[1], connection="unknown")
+    facts = replace(DEBIAN12_TB3_4090, gpus=(DEBIAN12_TB3_4090.gpus[0], egpu))
+    result = render_set(facts, profile(), None, "compute", bolt_available=False)
+    _nothing_enrolled(result)
+    assert any("link is 'unknown'" in n for n in result.notes), result.notes
+
+
+def test_several_authorized_devices_and_no_uuid_in_the_profile_enrol_nothing() -> None:
+    two = (replace(DEBIAN12_TB3_4090.thunderbolt.devices[0], authorized=True), DOCK)
+    result = render_set(_tb(DEBIAN12_TB3_4090, "user", True, two), profile(), None, "compute")
+    _nothing_enrolled(result)
+    (note,) = [n for n in result.notes if "cannot tell" in n]
+    assert CORE_X_UUID in note and DOCK.unique_id in note
     ok = render_set(
         _tb(DEBIAN12_TB3_4090, "user", True, two),
-        profile(enclosure_unique_id=AG02_UUID),
+        profile(enclosure_unique_id=DOCK.unique_id),
         None,
         "compute",
     )
-    assert ("boltctl", "enroll", "--policy", "iommu", AG02_UUID) in [c.argv for c in ok.commands]
+    assert ("boltctl", "enroll", "--policy", "iommu", DOCK.unique_id) in [
+        c.argv for c in ok.commands
+    ]
+
+
+def test_an_unauthorized_dock_does_not_hide_the_enclosure() -> None:
+    """The visible eGPU's tunnel runs through authorized routers only: one candidate left."""
+    core_x = replace(DEBIAN12_TB3_4090.thunderbolt.devices[0], authorized=True)
+    devices = (core_x, replace(DOCK, authorized=False))
+    result = render_set(_tb(DEBIAN12_TB3_4090, "user", True, devices), profile(), None, "compute")
+    assert ("boltctl", "enroll", "--policy", "iommu", CORE_X_UUID) in [
+        c.argv for c in result.commands
+    ]
 
 
 def test_oculink_skips_thunderbolt() -> None:
@@ -409,79 +497,9 @@ def test_unknown_mode_is_rejected() -> None:
 # -- the hot-plug helper, run for real against a fake sysfs -----------------------------------------
 
 
-def _fake_sys(tmp: Path, *, authorized: str = "1", driver: bool = True) -> Path:
-    sysfs = tmp / "sys"
-    chain = sysfs / "devices/pci0000:00/0000:00:07.0/0000:3a:00.0/0000:3b:01.0"
-    for dev in ("0000:3c:00.0", "0000:3c:00.1"):
-        d = chain / dev
-        (d / "power").mkdir(parents=True)
-        (d / "power/control").write_text("auto\n")
-    for bridge in (chain, chain.parent, chain.parent.parent):
-        (bridge / "power").mkdir(parents=True, exist_ok=True)
-        (bridge / "power/control").write_text("auto\n")
-    gpu = chain / "0000:3c:00.0"
-    for attr, value in {
-        "vendor": "0x10de",
-        "device": "0x2684",
-        "class": "0x030000",
-        "current_link_speed": "2.5 GT/s PCIe",
-        "current_link_width": "4",
-        "max_link_speed": "16.0 GT/s PCIe",
-        "max_link_width": "16",
-    }.items():
-        (gpu / attr).write_text(value + "\n")
-    audio = chain / "0000:3c:00.1"
-    for attr, value in {"vendor": "0x10de", "device": "0x22ba", "class": "0x040300"}.items():
-        (audio / attr).write_text(value + "\n")
-    if driver:
-        (sysfs / "bus/pci/drivers/nvidia").mkdir(parents=True)
-        (gpu / "driver").symlink_to(sysfs / "bus/pci/drivers/nvidia")
-    devices = sysfs / "bus/pci/devices"
-    devices.mkdir(parents=True, exist_ok=True)
-    for dev in ("0000:3c:00.0", "0000:3c:00.1"):
-        (devices / dev).symlink_to(chain / dev)
-    (sysfs / "bus/pci/rescan").write_text("")
-    tb = sysfs / "bus/thunderbolt/devices/0-1"
-    tb.mkdir(parents=True)
-    (tb / "unique_id").write_text(CORE_X_UUID + "\n")
-    (tb / "authorized").write_text(authorized + "\n")
-    return sysfs
-
-
-def _run_helper(tmp: Path, sysfs: Path, mode: str, timeout: str) -> subprocess.CompletedProcess:
-    script = tmp / "egpu-hotplug"
-    prof = profile(enclosure_unique_id=CORE_X_UUID)
-    script.write_text(
-        _by_path(render_all(DEBIAN12_TB3_4090, prof, None, mode, bolt_available=False))[
-            BIN_HOTPLUG
-        ].content
-    )
-    script.chmod(0o755)
-    stubs = tmp / "stubs"
-    stubs.mkdir(exist_ok=True)
-    for name in ("modprobe", "systemctl"):  # record instead of acting on this machine
-        (stubs / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{tmp}/calls"\n')
-        (stubs / name).chmod(0o755)
-    dev = tmp / "dev"
-    (dev / "dri/by-path").mkdir(parents=True, exist_ok=True)
-    (dev / "nvidiactl").write_text("")
-    (dev / "dri/card1").write_text("")
-    (dev / "dri/card0").write_text("")
-    (dev / "dri/by-path/pci-0000:3c:00.0-card").symlink_to(dev / "dri/card1")
-    env = {
-        "PATH": f"{stubs}:/usr/bin:/bin",
-        "EGPU_SETUP_SYSFS": str(sysfs),
-        "EGPU_SETUP_DEV": str(dev),
-        "EGPU_SETUP_RUN": str(tmp / "run"),
-    }
-    return subprocess.run(
-        ["sh", str(script), "wait", timeout], capture_output=True, text=True, env=env, timeout=60
-    )
-
-
 def test_hotplug_helper_brings_up_a_ready_egpu(tmp_path: Path) -> None:
-    sysfs = _fake_sys(tmp_path)
-    res = _run_helper(tmp_path, sysfs, "display", "5")
+    sysfs = fake_sys(tmp_path)
+    res = run_helper(tmp_path, sysfs, "display", "5")
     assert res.returncode == 0, res.stderr
     assert "eGPU 0000:3c:00.0 is ready" in res.stderr
     assert "PCIe link 2.5 GT/s PCIe x4 (card supports 16.0 GT/s PCIe x16)" in res.stderr
@@ -507,9 +525,9 @@ def test_hotplug_helper_brings_up_a_ready_egpu(tmp_path: Path) -> None:
 
 
 def test_hotplug_helper_times_out_softly_without_the_enclosure(tmp_path: Path) -> None:
-    sysfs = _fake_sys(tmp_path, authorized="0")
+    sysfs = fake_sys(tmp_path, authorized="0")
     started = time.monotonic()
-    res = _run_helper(tmp_path, sysfs, "compute", "1")
+    res = run_helper(tmp_path, sysfs, "compute", "1")
     assert res.returncode == 0
     assert (
         "not connected after 1s (Thunderbolt enclosure" in res.stderr and "is pending" in res.stderr
@@ -519,10 +537,49 @@ def test_hotplug_helper_times_out_softly_without_the_enclosure(tmp_path: Path) -
 
 
 def test_hotplug_helper_fails_when_the_driver_does_not_bind(tmp_path: Path) -> None:
-    sysfs = _fake_sys(tmp_path, driver=False)
-    res = _run_helper(tmp_path, sysfs, "compute", "1")
+    sysfs = fake_sys(tmp_path, driver=False)
+    res = run_helper(tmp_path, sysfs, "compute", "1")
     assert res.returncode == 1
     assert "present but not ready after 1s: no nvidia driver bound to 0000:3c:00.0" in res.stderr
+
+
+XORG_FILE = "run/egpu-setup/90-egpu-setup.conf"
+
+
+@pytest.mark.parametrize(
+    ("slot", "busid"),
+    [
+        ("0000:3c:00", "PCI:60:0:0"),
+        ("10000:e1:00", "PCI:225@65536:0:0"),
+        ("0000:0a:1f", "PCI:10:31:0"),
+    ],
+)
+def test_hotplug_helper_writes_xorg_busid_of_the_current_address(
+    tmp_path: Path, slot: str, busid: str
+) -> None:
+    """The BusID is the one the eGPU has at this boot, in decimal (another port, another bus)."""
+    sysfs = fake_sys(tmp_path, slot=slot)
+    res = run_helper(tmp_path, sysfs, "display", "5", slot=slot)
+    assert res.returncode == 0, res.stderr
+    conf = (tmp_path / XORG_FILE).read_text()
+    assert f'    BusID "{busid}"\n' in conf
+    assert f"sysfs address: {slot}.0." in conf
+    assert f"Xorg: X screen on {slot}.0 (BusID {busid})" in res.stderr
+    assert not (tmp_path / (XORG_FILE + ".tmp")).exists()
+
+
+@pytest.mark.parametrize(("authorized", "driver", "rc"), [("0", True, 0), ("1", False, 1)])
+def test_hotplug_helper_removes_the_xorg_file_when_the_egpu_is_absent_or_fails(
+    tmp_path: Path, authorized: str, driver: bool, rc: int
+) -> None:
+    """A stale file from `add` would make X look for a missing card: gone when not ready."""
+    stale = tmp_path / XORG_FILE
+    stale.parent.mkdir(parents=True)
+    stale.write_text('Section "Device"\n    BusID "PCI:60:0:0"\nEndSection\n')
+    sysfs = fake_sys(tmp_path, authorized=authorized, driver=driver)
+    res = run_helper(tmp_path, sysfs, "display", "1")
+    assert res.returncode == rc, res.stderr
+    assert not stale.exists()
 
 
 # -- the command ------------------------------------------------------------------------------------
@@ -565,6 +622,21 @@ def test_render_command_writes_only_under_out(tmp_path: Path) -> None:
 
 
 def test_render_command_errors_change_nothing(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path)
+    domain = bundle / "root/sys/bus/thunderbolt/devices/domain0"
+    domain.mkdir(parents=True)
+    (domain / "security").write_text("dponly\n")  # firmware allows no PCIe tunnel
+    out = tmp_path / "out"
+    res = run_cli("render", "--profile", "rtx4090", "--out", str(out), "--from", str(bundle))
+    assert res.returncode == 4
+    assert res.stderr.startswith("error: Thunderbolt security level is 'dponly'")
+    assert "\nhint: in the firmware setup" in res.stderr
+    assert "Traceback" not in res.stderr and not out.exists()
+    res = run_cli("render", "--profile", "no-such-gpu", "--out", str(out))
+    assert res.returncode == 2 and "error:" in res.stderr and not out.exists()
+
+
+def test_render_command_display_writes_the_xorg_link(tmp_path: Path) -> None:
     out = tmp_path / "out"
     res = run_cli(
         "render",
@@ -574,11 +646,62 @@ def test_render_command_errors_change_nothing(tmp_path: Path) -> None:
         str(out),
         "--mode",
         "display",
+        "--json",
         "--from",
         str(_bundle(tmp_path)),
     )
-    assert res.returncode == 4
-    assert res.stderr.startswith("error: display mode needs") and "\nhint: connect" in res.stderr
-    assert "Traceback" not in res.stderr and not out.exists()
-    res = run_cli("render", "--profile", "no-such-gpu", "--out", str(out))
-    assert res.returncode == 2 and "error:" in res.stderr and not out.exists()
+    assert res.returncode == 0, res.stderr
+    link = out / XORG_DROPIN.lstrip("/")
+    assert link.is_symlink() and os.readlink(link) == XORG_RUNTIME
+    (entry,) = json.loads(res.stdout)["links"]
+    assert (entry["path"], entry["target"], entry["written"]) == (
+        XORG_DROPIN,
+        XORG_RUNTIME,
+        str(link),
+    )
+    # Rendering again replaces the link in place.
+    res = run_cli(
+        "render", "--profile", "rtx4090", "--out", str(out), "--mode", "display",
+        "--from", str(_bundle(tmp_path / "again")),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert os.readlink(link) == XORG_RUNTIME
+
+
+# -- tool path ---------------------------------------------------------------------------------------
+
+
+def _eject_wrapper(**opts) -> str:
+    files = _by_path(render_set(DEBIAN12_TB3_4090, profile(), None, "compute", **opts).files)
+    return files["/usr/local/bin/egpu-eject"].content
+
+
+def test_tool_path_defaults_to_usr_local_and_takes_the_running_entry_point() -> None:
+    assert "EGPU_SETUP=/usr/local/bin/egpu-setup\n" in _eject_wrapper()
+    assert "EGPU_SETUP=/usr/local/bin/egpu-setup\n" in _eject_wrapper(tool_path=None)
+    venv = "/opt/egpu-setup/venv/bin/egpu-setup"
+    assert f"EGPU_SETUP={venv}\n" in _eject_wrapper(tool_path=venv)
+    assert not [
+        n
+        for n in render_set(DEBIAN12_TB3_4090, profile(), None, "compute", tool_path=venv).notes
+        if "sudoers" in n
+    ]
+
+
+def test_a_tool_path_the_user_could_replace_gets_a_sudoers_warning() -> None:
+    home = "/home/ada/.local/bin/egpu-setup"
+    notes = render_set(DEBIAN12_TB3_4090, profile(), None, "compute", tool_path=home).notes
+    assert any(home in n and "sudoers" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("argv0", "expected"),
+    [
+        ("/opt/egpu-setup/venv/bin/egpu-setup", "/opt/egpu-setup/venv/bin/egpu-setup"),
+        ("/usr/lib/python3/dist-packages/egpu_setup/__main__.py", None),
+        ("egpu-setup", None),
+        ("/usr/bin/python3", None),
+    ],
+)
+def test_entry_point_path(argv0: str, expected: str | None) -> None:
+    assert entry_point_path(argv0) == expected

@@ -29,7 +29,8 @@ Examples:
 @from_option
 def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     """Stop GPU users, unload the driver, remove the PCI device and de-authorize the
-    Thunderbolt enclosure; refuses, naming them, while a display or a process uses the eGPU."""
+    Thunderbolt enclosure (only one it can tie to the eGPU); refuses, naming them, while a
+    display or a process uses the eGPU."""
     from egpu_setup.detect import detect_host
     from egpu_setup.eject import plan_eject, run_eject
     from egpu_setup.host import open_host

@@ -147,7 +147,7 @@ def prepare(**kw: Any) -> Prepared:
     from egpu_setup.host import LiveHost, RootHost, open_host
     from egpu_setup.plan import DEFAULT_VENV, PlanOptions, build_plan, parse_only
     from egpu_setup.profiles import load_profile
-    from egpu_setup.render import RenderSet, render_set
+    from egpu_setup.render import RenderSet, entry_point_path, render_set
     from egpu_setup.state import Journal, Manifest, RunLock, StatePaths
 
     only = parse_only(kw["only"])
@@ -196,6 +196,7 @@ def prepare(**kw: Any) -> Prepared:
             resolution,
             mode,
             venv=venv,
+            tool_path=entry_point_path(sys.argv[0]),
             # Without bolt the one-UUID udev rule authorizes the enclosure; a recording can't say.
             bolt_available=None
             if target.kind == "recorded"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -64,7 +65,7 @@ def command(
     from egpu_setup.detect import detect_host
     from egpu_setup.host import open_host
     from egpu_setup.profiles import load_profile
-    from egpu_setup.render import render_set
+    from egpu_setup.render import entry_point_path, render_set
 
     profile = load_profile(profile_name)
     host = open_host(from_dir)
@@ -77,8 +78,11 @@ def command(
         mode or profile.mode,
         bolt_available=bolt,
         bar_allocation_failed=pci_realloc,
+        # egpu-eject execs the egpu-setup that rendered it, as install does.
+        tool_path=entry_point_path(sys.argv[0]),
     )
     written = write_tree(out_dir, result.files)
+    linked = write_links(out_dir, result.links)
     for note in result.notes:
         log.warning("note: %s", note)
     if as_json:
@@ -90,6 +94,10 @@ def command(
                 "files": [
                     {"path": f.path, "written": str(p), "mode": oct(f.mode), "purpose": f.purpose}
                     for f, p in zip(result.files, written, strict=False)
+                ],
+                "links": [
+                    {"path": ln.path, "target": ln.target, "written": str(p), "purpose": ln.purpose}
+                    for ln, p in zip(result.links, linked, strict=True)
                 ],
                 "commands": [
                     {
@@ -106,6 +114,8 @@ def command(
         return
     for f, p in zip(result.files, written, strict=False):
         click.echo(f"{p}  ({f.purpose})")
+    for ln, p in zip(result.links, linked, strict=True):
+        click.echo(f"{p} -> {ln.target}  ({ln.purpose})")
     click.echo("\nAn install runs afterwards:")
     for c in result.commands:
         click.echo(f"  {' '.join(c.argv)}    # {c.purpose}")
@@ -137,3 +147,30 @@ def write_tree(out_dir: Path, files) -> list[Path]:
             "choose a directory you can write to",
         ) from exc
     return written
+
+
+def write_links(out_dir: Path, links) -> list[Path]:
+    """Create each symlink at out_dir/<host path>, pointing to its host target (which need not
+    exist here: the Xorg link's target appears on the host at boot)."""
+    out_dir = out_dir.absolute()
+    made = []
+    try:
+        for ln in links:
+            target = out_dir / ln.path.lstrip("/")
+            if out_dir not in target.parents:
+                raise UsageError(
+                    f"refusing to link {ln.path} outside {out_dir}", "report this as a bug"
+                )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.egpu-setup-tmp")
+            if tmp.is_symlink() or tmp.exists():
+                tmp.unlink()
+            os.symlink(ln.target, tmp)
+            os.replace(tmp, target)
+            made.append(target)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write under {out_dir}: {exc.strerror or exc}",
+            "choose a directory you can write to",
+        ) from exc
+    return made
