@@ -10,8 +10,11 @@ we name it (§6.7).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
+import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +25,7 @@ from typing import Any
 
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError
 from egpu_setup.execute_files import Context, write_managed
-from egpu_setup.plan import AptInstall, AptRepository, bundle_apt_options
+from egpu_setup.plan import AptInstall, AptRepository, bundle_apt_options, installed_packages
 
 log = logging.getLogger("egpu_setup.execute")
 
@@ -51,8 +54,10 @@ def stream(
 ) -> tuple[int, str]:
     """Run argv on the target (chroot under --root), its output streamed to our stderr.
 
-    Returns (exit status, the last 60 lines of its output) so a failure can quote them.
-    """
+    Returns (exit status, the last 60 lines of its output) so a failure can quote them. With a
+    `timeout` the deadline holds whether or not the child prints: a child that hangs silently
+    (or leaves a grandchild holding its output open) is killed with its whole process group and
+    ExecutionError names it."""
     full = list(argv)
     if host.kind == "root":
         full = ["chroot", str(host.root), *full]
@@ -69,27 +74,76 @@ def stream(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
-            text=True,
-            errors="replace",
-            bufsize=1,
+            # its own process group, so a timeout kills what it started too; without a timeout
+            # it stays in ours and a Ctrl-C reaches it as before
+            start_new_session=timeout is not None,
         )
     except FileNotFoundError as exc:
         raise ExecutionError(
             f"command not found: {full[0]}", "install it", argv=full, rc=127
         ) from exc
-    started = time.monotonic()
+    deadline = None if timeout is None else time.monotonic() + timeout
     assert proc.stdout is not None
-    for line in proc.stdout:
-        tail.append(line.rstrip("\n"))
+    fd = proc.stdout.fileno()
+    partial = b""
+
+    def emit(raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        tail.append(line)
         if keep is not None and kept is not None and line.startswith(keep):
-            kept.append(line.rstrip("\n"))
-        sys.stderr.write("  " + line)
+            kept.append(line)
+        sys.stderr.write("  " + line + "\n")
         sys.stderr.flush()
-        if timeout is not None and time.monotonic() - started > timeout:
-            proc.kill()
-            break
-    rc = proc.wait()
+
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    _kill_group(proc)
+                    raise _timed_out(full, timeout, tail)
+                if not sel.select(wait):
+                    continue  # the deadline check above ends it
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                partial += chunk
+                *lines, partial = partial.split(b"\n")
+                for raw in lines:
+                    emit(raw)
+        if partial:
+            emit(partial)
+        try:
+            rc = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise _timed_out(full, timeout, tail) from None
+    except BaseException:
+        if proc.poll() is None and timeout is not None:
+            _kill_group(proc)  # interrupted (Ctrl-C, a timeout): nothing of it keeps running
+        raise
+    finally:
+        proc.stdout.close()
     return rc, "\n".join(tail)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait()
+
+
+def _timed_out(full: list[str], timeout: float | None, tail: Sequence[str]) -> ExecutionError:
+    return ExecutionError(
+        f"`{' '.join(full)}` did not finish within {timeout:g} s and was killed",
+        "the output above (if any) shows where it stopped; fix the cause and run again",
+        argv=full,
+        rc=None,
+        stderr_tail="\n".join(tail),
+    )
 
 
 def run_checked(
@@ -187,6 +241,9 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     host = ctx.host
     wait_for_dpkg_lock(host, step.lock_timeout)
     argv = step.argv(simulate=simulate)
+    # read right before apt runs (after the lock wait): a package that was already there is not
+    # ours to remove, even on an upgrade that names it (rollback --packages)
+    before = installed_packages(host)
     planned: list[str] = []
     rc, tail = stream(host, argv, env=APT_ENV, timeout=None, keep="Inst ", kept=planned)
     if rc != 0:
@@ -205,10 +262,12 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
         )
     if simulate:
         return "simulated", f"apt-get -s: {len(planned)} packages would be installed"
-    for name in step.packages:
+    ours = [name for name in step.packages if name not in before]
+    for name in ours:
         ctx.manifest.add_package(name, ctx.run_id)
     ctx.manifest.save()
-    return "done", ""
+    kept_note = len(step.packages) - len(ours)
+    return "done", f"{kept_note} already installed, not recorded for rollback" if kept_note else ""
 
 
 def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[str, str]:
@@ -224,13 +283,15 @@ def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[s
     before = set(ctx.manifest.files)
     try:
         if step.stage_from and step.stage_to:
-            stage_repository(ctx, step.stage_from, step.stage_to)
+            stage_repository(ctx, step.stage_from, step.stage_to, step.stage_sha256)
         if keyring is not None and step.keyring_path:
             write_managed(ctx, step.keyring_path, keyring, 0o644)
         if step.pin_path and step.pin_content:
             write_managed(ctx, step.pin_path, step.pin_content.encode(), 0o644)
         write_managed(ctx, step.sources_path, step.content.encode(), 0o644)
-        only = bundle_apt_options(step.sources_path if step.stage_from else None)
+        # refresh this source only: a stale third-party repository elsewhere must not fail
+        # (exit 100) and take our good source down with it
+        only = bundle_apt_options(step.sources_path)
         run_checked(
             ctx.host, ["apt-get", *only, "-o", "DPkg::Lock::Timeout=60", "update"], env=APT_ENV
         )
@@ -244,26 +305,56 @@ def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[s
     return "done", ""
 
 
-def stage_repository(ctx: Context, source: str, stage_to: str) -> int:
+def stage_repository(
+    ctx: Context, source: str, stage_to: str, expected: Sequence[tuple[str, str]] = ()
+) -> int:
     """Copy a bundle's flat repository (*.deb + Packages) to `stage_to` on the target.
 
-    Each file is a managed file (atomic write, in the manifest), so rollback removes them with the
-    source that points here; a file already there with the same bytes is left alone. The caller
-    verified the bundle against its manifest's sha256 before planning."""
+    The source `Trusted: yes` rests on these bytes, so each file is read once, hashed, compared
+    with the bundle manifest's sha256 (`expected`, carried by the plan) and only those same
+    bytes are written: a .deb swapped after the plan's check is caught here, and nothing of
+    this step stays staged (the caller undoes its files). Only the manifest's files are copied;
+    anything else lying in the directory is ignored. Each file is a managed file (atomic write,
+    in the manifest), so rollback removes them with the source; a file already staged with the
+    expected bytes is left alone."""
     from egpu_setup.state import sha256
 
     src = Path(source)
-    names = sorted(p.name for p in src.glob("*.deb")) + ["Packages"]
+    if not expected:
+        raise ExecutionError(
+            f"no sha256 for the files of {source} in the plan: nothing was staged",
+            "the bundle's manifest lists none; rebuild the bundle with `egpu-setup bundle`",
+            argv=(),
+        )
     copied = 0
-    for name in names:
-        data = (src / name).read_bytes()
+    for name, want in expected:
+        if "/" in name or name in ("", ".", ".."):
+            raise ExecutionError(
+                f"bundle file name {name!r} leaves {source}", "rebuild the bundle", argv=()
+            )
         target = f"{stage_to}/{name}"
         have = ctx.host.read_bytes(target)
-        if have is not None and sha256(have) == sha256(data):
+        if have is not None and sha256(have) == want:
             continue
+        try:
+            data = (src / name).read_bytes()
+        except OSError as exc:
+            raise ExecutionError(
+                f"cannot read {src / name}: {exc}: nothing was staged",
+                "copy the whole bundle again, or rebuild it with `egpu-setup bundle`",
+                argv=(),
+            ) from exc
+        got = sha256(data)
+        if got != want:
+            raise ExecutionError(
+                f"{src / name} changed after it was checked (sha256 {got[:16]}…, the bundle "
+                f"manifest says {want[:16]}…): nothing was staged",
+                "someone or something modified the bundle; rebuild it or copy it again",
+                argv=(),
+            )
         write_managed(ctx, target, data, 0o644)
         copied += 1
-    log.info("staged %d of %d files in %s", copied, len(names), stage_to)
+    log.info("staged %d of %d files in %s", copied, len(expected), stage_to)
     return copied
 
 

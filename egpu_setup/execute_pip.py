@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
@@ -40,11 +42,70 @@ _DROP = (
 )
 
 
-def installer_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROP}
+# Where root's own session points caches and config; meaningless (and root-owned) for the user
+# the installer runs as, so dropped: uv and pip then use the user's HOME.
+_ROOT_SESSION = (
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "UV_CACHE_DIR",
+    "PIP_CACHE_DIR",
+    "PYTHONUSERBASE",
+    "MAIL",
+)
+
+
+@dataclass(frozen=True)
+class Account:
+    """The user the installer runs as (from the target's passwd database)."""
+
+    name: str
+    uid: int
+    home: str
+
+
+def installer_env(
+    run_as: Account | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of the uv/pip child (pure over `base`, default os.environ).
+
+    Under sudo, `runuser -u USER` keeps our environment, so HOME would still be /root: uv and
+    pip would then try (and fail, or leave root-owned files) in root's cache. The user's own
+    HOME, USER and LOGNAME go in; a user without a usable home (a system account) runs with the
+    caches off instead of writing somewhere it does not own."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if k not in _DROP}
     env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    if run_as is not None:
+        for key in _ROOT_SESSION:
+            env.pop(key, None)
+        env.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
+        if not run_as.home.startswith("/") or run_as.home in ("/", "/nonexistent"):
+            env.update(UV_NO_CACHE="1", PIP_NO_CACHE_DIR="1")
     return env
+
+
+def account(host: Any, name: str) -> Account:
+    """`name`'s uid and home on the target: its /etc/passwd under --root, NSS on this machine."""
+    if host.kind == "live":
+        import pwd
+
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError as exc:
+            raise EgpuSetupError(
+                f"user {name} (SUDO_USER) does not exist", "run without sudo's -u"
+            ) from exc
+        return Account(name, pw.pw_uid, pw.pw_dir)
+    for line in (host.read("/etc/passwd") or "").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 7 and fields[0] == name and fields[2].isdigit():
+            return Account(name, int(fields[2]), fields[5])
+    raise EgpuSetupError(
+        f"user {name} is not in {host.root}/etc/passwd", "create the user in the image first"
+    )
 
 
 def choose_installer(host: Any, wanted: str) -> str | None:
@@ -137,6 +198,7 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
     if step.create_venv:
         ctx.manifest.add_venv(step.venv, ctx.run_id)
         ctx.manifest.save()
+    env = installer_env(account(host, step.run_as) if step.run_as else None)
     for argv in commands(step, uv):
-        run_checked(host, argv, env=installer_env())
+        run_checked(host, argv, env=env)
     return "done", f"with {'uv' if uv else 'pip'}"

@@ -5,8 +5,11 @@ Host to diff: current file contents, the dpkg status database, apt sources, unit
 torch version in an existing venv (read from its dist-info METADATA, never by importing torch).
 So a second run on a converged machine plans nothing (reference/hotplug-security.md §6.6).
 
-Order matters: package sources, packages, files, units, commands that consume files (initramfs),
-the torch venv, and a reboot marker last, so a reboot never blocks the parts that do not need it.
+Order matters: package sources, packages, files, units, commands that consume files (initramfs,
+reloads), the torch venv, and a reboot marker last, so a reboot never blocks the parts that do not
+need it, and a failed torch download never leaves a written file's command undone. A command whose
+trigger file an earlier run wrote but which never succeeded is owed (`Manifest.pending_commands`)
+and planned again even though its files no longer differ.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from egpu_setup.errors import UsageError
+from egpu_setup.errors import EgpuSetupError, UsageError
 
 PARTS = ("driver", "torch", "config")
 DEFAULT_VENV = "/opt/egpu-setup/venv"
@@ -72,6 +75,9 @@ class AptRepository(Step):
     # stage_to (a host path, inside --root when there is one) before the source is written
     stage_from: str | None = None
     stage_to: str | None = None
+    # (file name, sha256) of every file to stage, from the bundle's manifest: the executor hashes
+    # the bytes it copies and stages nothing unless each matches (a .deb swapped after planning)
+    stage_sha256: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         key = f", key {self.fingerprint[-16:]} checked" if self.fingerprint else ""
@@ -80,7 +86,10 @@ class AptRepository(Step):
                 f"copy the bundle's packages to {self.stage_to}, add apt source "
                 f"{self.sources_path} ({self.summary}) and apt-get update (that source only)"
             )
-        return f"add apt source {self.sources_path} ({self.summary}{key}) and apt-get update"
+        return (
+            f"add apt source {self.sources_path} ({self.summary}{key}) "
+            "and apt-get update (that source only)"
+        )
 
 
 @dataclass(frozen=True)
@@ -122,12 +131,14 @@ class AptInstall(Step):
 
 
 def bundle_apt_options(sources_list: str | None) -> list[str]:
-    """apt options that make `sources_list` the only source (for an offline bundle).
+    """apt options that make `sources_list` the only source apt reads.
 
-    Offline, another source's cached lists could offer a newer version of some dependency that
-    cannot be downloaded; with only the bundle's repository in view, apt either finds everything
-    in the bundle or says what is missing. List-Cleanup=0: `update` must not delete the lists of
-    the sources it was told to ignore."""
+    Offline (a bundle), another source's cached lists could offer a newer version of some
+    dependency that cannot be downloaded; with only the bundle's repository in view, apt either
+    finds everything in the bundle or says what is missing. For `apt-get update` after adding any
+    of our sources: refresh that source only, so a stale third-party repository elsewhere on the
+    machine (exit 100) cannot make our good source look broken. List-Cleanup=0: `update` must not
+    delete the lists of the sources it was told to ignore."""
     if not sources_list:
         return []
     return [
@@ -207,9 +218,21 @@ class RunCommand(Step):
     skip_if_missing: bool = True  # e.g. no initramfs-tools in a minimal image: nothing to rebuild
     live_only: bool = False  # reloads make sense only on a running system, not in --root
     for_part: str = "config"
+    # the files whose change makes this command due; the executor marks it owed before writing
+    # them and clears it when it succeeded, so a failed or killed run re-plans it (`owed`)
+    triggers: tuple[str, ...] = ()
+    owed: bool = False  # planned because an earlier run wrote a trigger and never ran it
+    # changes the boot configuration (update-grub, grubby): never run on --yes alone; the
+    # installer asks, or refuses it without an explicit opt-in (see `Plan.consent_steps`)
+    consent: bool = False
 
     def describe(self) -> str:
-        return f"run {' '.join(self.argv)} ({self.reason})"
+        notes = [self.reason]
+        if self.owed:
+            notes.append("owed by an earlier run that did not finish it")
+        if self.consent:
+            notes.append("changes the boot configuration: needs your explicit consent")
+        return f"run {' '.join(self.argv)} ({'; '.join(notes)})"
 
 
 @dataclass(frozen=True)
@@ -247,6 +270,26 @@ class BundleSource:
     requirements_file: str | None  # absolute requirements file with --hash lines
     repository: str | None  # absolute directory holding the .debs and Packages
     packages_sha256: str | None = None  # of repository/Packages, from the manifest
+    # (file name, sha256) of every file in `repository`, from the manifest; empty: read from
+    # the bundle's manifest.json when the plan is built
+    repository_sha256: tuple[tuple[str, str], ...] = ()
+
+    def repository_hashes(self) -> tuple[tuple[str, str], ...]:
+        """What the bundle's manifest says each repository file must hash to."""
+        if self.repository_sha256 or self.repository is None:
+            return self.repository_sha256
+        import posixpath
+        from pathlib import Path
+
+        from egpu_setup.bundle import load_manifest
+
+        rel = posixpath.relpath(self.repository, self.directory).rstrip("/") + "/"
+        out = []
+        for path, entry in load_manifest(Path(self.directory)).files().items():
+            name = path[len(rel) :]
+            if path.startswith(rel) and name and "/" not in name:
+                out.append((name, str(entry.get("sha256", ""))))
+        return tuple(sorted(out))
 
     @property
     def stage_to(self) -> str:
@@ -270,6 +313,11 @@ class Plan:
     @property
     def conflicts(self) -> tuple[WriteFile, ...]:
         return tuple(s for s in self.steps if isinstance(s, WriteFile) and s.conflict)
+
+    @property
+    def consent_steps(self) -> tuple[RunCommand, ...]:
+        """Steps that change the boot configuration: `--yes` alone must not run them."""
+        return tuple(s for s in self.steps if isinstance(s, RunCommand) and s.consent)
 
     @property
     def needs_root(self) -> bool:
@@ -336,7 +384,20 @@ class AptSource:
     uris: tuple[str, ...]
     suites: tuple[str, ...]
     components: tuple[str, ...]
-    signed_by: str | None
+    signed_by: str | None  # the whole value: a path, fingerprints, or an inline key block
+
+    @property
+    def signed_by_path(self) -> str | None:
+        """The keyring file Signed-By names, or None (no Signed-By, fingerprints, inline key)."""
+        value = (self.signed_by or "").strip()
+        if value.startswith("/") and "\n" not in value and " " not in value:
+            return value
+        return None
+
+    @property
+    def inline_key(self) -> bool:
+        """Signed-By holds the key itself (deb822 multi-line value; PPAs written by apt 2.4+)."""
+        return "BEGIN PGP" in (self.signed_by or "") or "\n" in (self.signed_by or "").strip()
 
 
 def parse_deb822_sources(text: str, path: str) -> list[AptSource]:
@@ -363,7 +424,7 @@ def parse_deb822_sources(text: str, path: str) -> list[AptSource]:
                 tuple(fields["uris"].split()),
                 tuple(fields.get("suites", "").split()),
                 tuple(fields.get("components", "").split()),
-                fields.get("signed-by", "").split("\n")[0] or None,
+                fields.get("signed-by", "").strip() or None,
             )
         )
     return out
@@ -463,10 +524,11 @@ def build_plan(
 
     if "driver" in options.only:
         steps += driver_steps
-    steps += file_steps + unit_steps
+    # the commands that consume the files (initramfs, udev/systemd reloads) come right after
+    # them: a torch download that fails or is interrupted must not leave them undone
+    steps += file_steps + unit_steps + cmd_steps
     if "torch" in options.only:
         steps += _torch_steps(resolution, host, options, warnings)
-    steps += cmd_steps
     wants_reboot = [
         s for s in driver_steps if isinstance(s, AptInstall)
     ] and "driver" in options.only
@@ -505,16 +567,8 @@ def _driver_steps(
         # NVIDIA's branch-pinning package (branches >= 590) keeps apt on the resolved branch
         wanted.insert(0, pin)
     kernel = facts.os.kernel if facts is not None else None
-    # Debian 13's dkms no longer Recommends the headers (reference/fleet-and-testing.md §3):
-    # without them the module is never built. Live: the running kernel; an image: the meta.
-    if (
-        os_id == "debian"
-        and any("nvidia" in p for p in wanted)
-        and not any(p.startswith("linux-headers") for p in wanted)
-    ):
-        arch = "amd64" if (facts.os.arch or "x86_64") in ("x86_64", "amd64") else facts.os.arch
-        live_headers = options.target == "live" and kernel and kernel.endswith(f"-{arch}")
-        wanted.append(f"linux-headers-{kernel}" if live_headers else f"linux-headers-{arch}")
+    if os_id == "debian" and any("nvidia" in p for p in wanted):
+        wanted += _debian_headers(facts, host, options, wanted, kernel, warnings)
     missing = tuple(p for p in wanted if p not in installed)
     if missing or driver.action == "upgrade":
         steps.append(
@@ -530,6 +584,66 @@ def _driver_steps(
             )
         )
     return steps
+
+
+# A Debian/Ubuntu kernel release as its linux-headers-<release> package is named:
+# "6.1.0-37-amd64", "6.12.57+deb13-amd64", "6.12.38+deb13-rt-amd64", "6.8.0-45-generic".
+# Lowercase package-name characters only (Debian Policy §5.6.1), so it is safe in an argv.
+_KERNEL_RELEASE = re.compile(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:[-+~.][a-z0-9]+)*-[a-z0-9]+$")
+
+
+def _debian_headers(
+    facts: Any,
+    host: Any,
+    options: PlanOptions,
+    wanted: Sequence[str],
+    kernel: str | None,
+    warnings: list[str],
+) -> list[str]:
+    """Headers DKMS needs to build the module: the meta package, and on a live system the
+    running kernel's own headers too.
+
+    Debian 13's dkms no longer Recommends any headers (reference/fleet-and-testing.md §3), and
+    the meta package (which the resolver names) only follows the *newest* kernel: a machine
+    running an older ABI would get no module for the kernel it boots until it boots the new
+    one. An image (--root) has no running kernel: the meta package is all it can name."""
+    arch = "amd64" if (facts.os.arch or "x86_64") in ("x86_64", "amd64") else facts.os.arch
+    extra: list[str] = []
+    if not any(p.startswith("linux-headers-") for p in wanted):
+        extra.append(f"linux-headers-{arch}")
+    if options.target != "live" or not kernel:
+        return extra
+    if not _KERNEL_RELEASE.match(kernel):
+        warnings.append(
+            f"running kernel {kernel!r} is not a Debian kernel package name: its headers are "
+            "not installed; DKMS builds the module for the archive kernel only"
+        )
+        return extra
+    name = f"linux-headers-{kernel}"
+    if name in wanted:
+        return extra
+    known = _apt_candidate(host, name)
+    if known is False:
+        warnings.append(
+            f"{name} is not in the apt cache (the archive has moved on to a newer kernel): the "
+            "module is built for the newest kernel only; boot it before using the eGPU"
+        )
+        return extra
+    return [*extra, name]  # True, or None (cannot ask apt here): apt says clearly if it is gone
+
+
+def _apt_candidate(host: Any, package: str) -> bool | None:
+    """Does apt have an installation candidate for `package`? None when apt cannot be asked."""
+    if getattr(host, "kind", None) not in ("live", "root"):
+        return None
+    try:
+        res = host.run(["apt-cache", "policy", package], timeout=60, env={"LC_ALL": "C.UTF-8"})
+    except (EgpuSetupError, OSError):  # no apt-cache there: plan it and let apt say
+        return None
+    if res.rc != 0:
+        return None
+    m = re.search(r"^\s*Candidate:\s*(\S+)", res.out, re.M)
+    return bool(m) and m.group(1) != "(none)"
 
 
 def bundle_sources_content(stage_to: str) -> str:
@@ -566,6 +680,7 @@ def _bundle_driver_steps(driver: Any, host: Any, options: PlanOptions) -> list[S
                 summary=f"offline bundle {b.target}",
                 stage_from=b.repository,
                 stage_to=b.stage_to,
+                stage_sha256=b.repository_hashes(),
             )
         )
     steps.append(
@@ -585,14 +700,23 @@ def _bundle_driver_steps(driver: Any, host: Any, options: PlanOptions) -> list[S
 def _components_step(
     host: Any, components: tuple[str, ...], codename: str | None, os_id: str, warnings: list[str]
 ) -> Step | None:
-    """A drop-in that enables `components` on the suites the host already uses for `main`."""
+    """A drop-in that enables `components` on the distro archive's suites the host uses for `main`.
+
+    Only the distribution's own archive is mirrored, never a PPA or third-party repository that
+    happens to have a `main` component: our stanza would repeat its URI and suite without its key
+    (apt: "Conflicting values set for option Signed-By", or NO_PUBKEY), and that archive has no
+    contrib/non-free anyway. Signed-By is copied only when it names a keyring file."""
     sources = [s for s in apt_sources(host) if "deb" in s.types]
     ours = f"{_SOURCES_DIR}/egpu-setup-{os_id or 'distro'}-components.sources"
     stanzas: list[str] = []
+    skipped: list[str] = []
     for src in sources:
         if src.path == ours or "main" not in src.components:
             continue
         if codename and not any(s.split("-")[0] == codename for s in src.suites):
+            continue
+        if not _is_distro_archive(host, src, os_id):
+            skipped.append(f"{src.path} ({' '.join(src.uris)})")
             continue
         enabled = {
             c
@@ -610,14 +734,19 @@ def _components_step(
             f"Suites: {' '.join(src.suites)}",
             f"Components: {' '.join(need)}",
         ]
-        if src.signed_by:
-            lines.append(f"Signed-By: {src.signed_by}")
+        if src.signed_by_path:
+            lines.append(f"Signed-By: {src.signed_by_path}")
         stanza = "\n".join(lines) + "\n"
         if stanza not in stanzas:
             stanzas.append(stanza)
     if not stanzas:
         if not any("main" in s.components for s in sources):
             warnings.append("no apt source with the `main` component found; components not added")
+        elif skipped and not any(_is_distro_archive(host, s, os_id) for s in sources):
+            warnings.append(
+                f"no {os_id or 'distribution'} archive source found (only "
+                f"{', '.join(skipped)}): enable {' '.join(components)} yourself"
+            )
         return None
     header = (
         "# Written by egpu-setup: the archive components the NVIDIA driver lives in.\n"
@@ -633,6 +762,43 @@ def _components_step(
         content=content,
         summary=" ".join(components),
     )
+
+
+# Origin of the distribution's own archive in its Release file, by os-release ID.
+_ARCHIVE_ORIGIN = {"debian": "Debian", "ubuntu": "Ubuntu"}
+
+
+def _is_distro_archive(host: Any, src: AptSource, os_id: str) -> bool:
+    """Is `src` the distribution's own archive (or a mirror of it), not a PPA or third party?
+
+    Evidence, strongest first: an inline key is never the archive's; the Origin field of the
+    Release file apt already fetched for it (`Origin: Debian`; a PPA says `LP-PPA-…`); else its
+    Signed-By keyring is the archive keyring, or it has no Signed-By at all (the archive keys
+    are trusted globally from /etc/apt/trusted.gpg.d, as the installer writes sources.list)."""
+    if src.inline_key or (src.signed_by and not src.signed_by_path):
+        return False
+    origin = _release_origin(host, src)
+    if origin is not None:
+        return origin == _ARCHIVE_ORIGIN.get(os_id, os_id.capitalize())
+    if src.signed_by_path is None:
+        return True
+    name = src.signed_by_path.rsplit("/", 1)[-1]
+    return name in (f"{os_id}-archive-keyring.gpg", f"{os_id}-archive-keyring.pgp")
+
+
+def _release_origin(host: Any, src: AptSource) -> str | None:
+    """`Origin:` of the (In)Release apt stored for src's first suite; None when not fetched yet.
+
+    apt names list files after the URI without its scheme, '/' as '_' (apt-pkg URItoFileName)."""
+    for uri in src.uris:
+        base = re.sub(r"^[a-z0-9+]+:/*", "", uri).rstrip("/").replace("/", "_")
+        for suite in src.suites[:1]:
+            for name in ("InRelease", "Release"):
+                text = host.read(f"/var/lib/apt/lists/{base}_dists_{suite}_{name}", 8192)
+                if text:
+                    m = re.search(r"^Origin:[ \t]*(.+?)[ \t]*$", text, re.M)
+                    return m.group(1) if m else None
+    return None
 
 
 def _nvidia_repo_step(driver: Any, host: Any) -> AptRepository:
@@ -708,13 +874,18 @@ def _config_steps(
             )
             if links:
                 units.append(EnableUnit(unit, rf.path, links))
+    # argv tuples an earlier run wrote a trigger for but never finished (state.Manifest); the
+    # getattr default keeps a manifest without that record working
+    owed_fn = getattr(manifest, "pending_commands", None)
+    owed = {tuple(a) for a in (owed_fn() if callable(owed_fn) else ())}
     for cmd in commands:
         argv = tuple(cmd.argv)
         if argv[:2] == ("systemctl", "enable"):
             continue  # done as EnableUnit links: works in a chroot and rolls back exactly
         after = tuple(getattr(cmd, "after", ()) or ())
         reload_for_links = argv[:2] == ("systemctl", "daemon-reload") and bool(units)
-        if after and not changed & set(after) and not reload_for_links:
+        is_owed = argv in owed
+        if after and not changed & set(after) and not reload_for_links and not is_owed:
             continue
         reloads = argv[0] in ("udevadm", "systemctl", "boltctl")
         if argv[0] == "boltctl" and _bolt_already_stored(facts, argv):
@@ -724,12 +895,16 @@ def _config_steps(
             continue
         if reloads and not live:
             continue  # nothing runs in an image: the services read the files at boot
+        consent = bool(getattr(cmd, "consent", False))
         cmds.append(
             RunCommand(
                 argv,
-                cmd.purpose + (" (asks first)" if getattr(cmd, "consent", False) else ""),
+                cmd.purpose,
                 live_only=reloads,
                 for_part=part,
+                triggers=after,
+                owed=is_owed and not changed & set(after),
+                consent=consent,
             )
         )
     return files, units, cmds

@@ -1,12 +1,16 @@
 """Values for the install tests, built with the real classes of the resolver/render/facts modules.
 
-They stand for what detect/resolve/render produce for a Debian laptop with an RTX 4090 eGPU, so the
-planner and executor can be tested on their own against real roots and a real index.
+They stand for what detect/render produce for a Debian laptop with an RTX 4090 eGPU, and what the
+real resolver answers for it (never a hand-built Resolution: the planner must be tested against
+what the resolver really produces, e.g. its linux-headers meta package), so the planner and
+executor can be tested on their own against real roots and a real index.
 """
 
 from __future__ import annotations
 
-from egpu_setup.compat.resolve import DriverPlan, NvidiaRepo, Resolution, ResolvedGpu, TorchPlan
+import dataclasses
+
+from egpu_setup.compat.resolve import Constraints, Resolution, TorchPlan, resolve
 from egpu_setup.facts import Gpu, HostFacts, OsFacts, PythonFacts
 from egpu_setup.render import RenderedFile
 
@@ -37,34 +41,49 @@ def facts(
     )
 
 
+# What-if inputs that make the real resolver choose each driver action for facts() (an RTX 4090
+# on Debian): an installed driver new enough to keep, an old one to upgrade, WSL for the host's.
+_ACTION = {
+    "install": {},
+    "keep": {"driver": "535.261.03"},
+    "upgrade": {"driver": "470.256.02"},
+    "host-managed": {"platform": "wsl"},
+}
+
+
 def resolution(
     *,
     action: str = "install",
-    packages: tuple[str, ...] = ("nvidia-driver", "firmware-misc-nonfree"),
-    components: tuple[str, ...] = ("contrib", "non-free", "non-free-firmware"),
-    repo: NvidiaRepo | None = None,
-    torch_requirements: tuple[str, ...] = ("torch==2.13.0+cpu",),
-    index_url: str = "https://download.pytorch.org/whl/cpu",
+    facts_: HostFacts | None = None,
+    driver_branch: int | None = None,
+    torch_requirements: tuple[str, ...] | None = None,
+    index_url: str | None = None,
 ) -> Resolution:
-    return Resolution(
-        gpu=ResolvedGpu("GeForce RTX 4090", "10de:2684", "Ada Lovelace", "8.9"),
-        driver=DriverPlan(
-            installed=None,
-            action=action,  # type: ignore[arg-type]
-            branch=535,
-            minimum="525.60.13",
-            flavour="proprietary",
-            packages=packages,
-            source="nvidia-repo" if repo else "distro",
-            apt_components=components,
-            repo=repo,
+    """The real resolver's answer for `facts_` (default facts()), torch 2.13.0 CPU.
+
+    `driver_branch` 590 on Debian selects NVIDIA's CUDA repository (with its pinning package).
+    `torch_requirements`/`index_url` replace only the torch plan, for tests that install a small
+    wheel from a loopback index the resolver cannot know about."""
+    res = resolve(
+        facts_ or facts(),
+        None,
+        Constraints(
+            torch_spec="2.13.0", cuda="cpu", driver_branch=driver_branch, **_ACTION[action]
         ),
-        torch=TorchPlan("2.13.0", "cpu", index_url, torch_requirements),
-        python="3.11",
-        platform="linux",
-        reasons=("test values",),
-        warnings=(),
     )
+    assert res.driver.action == action, (action, res.driver)
+    if torch_requirements is not None or index_url is not None:
+        torch = res.torch
+        res = dataclasses.replace(
+            res,
+            torch=TorchPlan(
+                torch.version,
+                torch.variant,
+                index_url or torch.index_url,
+                torch_requirements or torch.requirements,
+            ),
+        )
+    return res
 
 
 def rendered() -> tuple[RenderedFile, ...]:

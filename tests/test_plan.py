@@ -13,7 +13,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import _install_values as values
-from egpu_setup.compat.resolve import NvidiaRepo
 from egpu_setup.errors import UsageError
 from egpu_setup.host import RootHost
 from egpu_setup.plan import (
@@ -33,9 +32,9 @@ DPKG_STATUS = """Package: nvidia-driver
 Status: install ok installed
 Version: 535.261.03-1
 
-Package: firmware-misc-nonfree
+Package: firmware-nvidia-gsp
 Status: deinstall ok config-files
-Version: 20230210-5
+Version: 535.261.03-1
 """
 
 
@@ -87,37 +86,48 @@ def test_components_already_enabled_plan_no_source(tmp_path: Path) -> None:
         PlanOptions(target="root", only=frozenset({"driver"})),
     )
     assert [s.kind for s in plan.steps] == ["apt-install"]
-    # installed packages are diffed away; a removed one (config-files) is still wanted
-    assert plan.steps[0].packages == ("firmware-misc-nonfree", "linux-headers-amd64")
+    # installed packages are diffed away; a removed one (config-files) is still wanted; an image
+    # (--root) has no running kernel: only the resolver's meta headers package
+    assert plan.steps[0].packages == (
+        "linux-headers-amd64",
+        "nvidia-kernel-dkms",
+        "firmware-nvidia-gsp",
+    )
 
 
 def test_live_debian_gets_headers_for_the_running_kernel(tmp_path: Path) -> None:
-    host = RootHost(_root(tmp_path, MAIN_ONLY))
+    """The resolver names linux-headers-amd64 (the meta package); a live system also needs the
+    running kernel's headers, or DKMS builds no module for the kernel it boots."""
+    facts = values.facts(codename="trixie", version="13", kernel="6.12.57+deb13-amd64")
+    res = values.resolution(facts_=facts)
+    assert "linux-headers-amd64" in res.driver.packages  # what the real resolver produces
+    host = RootHost(_root(tmp_path, MAIN_ONLY.replace("bookworm", "trixie")))
     plan = build_plan(
-        values.facts(kernel="6.12.57+deb13-amd64"),
-        None,
-        values.resolution(),
-        (),
-        host,
-        PlanOptions(target="live", only=frozenset({"driver"})),
+        facts, None, res, (), host, PlanOptions(target="live", only=frozenset({"driver"}))
     )
     apt = next(s for s in plan.steps if isinstance(s, AptInstall))
+    # apt cannot be asked in this bare directory: planned, apt says clearly if it is gone
+    assert apt.packages.count("linux-headers-amd64") == 1
     assert "linux-headers-6.12.57+deb13-amd64" in apt.packages
     assert plan.steps[-1].kind == "reboot-needed"
+    # a release that is no Debian package name never reaches apt's argv
+    odd = values.facts(codename="trixie", version="13", kernel="6.12.57-Custom;rm")
+    plan = build_plan(
+        odd, None, res, (), host, PlanOptions(target="live", only=frozenset({"driver"}))
+    )
+    apt = next(s for s in plan.steps if isinstance(s, AptInstall))
+    assert not [p for p in apt.packages if p.startswith("linux-headers-6")]
+    assert any("not a Debian kernel package name" in w for w in plan.warnings)
 
 
 def test_nvidia_repo_uses_signed_by_keyring_and_the_pin_package(tmp_path: Path) -> None:
-    repo = NvidiaRepo(
-        "https://repo.invalid/cuda/debian12/x86_64/",
-        "https://repo.invalid/key.pub",
-        "EB693B3035CD5710E231E123A4B469963BF863CC",
-        "nvidia-driver-pinning-590",
-    )
     host = RootHost(_root(tmp_path, MAIN_ONLY))
+    res = values.resolution(driver_branch=590)  # the resolver picks NVIDIA's repository
+    assert res.driver.source == "nvidia-repo"
     plan = build_plan(
         values.facts(),
         None,
-        values.resolution(repo=repo, packages=("cuda-drivers",)),
+        res,
         (),
         host,
         PlanOptions(target="root", only=frozenset({"driver"})),
@@ -125,9 +135,10 @@ def test_nvidia_repo_uses_signed_by_keyring_and_the_pin_package(tmp_path: Path) 
     step = plan.steps[0]
     assert isinstance(step, AptRepository)
     assert step.keyring_path == "/etc/apt/keyrings/egpu-setup-nvidia-cuda.gpg"
+    assert step.fingerprint == res.driver.repo.fingerprint
     assert f"Signed-By: {step.keyring_path}" in step.content
     assert "trusted.gpg" not in step.content
-    assert plan.steps[1].packages[0] == "nvidia-driver-pinning-590"
+    assert "nvidia-driver-pinning-590" in plan.steps[1].packages
 
 
 def test_keep_and_host_managed_drivers_plan_no_apt(tmp_path: Path) -> None:
