@@ -29,6 +29,7 @@ from egpu_setup.errors import EgpuSetupError, ExecutionError
 from egpu_setup.plan import (
     AptInstall,
     AptRepository,
+    CreateLink,
     EnableUnit,
     PipInstall,
     Plan,
@@ -163,6 +164,11 @@ def execute(
     journal = Journal(paths)
     result = ExecResult(new_run_id())
     result.resumed_from, result.cleaned = recover(host, paths, plan, manifest)
+    owed = [s for s in plan.steps if isinstance(s, RunCommand) and s.triggers]
+    for step in owed:  # before any trigger file is written: a kill from here on leaves them owed
+        manifest.add_pending_command(step.argv, result.run_id)
+    if owed:
+        manifest.save()
     journal.append(
         {
             "event": "run-begin",
@@ -203,6 +209,9 @@ def execute(
                 ) from exc
             raise
         kill_hook(i, "done")
+        if isinstance(step, RunCommand) and status in ("done", "skipped"):
+            ctx.manifest.clear_pending_command(step.argv)
+            ctx.manifest.save()
         journal.append({"event": "step-done", "run": result.run_id, "step": i, "status": status})
         result.steps.append(
             StepResult(i, step.kind, step.describe(), status, time.monotonic() - started, detail)
@@ -237,6 +246,9 @@ def _apply(
     if isinstance(step, EnableUnit):
         for link in step.links:
             execute_files.link_managed(ctx, link, step.unit_path)
+        return "done", ""
+    if isinstance(step, CreateLink):
+        execute_files.link_managed(ctx, step.path, step.target)
         return "done", ""
     if isinstance(step, AptRepository):
         return execute_apt.add_repository(ctx, step, options.simulate_apt)

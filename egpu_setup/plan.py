@@ -204,9 +204,31 @@ class EnableUnit(Step):
     unit: str
     unit_path: str
     links: tuple[str, ...]  # /etc/systemd/system/<target>.wants/<unit>
+    conflict: bool = False  # a regular file sits where a link goes: somebody's, needs --force
+
+    @property
+    def path(self) -> str:
+        return self.links[0]
 
     def describe(self) -> str:
-        return f"enable {self.unit} (link {', '.join(self.links)})"
+        note = " [a regular file is in the way: needs --force]" if self.conflict else ""
+        return f"enable {self.unit} (link {', '.join(self.links)}){note}"
+
+
+@dataclass(frozen=True)
+class CreateLink(Step):
+    """A managed symlink (display mode: xorg.conf.d -> the snippet egpu-hotplug writes at boot)."""
+
+    kind: ClassVar[str] = "create-link"
+    part: ClassVar[str] = "config"
+    path: str
+    target: str
+    purpose: str
+    conflict: bool = False
+
+    def describe(self) -> str:
+        note = " [a file is in the way: needs --force]" if self.conflict else ""
+        return f"link {self.path} -> {self.target}: {self.purpose}{note}"
 
 
 @dataclass(frozen=True)
@@ -311,8 +333,9 @@ class Plan:
         return not self.steps
 
     @property
-    def conflicts(self) -> tuple[WriteFile, ...]:
-        return tuple(s for s in self.steps if isinstance(s, WriteFile) and s.conflict)
+    def conflicts(self) -> tuple[Step, ...]:
+        """Steps that would replace somebody else's file (each has a `path`)."""
+        return tuple(s for s in self.steps if getattr(s, "conflict", False))
 
     @property
     def consent_steps(self) -> tuple[RunCommand, ...]:
@@ -500,6 +523,7 @@ def build_plan(
     options: PlanOptions,
     manifest: Any = None,
     commands: Sequence[Any] = (),
+    links: Sequence[Any] = (),
 ) -> Plan:
     """The steps that take `host` from what it is to what the profile and resolution ask for."""
     steps: list[Step] = []
@@ -526,7 +550,7 @@ def build_plan(
         steps += driver_steps
     # the commands that consume the files (initramfs, udev/systemd reloads) come right after
     # them: a torch download that fails or is interrupted must not leave them undone
-    steps += file_steps + unit_steps + cmd_steps
+    steps += file_steps + unit_steps + _link_steps(links, host, options) + cmd_steps
     if "torch" in options.only:
         steps += _torch_steps(resolution, host, options, warnings)
     wants_reboot = [
@@ -824,6 +848,26 @@ def _file_part(path: str) -> str:
     return "driver" if path.startswith("/etc/modprobe.d/") else "config"
 
 
+def _not_a_link(host: Any, path: str) -> bool:
+    """A regular file (or directory) where we would put a symlink: it is somebody's."""
+    return host.readlink(path) is None and (host.exists(path) or host.is_dir(path))
+
+
+def _link_steps(links: Iterable[Any], host: Any, options: PlanOptions) -> list[Step]:
+    if "config" not in options.only:
+        return []
+    return [
+        CreateLink(
+            link.path,
+            link.target,
+            link.purpose,
+            conflict=_not_a_link(host, link.path) and not options.force,
+        )
+        for link in links
+        if host.readlink(link.path) != link.target
+    ]
+
+
 def _config_steps(
     rendered: Iterable[Any],
     host: Any,
@@ -873,7 +917,8 @@ def _config_steps(
                 if host.readlink(f"/etc/systemd/system/{target}.wants/{unit}") != rf.path
             )
             if links:
-                units.append(EnableUnit(unit, rf.path, links))
+                blocked = any(_not_a_link(host, link) for link in links) and not options.force
+                units.append(EnableUnit(unit, rf.path, links, conflict=blocked))
     # argv tuples an earlier run wrote a trigger for but never finished (state.Manifest); the
     # getattr default keeps a manifest without that record working
     owed_fn = getattr(manifest, "pending_commands", None)

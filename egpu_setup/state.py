@@ -288,6 +288,10 @@ class Manifest:
     # commands whose effect outlives the files, with the argv that undoes each, e.g.
     # {"argv": ["boltctl", "enroll", …, UUID], "undo": ["boltctl", "forget", UUID], "run": …}
     commands: list[dict[str, Any]] = field(default_factory=list)
+    # follow-up commands (initramfs rebuild, reloads) owed for files a run set out to write:
+    # recorded before any file is written, cleared when the command ran, so a run that failed or
+    # was killed in between plans them again: [{"argv": [...], "run": run_id}]
+    pending: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, paths: StatePaths) -> Manifest:
@@ -314,6 +318,7 @@ class Manifest:
             data.get("packages", []),
             data.get("venvs", []),
             data.get("commands", []),
+            data.get("pending_commands", []),
         )
 
     def save(self) -> None:
@@ -323,6 +328,7 @@ class Manifest:
             "packages": self.packages,
             "venvs": self.venvs,
             "commands": self.commands,
+            "pending_commands": self.pending,
         }
         try:
             self.paths.state_dir.mkdir(parents=True, exist_ok=True)
@@ -333,6 +339,16 @@ class Manifest:
     @property
     def empty(self) -> bool:
         return not (self.files or self.packages or self.venvs or self.commands)
+
+    def pending_commands(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(tuple(p["argv"]) for p in self.pending)
+
+    def add_pending_command(self, argv: tuple[str, ...], run_id: str) -> None:
+        if tuple(argv) not in self.pending_commands():
+            self.pending.append({"argv": list(argv), "run": run_id})
+
+    def clear_pending_command(self, argv: tuple[str, ...]) -> None:
+        self.pending = [p for p in self.pending if tuple(p["argv"]) != tuple(argv)]
 
     def backup(self, data: bytes) -> str:
         """Store `data` content-addressed; return the backup's name."""

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from egpu_setup.errors import EgpuSetupError
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 import _debroot
@@ -136,7 +138,11 @@ def test_a_users_file_where_the_unit_link_goes_is_restored_not_deleted(root: Pat
     wants.write_bytes(b"# the admin's own copy of a unit, not a link\n[Unit]\n")
     wants.chmod(0o640)
     before = snapshot(root, "etc")
-    te.run(root)
+    # somebody's file where the link goes is a conflict: refused without --force, kept as is
+    with pytest.raises(EgpuSetupError):
+        te.run(root)
+    assert not wants.is_symlink()
+    te.run(root, force=True)
     assert os.readlink(wants) == WAIT_UNIT
     manifest = Manifest.load(StatePaths.for_root(root))
     undo = {u.path: u for u in plan_undo(RootHost(root), manifest)}

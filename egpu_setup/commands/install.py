@@ -232,7 +232,7 @@ def prepare(**kw: Any) -> Prepared:
         bundle=bundle_source,
     )
     plan = build_plan(
-        facts, profile, resolution, rset.files, target, options, manifest, rset.commands
+        facts, profile, resolution, rset.files, target, options, manifest, rset.commands, rset.links
     )
     holder = RunLock(paths.lock).holder()
     if holder:

@@ -79,6 +79,11 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
                 _remove_packages(host, manifest, pkgs, venvs)
             changed = [u.path for u in done if u.action in ("removed", "restored", "unlinked")]
             followups = _follow_up(host, manifest, changed)
+            # What an interrupted install still owed was for files that are now gone or restored;
+            # the follow-ups above are rollback's own.
+            if manifest.pending:
+                manifest.pending = []
+                manifest.save()
             _disarm_verify(host, changed)
             journal.append({"event": "rollback-end", "run": run})
             if host.kind == "live" and changed:
