@@ -402,6 +402,14 @@ def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
         if run.plan.empty:
             _summary(kw, run, None, "Nothing to do: this machine already matches the profile.")
             return 0
+        if run.plan.consent_steps and kw["yes"]:
+            from egpu_setup.errors import UsageError
+
+            what = ", ".join(" ".join(s.argv) for s in run.plan.consent_steps)
+            raise UsageError(
+                f"the plan changes the boot configuration ({what}): --yes cannot consent to that",
+                "run without --yes and confirm the plan, or run those commands yourself",
+            )
         if not kw["yes"]:
             show(run, as_json=False)
             if not sys.stdin.isatty():
