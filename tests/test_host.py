@@ -125,7 +125,10 @@ def test_readlink_follows_parent_links_inside_the_root(tmp_path: Path) -> None:
     (dev / "driver").symlink_to("../../../../bus/pci/drivers/nvidia")
     (b / "root/abs").symlink_to("/sys/devices")  # an absolute link above the target
     host = RecordedHost(b)
-    assert host.readlink("/sys/bus/pci/devices/0000:3c:00.0/driver") == "../../../../bus/pci/drivers/nvidia"
+    assert (
+        host.readlink("/sys/bus/pci/devices/0000:3c:00.0/driver")
+        == "../../../../bus/pci/drivers/nvidia"
+    )
     assert host.readlink("/abs/pci0000:00/0000:00:1c.4/0000:3c:00.0/driver") is not None
     assert host.readlink("/etc/os-release") == "/usr/lib/os-release"
     assert host.readlink("/etc/nope") is None
