@@ -67,7 +67,6 @@ _MARKER_ENV = {
     "os_name": "posix",
     "platform_machine": ARCH,
 }
-# pip's settings that could add a second source to the torch call (dependency confusion)
 _PIP_SOURCE_ENV = (
     "PIP_INDEX_URL",
     "PIP_EXTRA_INDEX_URL",
@@ -551,7 +550,9 @@ class Builder:
         #    extra-index-url of this machine can mix a second source into it; --no-deps keeps
         #    the general-index packages out of this call.
         for t in group:
-            unset = [a for v in _PIP_SOURCE_ENV for a in ("-u", v)]
+            from egpu_setup.execute_pip import SOURCE_ENV
+
+            unset = [a for v in (*SOURCE_ENV, "PIP_CONFIG_FILE") for a in ("-u", v)]
             argv = [
                 "env",
                 *unset,

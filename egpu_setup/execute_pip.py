@@ -23,7 +23,8 @@ from egpu_setup.execute_apt import run_checked
 from egpu_setup.execute_files import Context
 from egpu_setup.plan import PipInstall
 
-_DROP = (
+# pip/uv settings that could add a second source (dependency confusion) or a system install
+SOURCE_ENV = (
     "PIP_INDEX_URL",
     "PIP_EXTRA_INDEX_URL",
     "PIP_FIND_LINKS",
@@ -75,7 +76,7 @@ def installer_env(
     HOME, USER and LOGNAME go in; a user without a usable home (a system account) runs with the
     caches off instead of writing somewhere it does not own."""
     source = os.environ if base is None else base
-    env = {k: v for k, v in source.items() if k not in _DROP}
+    env = {k: v for k, v in source.items() if k not in SOURCE_ENV}
     env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     if run_as is not None:

@@ -350,15 +350,16 @@ class Plan:
         return [s.to_json() for s in self.steps]
 
 
-def parse_only(text: str | None) -> frozenset[str]:
+def parse_only(text: str | None, known: tuple[str, ...] = PARTS) -> frozenset[str]:
+    """`--only a,b`: a subset of `known` (all of it when not given); UsageError otherwise."""
     if not text:
-        return frozenset(PARTS)
+        return frozenset(known)
     parts = {p.strip() for p in text.split(",") if p.strip()}
-    bad = sorted(parts - set(PARTS))
+    bad = sorted(parts - set(known))
     if bad or not parts:
         raise UsageError(
             f"--only {text!r}: unknown part {', '.join(bad) or '(empty)'}",
-            f"choose from {','.join(PARTS)}",
+            f"choose from {','.join(known)}",
         )
     return frozenset(parts)
 

@@ -283,3 +283,15 @@ def test_cuda_version_a_driver_supports(driver: str, cuda: str | None) -> None:
     from egpu_setup.detect.nvidia import max_cuda_for_driver
 
     assert max_cuda_for_driver(driver) == cuda
+
+
+def test_without_os_release_the_distro_package_reads_release_files(tmp_path) -> None:
+    from egpu_setup.detect.system import probe_os
+    from egpu_setup.host import RootHost
+
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/centos-release").write_text("CentOS release 6.10 (Final)\n")
+    facts = probe_os(RootHost(tmp_path))
+    assert (facts.id, facts.version_id) == ("centos", "6.10")
+    (tmp_path / "etc/os-release").write_text('ID=rocky\nVERSION_ID="9.4"\n')
+    assert probe_os(RootHost(tmp_path)).id == "rocky"  # os-release wins when present

@@ -27,19 +27,10 @@ Running it again with the same inputs downloads nothing (files are checked by sh
 PARTS = ("torch", "driver", "tool")
 
 
-def _parts(text: str | None) -> frozenset[str]:
-    from egpu_setup.errors import UsageError
+def _parts_of(text: str | None) -> frozenset[str]:
+    from egpu_setup.plan import parse_only
 
-    if not text:
-        return frozenset(PARTS)
-    parts = {p.strip() for p in text.split(",") if p.strip()}
-    bad = sorted(parts - set(PARTS))
-    if bad or not parts:
-        raise UsageError(
-            f"--only {text!r}: unknown part {', '.join(bad) or '(empty)'}",
-            f"choose from {','.join(PARTS)}",
-        )
-    return frozenset(parts)
+    return parse_only(text, PARTS)
 
 
 @click.command(epilog=EPILOG)
@@ -92,7 +83,7 @@ def command(
     from egpu_setup.plan import check_index_url
     from egpu_setup.profiles import load_profile
 
-    parts = _parts(only)
+    parts = _parts_of(only)
     if index_url:
         check_index_url(index_url)
     target_dir = Path(out)

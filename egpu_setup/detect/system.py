@@ -83,6 +83,8 @@ def probe_os(host: Host) -> OsFacts:
 
     text = host.read("/etc/os-release") or host.read("/usr/lib/os-release")
     rel = parse_os_release(text) if text else {}
+    if not rel.get("ID"):
+        rel = {**_release_files(host), **rel}
     release, machine = host.uname()
     release = release or host.read_attr("/proc/sys/kernel/osrelease")
     return OsFacts(
@@ -97,6 +99,26 @@ def probe_os(host: Host) -> OsFacts:
         codename=rel.get("VERSION_CODENAME") or rel.get("UBUNTU_CODENAME"),
         pretty_name=rel.get("PRETTY_NAME"),
     )
+
+
+def _release_files(host: Host) -> dict[str, str]:
+    """No usable os-release (very old or stripped systems): the `distro` package reads
+    lsb-release and the distribution's own release files, under the host's root."""
+    if not host.is_dir("/etc"):
+        return {}  # a pasted report with no filesystem: nothing to read
+    import distro
+
+    d = distro.LinuxDistribution(
+        root_dir=str(host.root), include_lsb=False, include_uname=False, include_oslevel=False
+    )
+    found = {
+        "ID": d.id(),
+        "VERSION_ID": d.version(best=False),
+        "ID_LIKE": d.like(),
+        "VERSION_CODENAME": d.codename(),
+        "PRETTY_NAME": d.name(pretty=True),
+    }
+    return {k: v for k, v in found.items() if v}
 
 
 _PYTHON = re.compile(r"python(3\.\d+)$")
