@@ -94,9 +94,11 @@ def cli(verbose: int, quiet: int) -> None:
 
 def fail(exc: EgpuSetupError) -> None:
     """Print an expected error the house way and exit with its code."""
-    click.echo(f"error: {exc.message}", err=True)
+    from egpu_setup.text import plain
+
+    click.echo(f"error: {plain(exc.message)}", err=True)
     if exc.hint:
-        click.echo(f"hint: {exc.hint}", err=True)
+        click.echo(f"hint: {plain(exc.hint)}", err=True)
     sys.exit(exc.exit_code)
 
 

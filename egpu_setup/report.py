@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import UsageError
+from egpu_setup.text import plain
 
 log = logging.getLogger("egpu_setup.report")
 
@@ -449,11 +450,6 @@ def _cells(row: HostRow) -> tuple[str, ...]:
     )
 
 
-def _plain(text: str) -> str:
-    """One terminal line: control characters (escape sequences, newlines) become '?'."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
@@ -468,7 +464,7 @@ def _summary_line(report: FleetReport) -> str:
 
 def render_text(report: FleetReport) -> str:
     """An aligned plain-text table plus a one-line summary."""
-    rows = [COLUMNS, *(tuple(_plain(c) for c in _cells(r)) for r in report.rows)]
+    rows = [COLUMNS, *(tuple(plain(c) for c in _cells(r)) for r in report.rows)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.append("")

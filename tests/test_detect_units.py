@@ -295,3 +295,13 @@ def test_without_os_release_the_distro_package_reads_release_files(tmp_path) -> 
     assert (facts.id, facts.version_id) == ("centos", "6.10")
     (tmp_path / "etc/os-release").write_text('ID=rocky\nVERSION_ID="9.4"\n')
     assert probe_os(RootHost(tmp_path)).id == "rocky"  # os-release wins when present
+
+
+def test_firmware_strings_cannot_drive_the_terminal() -> None:
+    from egpu_setup.commands.detect import format_facts
+    from egpu_setup.facts import HostFacts, TbDevice, ThunderboltFacts
+
+    evil = "Core X\x1b]0;pwned\x07\x1b[2J"
+    facts = HostFacts(thunderbolt=ThunderboltFacts(devices=(TbDevice(name=evil, vendor="Razer"),)))
+    out = format_facts(facts)
+    assert "\x1b" not in out and "\x07" not in out and "Core X?]0;pwned??[2J" in out

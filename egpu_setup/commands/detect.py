@@ -6,6 +6,7 @@ import click
 
 from egpu_setup.commands._options import echo_json, from_option, json_option
 from egpu_setup.facts import Gpu, HostFacts
+from egpu_setup.text import plain
 
 
 @click.command(
@@ -94,4 +95,4 @@ def format_facts(facts: HostFacts) -> str:
             f"  {_v(dev.vendor)} {_v(dev.name)}: authorized {_v(dev.authorized)}, "
             f"gen {_v(dev.generation)}, policy {_v(dev.policy)}, uuid {_v(dev.unique_id)}"
         )
-    return "\n".join(lines)
+    return "\n".join(plain(line) for line in lines)

@@ -146,11 +146,13 @@ def command(
 def _print(findings, sources: dict[str, bool]) -> None:
     import textwrap
 
+    from egpu_setup.text import plain
+
     for f in findings:
         click.echo(f"{f.severity.upper():8} {f.id}")
         click.echo(textwrap.fill(f.summary, 100, initial_indent="  ", subsequent_indent="  "))
         for line in f.evidence:
-            click.echo(f"  | {line}")
+            click.echo(f"  | {plain(line)}")
         click.echo(textwrap.fill(f.fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
         click.echo("")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
