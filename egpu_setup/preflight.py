@@ -119,19 +119,27 @@ def _secure_boot(plan: Plan, facts: Any, host: Any) -> list[str]:
     if not sb or host.kind != "live":
         return []
     installs_driver = any(isinstance(s, AptInstall) and s.part_name == "driver" for s in plan.steps)
-    pub = next((k for k in MOK_KEYS if host.exists(k)), None)
-    if pub and host.which("mokutil"):
-        res = host.run(["mokutil", "--test-key", pub], timeout=30)
-        text = (res.out + res.err).lower()
-        if "is not enrolled" in text or "not enrolled" in text:
-            raise ActionRequired(
-                f"Secure Boot is on and the DKMS signing key {pub} is not enrolled",
-                f"run `sudo mokutil --import {pub}`, choose a one-time password, reboot, "
-                "pick 'Enroll MOK' in the blue MokManager screen, then run this command again",
-            )
+    require_enrolled_key(host)
     if installs_driver:
         return [
             "Secure Boot is on: dkms signs the NVIDIA module with its own key, which must be "
-            "enrolled once at the console (egpu-setup will say how after installing)"
+            "enrolled once at the console (egpu-setup says how once the key exists)"
         ]
     return []
+
+
+def require_enrolled_key(host: Any) -> None:
+    """Exit 4 with the console steps when the module signing key exists but is not enrolled.
+
+    Called before installing and again after the driver packages went in (dkms makes the key
+    on its first build), so the person at the laptop learns it before the reboot, not after."""
+    pub = next((k for k in MOK_KEYS if host.exists(k)), None)
+    if not pub or not host.which("mokutil"):
+        return
+    res = host.run(["mokutil", "--test-key", pub], timeout=30)
+    if "not enrolled" in (res.out + res.err).lower():
+        raise ActionRequired(
+            f"Secure Boot is on and the module signing key {pub} is not enrolled",
+            f"run `sudo mokutil --import {pub}`, choose a one-time password, reboot, "
+            "pick 'Enroll MOK' in the blue MokManager screen, then run this command again",
+        )

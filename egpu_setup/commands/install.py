@@ -429,6 +429,15 @@ def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
         except EgpuSetupError as exc:
             _save_report(run, started, None, None, exc)
             raise
+    driver_done = any(s.kind == "apt-install" and s.status == "done" for s in result.steps)
+    if driver_done and run.facts.os.secure_boot and run.target.kind == "live":
+        from egpu_setup.preflight import require_enrolled_key
+
+        try:
+            require_enrolled_key(run.target)
+        except EgpuSetupError as exc:
+            _save_report(run, started, result, None, exc)
+            raise
     verify = None
     torch_done = any(s.kind == "pip-install" and s.status == "done" for s in result.steps)
     if kw["run_verify"] and torch_done and not result.reboot_required and run.target.kind == "live":
