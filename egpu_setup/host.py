@@ -291,6 +291,12 @@ class RecordedHost(Host):
                 f"recorded host not found: {bundle}",
                 "pass a directory written by `egpu-setup record DIR`",
             )
+        if not any((bundle / part).exists() for part in ("root", "commands", "meta.json")):
+            raise UsageError(
+                f"{bundle} is not a recorded host: it has no root/, commands/ or meta.json",
+                "pass a directory written by `egpu-setup record DIR`, or lay out a pasted "
+                "report as DIR/commands/lspci.txt, nvidia-smi.txt, dmesg.txt",
+            )
         super().__init__(bundle / "root")
         self.bundle = bundle
         self.meta = _read_meta(bundle / "meta.json")

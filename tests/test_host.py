@@ -132,3 +132,11 @@ def test_readlink_follows_parent_links_inside_the_root(tmp_path: Path) -> None:
     assert host.readlink("/abs/pci0000:00/0000:00:1c.4/0000:3c:00.0/driver") is not None
     assert host.readlink("/etc/os-release") == "/usr/lib/os-release"
     assert host.readlink("/etc/nope") is None
+
+
+def test_a_directory_that_is_not_a_bundle_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "random").mkdir()
+    (tmp_path / "random" / "notes.txt").write_text("hello")
+    with pytest.raises(UsageError) as err:
+        RecordedHost(tmp_path / "random")
+    assert "is not a recorded host" in err.value.message and err.value.hint
