@@ -352,7 +352,7 @@ class Plan:
 
 def parse_only(text: str | None, known: tuple[str, ...] = PARTS) -> frozenset[str]:
     """`--only a,b`: a subset of `known` (all of it when not given); UsageError otherwise."""
-    if not text:
+    if text is None:
         return frozenset(known)
     parts = {p.strip() for p in text.split(",") if p.strip()}
     bad = sorted(parts - set(known))

@@ -118,14 +118,27 @@ def _secure_boot(plan: Plan, facts: Any, host: Any) -> list[str]:
     sb = getattr(getattr(facts, "os", None), "secure_boot", None)
     if not sb or host.kind != "live":
         return []
-    installs_driver = any(isinstance(s, AptInstall) and s.part_name == "driver" for s in plan.steps)
+    if not builds_dkms_module(plan):
+        return []  # no module built here (torch/config only, or Ubuntu's signed prebuilt ones)
     require_enrolled_key(host)
-    if installs_driver:
-        return [
-            "Secure Boot is on: dkms signs the NVIDIA module with its own key, which must be "
-            "enrolled once at the console (egpu-setup says how once the key exists)"
-        ]
-    return []
+    return [
+        "Secure Boot is on: dkms signs the NVIDIA module with its own key, which must be "
+        "enrolled once at the console (egpu-setup says how once the key exists)"
+    ]
+
+
+def builds_dkms_module(plan: Plan) -> bool:
+    """The plan installs a driver whose module dkms builds (and signs with a local key).
+
+    Ubuntu's linux-modules-nvidia-* are prebuilt and signed by Canonical's key, which the
+    firmware already trusts: no MOK enrolment (reference/hotplug-security.md §4.2)."""
+    packages = [
+        p
+        for s in plan.steps
+        if isinstance(s, AptInstall) and s.part_name == "driver"
+        for p in s.packages
+    ]
+    return bool(packages) and not any(p.startswith("linux-modules-nvidia-") for p in packages)
 
 
 def require_enrolled_key(host: Any) -> None:

@@ -148,6 +148,10 @@ class RenderContext:
     branch: int | None
     drm_params: tuple[str, ...]
     runtime_pm_off: bool
+    # NVreg_DynamicPowerManagement applies to every GPU the module drives: with an internal
+    # NVIDIA GPU too, it would keep the laptop's own dGPU powered; the per-device udev rule
+    # (power/control=on) then keeps only the eGPU awake.
+    module_rtd3_off: bool
     persistenced: bool
     thunderbolt: ThunderboltPlan
     initramfs: tuple[str, ...] | None
@@ -172,6 +176,7 @@ class RenderContext:
             "branch": self.branch,
             "drm_params": self.drm_params,
             "runtime_pm_off": self.runtime_pm_off,
+            "module_rtd3_off": self.module_rtd3_off,
             "persistenced": self.persistenced,
             "tb": self.thunderbolt,
             "initramfs": self.initramfs,
@@ -573,6 +578,12 @@ def build_context(
 
     debian_modules = (facts.os.id or "").lower() == "debian"
     removable = bool(egpu is not None and egpu.removable == "removable")
+    internal_nvidia = [g for g in facts.nvidia_gpus if g.external is False]
+    if runtime_pm_off and internal_nvidia:
+        notes.append(
+            f"the internal {internal_nvidia[0].name or 'NVIDIA GPU'} shares the nvidia module: "
+            "runtime D3 stays on in the module (battery), only the eGPU's path is kept awake"
+        )
     return RenderContext(
         profile=name,
         mode=mode,
@@ -583,6 +594,7 @@ def build_context(
         branch=branch,
         drm_params=drm_params,
         runtime_pm_off=runtime_pm_off,
+        module_rtd3_off=runtime_pm_off and not internal_nvidia,
         persistenced=persistenced,
         thunderbolt=tb,
         initramfs=initramfs,

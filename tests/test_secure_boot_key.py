@@ -50,3 +50,14 @@ def test_an_enrolled_key_or_no_key_passes(root: Path) -> None:
     require_enrolled_key(with_mokutil(root, ENROLLED))
     (root / MOK_KEYS[1].lstrip("/")).unlink()
     require_enrolled_key(RootHost(root))  # no key yet: dkms has not built anything
+
+
+def test_only_a_dkms_built_driver_needs_the_key() -> None:
+    from egpu_setup.plan import AptInstall, Plan
+    from egpu_setup.preflight import builds_dkms_module
+
+    debian = Plan((AptInstall(("linux-headers-amd64", "nvidia-kernel-dkms", "nvidia-driver")),))
+    ubuntu = Plan((AptInstall(("nvidia-driver-580-open", "linux-modules-nvidia-580-open-generic")),))
+    assert builds_dkms_module(debian)
+    assert not builds_dkms_module(ubuntu)  # Canonical-signed prebuilt modules
+    assert not builds_dkms_module(Plan(()))  # torch or config only

@@ -197,10 +197,7 @@ def prepare(**kw: Any) -> Prepared:
             mode,
             venv=venv,
             tool_path=entry_point_path(sys.argv[0]),
-            # Without bolt the one-UUID udev rule authorizes the enclosure; a recording can't say.
-            bolt_available=None
-            if target.kind == "recorded"
-            else target.which("boltctl") is not None,
+            bolt_available=_bolt_usable(target),
         )
     else:
         rset = RenderSet(files=(), commands=(), notes=())
@@ -241,6 +238,19 @@ def prepare(**kw: Any) -> Prepared:
     return Prepared(
         facts, profile, resolution, rset.files, plan, target, paths, options, warnings, holder
     )
+
+
+def _bolt_usable(target: Any) -> bool | None:
+    """Whether `boltctl enroll` can authorize the enclosure; else the one-UUID udev rule does.
+
+    An image (--root) cannot enroll: boltd is not running in a chroot, so the rule it carries
+    must authorize the enclosure on first boot, bolt or not. A recording cannot say (None:
+    inferred from its facts)."""
+    if target.kind == "root":
+        return False
+    if target.kind == "recorded":
+        return None
+    return target.which("boltctl") is not None
 
 
 def _refuse_non_nvidia_egpu(facts: Any) -> None:
@@ -430,9 +440,10 @@ def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
             _save_report(run, started, None, None, exc)
             raise
     driver_done = any(s.kind == "apt-install" and s.status == "done" for s in result.steps)
-    if driver_done and run.facts.os.secure_boot and run.target.kind == "live":
-        from egpu_setup.preflight import require_enrolled_key
+    from egpu_setup.preflight import builds_dkms_module, require_enrolled_key
 
+    dkms = driver_done and builds_dkms_module(run.plan)
+    if dkms and run.facts.os.secure_boot and run.target.kind == "live":
         try:
             require_enrolled_key(run.target)
         except EgpuSetupError as exc:
