@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import shlex
+import stat
 import sys
 import tempfile
 import time
@@ -235,7 +236,11 @@ class RunLock:
     def acquire(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.geteuid() == 0:
+                self._evict_stranger()
+            # 0600 and no symlinks: in the world-writable /run/lock nobody else may open (and
+            # so flock) root's lock, or point it elsewhere.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except PermissionError as exc:  # a root-owned lock (or its directory), not root
             raise denied(self.path, "lock") from exc
         try:
@@ -252,6 +257,17 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
         self._fd = fd
+
+    def _evict_stranger(self) -> None:
+        """A lock file root did not make (another user's, a link) is not our lock: any user
+        can create one in /run/lock and flock it to block every run. Replace it."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
+            log.warning("replacing %s: it belongs to uid %d, not root", self.path, st.st_uid)
+            os.unlink(self.path)
 
     def release(self) -> None:
         if self._fd is not None:
