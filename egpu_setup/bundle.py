@@ -805,14 +805,14 @@ class Builder:
         dest = self.out / "tool"
         pythons = sorted({t.python for t in self.targets})
         distros = sorted({t.distro for t in self.targets})
-        src = Path(__file__).resolve().parent.parent
+        src = _tool_source()
         inputs = {"version": __version__, "pythons": pythons, "distros": distros}
         if self._unchanged("tool", inputs):
             return
         dest.mkdir(parents=True, exist_ok=True)
         for old in dest.glob("*.whl"):
             old.unlink()
-        if (src / "pyproject.toml").is_file():
+        if src is not None:
             self._run(
                 [*self._pip(), "wheel", "--no-deps", "--disable-pip-version-check", "-q",
                  "--wheel-dir", str(dest), str(src)],
@@ -965,3 +965,25 @@ __all__ = [
     "resolve_targets",
     "verify_files",
 ]
+
+
+def _tool_source() -> Path | None:
+    """The source tree egpu-setup can be rebuilt from: this checkout (an editable install), or
+    the local directory a `pip install DIR` came from (PEP 610 direct_url.json), if still there.
+    None: fall back to this machine's pip index."""
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout
+    from importlib.metadata import PackageNotFoundError, distribution
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        text = distribution("egpu-setup").read_text("direct_url.json")
+        url = json.loads(text or "{}").get("url", "")
+    except (PackageNotFoundError, ValueError, AttributeError):
+        return None
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        return None
+    path = Path(unquote(parts.path))
+    return path if (path / "pyproject.toml").is_file() else None

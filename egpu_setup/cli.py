@@ -97,6 +97,8 @@ def fail(exc: EgpuSetupError) -> None:
     from egpu_setup.text import plain
 
     click.echo(f"error: {plain(exc.message)}", err=True)
+    for line in (getattr(exc, "stderr_tail", "") or "").splitlines()[-15:]:
+        click.echo(f"  | {plain(line)}", err=True)  # what the failed command said
     if exc.hint:
         click.echo(f"hint: {plain(exc.hint)}", err=True)
     sys.exit(exc.exit_code)
