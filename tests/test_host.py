@@ -140,3 +140,22 @@ def test_a_directory_that_is_not_a_bundle_is_a_usage_error(tmp_path: Path) -> No
     with pytest.raises(UsageError) as err:
         RecordedHost(tmp_path / "random")
     assert "is not a recorded host" in err.value.message and err.value.hint
+
+
+def test_a_failed_command_shows_what_it_said(capsys: pytest.CaptureFixture[str]) -> None:
+    from egpu_setup.cli import fail
+
+    exc = ExecutionError(
+        "pip download failed", "check the index", argv=["pip"], rc=1,
+        stderr_tail="Looking in indexes: http://127.0.0.1:9/\nERROR: No matching distribution\x1b[31m",
+    )  # fmt: skip
+    with pytest.raises(SystemExit) as code:
+        fail(exc)
+    err = capsys.readouterr().err.splitlines()
+    assert code.value.code == 1
+    assert err == [
+        "error: pip download failed",
+        "  | Looking in indexes: http://127.0.0.1:9/",
+        "  | ERROR: No matching distribution?[31m",
+        "hint: check the index",
+    ]
