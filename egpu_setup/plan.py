@@ -557,15 +557,33 @@ def build_plan(
     wants_reboot = [
         s for s in driver_steps if isinstance(s, AptInstall)
     ] and "driver" in options.only
-    nouveau_change = any(
-        isinstance(s, WriteFile) and s.path.startswith("/etc/modprobe.d/") for s in file_steps
-    )
-    if live and (wants_reboot or nouveau_change):
-        what = "the new NVIDIA kernel module" if wants_reboot else "the module blacklist"
-        steps.append(RebootNeeded(f"{what} takes effect at the next boot"))
+    module_reason = _module_config_reboot(facts, file_steps)
+    if live and (wants_reboot or module_reason):
+        steps.append(
+            RebootNeeded(
+                "the new NVIDIA kernel module takes effect at the next boot"
+                if wants_reboot
+                else module_reason
+            )
+        )
     elif live and options.pending_reboot:
         steps.append(RebootNeeded(options.pending_reboot))
     return Plan(tuple(steps), tuple(warnings))
+
+
+def _module_config_reboot(facts: Any, file_steps: Sequence[Step]) -> str | None:
+    """Why changed modprobe.d files need a reboot, or None: they only matter to a module that is
+    loaded now (a module loaded later, when the eGPU appears, reads them then)."""
+    written = {s.path for s in file_steps if isinstance(s, WriteFile)}
+    nv = getattr(facts, "nvidia", None)
+    gpus = getattr(facts, "gpus", ())
+    nouveau_in_use = bool(nv and nv.nouveau_loaded) or any(g.driver == "nouveau" for g in gpus)
+    if any("nouveau" in p for p in written if p.startswith("/etc/modprobe.d/")) and nouveau_in_use:
+        return "nouveau holds the GPU now: the blacklist takes effect at the next boot"
+    nvidia_conf = any(p.startswith("/etc/modprobe.d/") and "nouveau" not in p for p in written)
+    if nvidia_conf and nv is not None and nv.module_loaded:
+        return "the NVIDIA module options take effect when the module loads again (next boot)"
+    return None
 
 
 def _driver_steps(

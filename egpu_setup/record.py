@@ -2,7 +2,9 @@
 
 The bundle is the `--from` format (DESIGN.md): DIR/meta.json, DIR/root/... (a partial
 filesystem, sysfs kept as directories and relative symlinks so bridge chains survive) and
-DIR/commands/<name>.txt. Reads go through the Host; writes go only into DIR.
+DIR/commands/<name>.txt. Reads go through the Host; writes go only into DIR. With a venv,
+DIR/commands/torch.json holds its torch build (what `doctor --from DIR` checks; the same probe as
+`doctor --venv`, egpu_setup/doctor/torchcheck.py).
 
 Redaction: Thunderbolt unique_ids, GPU UUIDs and serial numbers are replaced by stable
 stand-ins (the same id maps to the same stand-in in sysfs and in boltctl text, so detection's
@@ -116,11 +118,24 @@ class Redactor:
 
 
 def record(
-    host: Host, out: Path, *, redact: bool = True, clock: Callable[[], float] = time.time
+    host: Host,
+    out: Path,
+    *,
+    redact: bool = True,
+    clock: Callable[[], float] = time.time,
+    venv: Path | None = None,
 ) -> Path:
-    """Write the bundle into `out` (which must be empty or absent); return it."""
+    """Write the bundle into `out` (which must be empty or absent); return it.
+
+    `venv`: also store that venv's torch build as commands/torch.json."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out} exists and is not empty", "give a new directory for the bundle")
+    torch_info = None
+    if venv is not None:
+        from egpu_setup.doctor.torchcheck import probe_venv_torch
+
+        # Before anything is written: a venv without torch leaves no half bundle behind.
+        torch_info = probe_venv_torch(host, venv)
     red = Redactor(redact)
     root = out / "root"
     root.mkdir(parents=True)
@@ -143,6 +158,10 @@ def record(
         text = host.command(name, argv, timeout=30.0)
         if text:
             (out / "commands" / f"{name}.txt").write_text(red(text))
+    if torch_info is not None:
+        (out / "commands" / "torch.json").write_text(
+            json.dumps(torch_info.to_json(), indent=2) + "\n"
+        )
     release, machine = host.uname()
     meta = {
         "tool": "egpu-setup",

@@ -435,8 +435,13 @@ COLUMNS = ("host", "GPU", "connection", "link", "driver", "torch", "H2D GB/s", "
 
 def _cells(row: HostRow) -> tuple[str, ...]:
     failures = ", ".join(row.failures)
-    if not failures:
-        failures = "-" if row.verify == "ok" else (row.install or "not verified")
+    if not failures and row.verify != "ok":
+        # Only failures belong here: an install that changed things and went fine is no failure,
+        # it is merely unproven until verify runs. A pending reboot is why it has not run yet.
+        failures = "not verified"
+        if row.install == "reboot required":
+            failures += " (reboot required)"
+    failures = failures or "-"
     return (
         row.hostname,
         row.gpu or "-",

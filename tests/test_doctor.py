@@ -654,6 +654,132 @@ def test_cli_doctor_missing_bundle(cli, tmp_path):
     assert res.returncode == 2 and "error: recorded host not found" in res.stderr
 
 
+# -- verify reports as torch facts (doctor --torch-info <state>/reports/verify-*.json) ----------
+
+REPORTS = Path(__file__).parent / "data" / "reports"
+
+
+def _verify_report(device: dict, checks: list[dict]) -> dict:
+    """A verify report the way egpu_setup/verify/_child.py fills it (device record, checks)."""
+    return {
+        "schema": "egpu-setup/verify/1",
+        "ok": False,
+        "device": device,
+        "checks": [{"ok": c["status"] != "fail", **c} for c in checks],
+        "outcome": "finished",
+    }
+
+
+def test_verify_report_of_a_cuda_run_gives_arch_list_and_availability():
+    report = _verify_report(
+        {"type": "cuda", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "index": 0},
+        [
+            {"id": "torch-import", "status": "pass", "value": "2.6.0+cu124"},
+            {"id": "torch-cuda-build", "status": "pass", "value": "12.4"},
+            {"id": "cuda-available", "status": "pass", "value": 1},
+            {
+                "id": "arch-list",
+                "status": "fail",
+                "value": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+                "expected": "sm_120",
+            },
+        ],
+    )
+    info = parse_torch_info(report, "verify.json")
+    assert info == parse_torch_info(
+        {
+            "torch_version": "2.6.0+cu124",
+            "cuda": "12.4",
+            "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+            "cuda_available": True,
+        },
+        "t",
+    )
+    blackwell = egpu(
+        device_id="2b85", name="RTX 5090", architecture="Blackwell", compute_capability="12.0"
+    )
+    assert "torch-arch-unsupported" in ids(diagnose(facts(gpus=(blackwell,)), DoctorInput(), info))
+
+
+def test_verify_report_that_stopped_at_cuda_init():
+    """No device record: CUDA unavailable or a CPU build end the child before it is written."""
+    unavailable = _verify_report(
+        {},
+        [
+            {"id": "torch-import", "status": "pass", "value": "2.11.0+cu130"},
+            {"id": "torch-cuda-build", "status": "pass", "value": "13.0"},
+            {"id": "torch-driver-cuda", "status": "fail", "value": "13.0", "expected": "12.4"},
+            {"id": "cuda-available", "status": "fail"},
+        ],
+    )
+    info = parse_torch_info(unavailable, "v.json")
+    assert (info.torch_version, info.cuda, info.arch_list, info.cuda_available) == (
+        "2.11.0+cu130",
+        "13.0",
+        (),
+        False,
+    )
+    assert "torch-driver-too-old" in ids(diagnose(facts(), DoctorInput(), info))
+    cpu_build = _verify_report(
+        {},
+        [
+            {"id": "torch-import", "status": "pass", "value": "2.9.1+cpu"},
+            {"id": "torch-cuda-build", "status": "fail", "value": "2.9.1+cpu"},
+        ],
+    )
+    cpu = parse_torch_info(cpu_build, "v.json")
+    assert cpu.cuda is None and cpu.cuda_available is None
+    assert "torch-cpu-only-build" in ids(diagnose(facts(), DoctorInput(), cpu))
+
+
+def test_lab_verify_reports_read_as_torch_facts():
+    """The fleet fixtures predate `torch_cuda` in `device`: the wheel's local label says it."""
+    lab = REPORTS / "lab" / "lab-01"
+    failed = parse_torch_info(json.loads((lab / "verify-20261126T180000Z.json").read_text()), "a")
+    assert (failed.torch_version, failed.cuda, failed.cuda_available) == (
+        "2.9.1+cu128",
+        "12.8",
+        False,
+    )
+    good = parse_torch_info(json.loads((lab / "verify-20261127T101502Z.json").read_text()), "b")
+    assert good.cuda == "12.8" and good.cuda_available is True
+
+
+def test_real_cpu_verify_report_reads_as_cpu_build():
+    path = REPORTS / "real" / "ci-cpu" / "verify-20261129T165644Z.json"
+    info = parse_torch_info(json.loads(path.read_text()), str(path))
+    assert (info.torch_version, info.cuda, info.arch_list) == ("2.13.0+cpu", None, ())
+
+
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        (
+            _verify_report({"type": "cpu"}, [{"id": "torch-import", "status": "fail"}]),
+            "this verify report has no torch facts (torch did not import in the verified venv)",
+        ),
+        (
+            _verify_report({}, []),
+            "this verify report has no torch facts (it names no torch version)",
+        ),
+        (
+            _verify_report({}, [{"id": "torch-import", "status": "pass", "value": "2.9.1"}]),
+            "the verify report does not say which CUDA torch 2.9.1 was built for",
+        ),
+        ({"schema": "egpu-setup/install/1"}, "schema egpu-setup/install/1 is not a verify report"),
+    ],
+)
+def test_unusable_verify_reports_are_usage_errors(doc, message):
+    with pytest.raises(UsageError) as err:
+        parse_torch_info(doc, "r.json")
+    assert err.value.message == f"r.json: {message}"
+
+
+def test_torch_info_round_trips_through_its_json():
+    info = parse_torch_info(TORCH_OK, "t")
+    assert parse_torch_info(json.loads(json.dumps(info.to_json())), "t") == info
+
+
 def test_torch_info_replace_keeps_type():
     info = parse_torch_info(TORCH_OK, "t")
     assert replace(info, cuda=None).cuda is None

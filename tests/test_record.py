@@ -70,3 +70,38 @@ def test_record_cli(cli, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     again = cli("detect", "--json", "--from", str(tmp_path / "b"))
     assert again.returncode == 0 and json.loads(again.stdout)["schema"] == "egpu-setup/host/1"
+
+
+def test_record_venv_stores_torch_facts_that_doctor_from_reads(cli, tmp_path: Path) -> None:
+    """`record DIR --venv PATH` writes commands/torch.json; `doctor --from DIR` checks it."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    from egpu_setup.doctor.torchcheck import parse_torch_info, probe_venv_torch
+
+    venv = tmp_path / "v"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+        check=True,
+        timeout=120,
+    )
+    res = cli("record", str(tmp_path / "b"), "--venv", str(venv))
+    assert res.returncode == 0, res.stderr
+    stored = json.loads((tmp_path / "b" / "commands" / "torch.json").read_text())
+    assert parse_torch_info(stored, "torch.json") == probe_venv_torch(LiveHost(), venv)
+    doctor = cli("doctor", "--json", "--from", str(tmp_path / "b"))
+    assert doctor.returncode == 1, doctor.stderr
+    assert "torch-cpu-only-build" in {f["id"] for f in json.loads(doctor.stdout)["findings"]}
+
+
+def test_record_venv_without_torch_writes_nothing(cli, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    venv = tmp_path / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    res = cli("record", str(tmp_path / "b"), "--venv", str(venv))
+    assert res.returncode == 2 and res.stderr.startswith("error: cannot import torch in ")
+    assert "hint: " in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "b").exists()

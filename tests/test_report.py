@@ -14,8 +14,10 @@ from click.testing import CliRunner
 
 from egpu_setup.cli import cli
 from egpu_setup.report import (
+    COLUMNS,
     SCHEMA_REPORT,
     FleetReport,
+    _cells,
     collect,
     load_report,
     render_html,
@@ -326,6 +328,25 @@ def test_real_install_json_and_cpu_verify() -> None:
     assert (image.install, image.verify, image.gpu) == ("changed", None, "GeForce RTX 4090")
     cpu = rows["vm"]  # verify's own hostname wins over the folder name
     assert (cpu.verify, cpu.amp, cpu.torch, cpu.failures) == ("ok", "ok", "2.13.0+cpu", ())
+
+
+def test_failures_column_of_installed_but_unverified_hosts() -> None:
+    """An install that changed things and succeeded is no failure: "not verified", never
+    "changed", in the failures column (text and HTML); JSON keeps the install state."""
+    report = collect([DATA / "real"])
+    cells = {r.hostname: dict(zip(COLUMNS, _cells(r), strict=True)) for r in report.rows}
+    assert cells["image-trixie"]["failures"] == "not verified"
+    assert cells["vm"]["failures"] == "-"
+    line = next(x for x in render_text(report).splitlines() if x.startswith("image-trixie"))
+    assert line.endswith("  not verified") and "changed" not in line
+    html = render_html(report)
+    assert '<td class="failures">not verified</td>' in html and ">changed<" not in html
+    image = next(r for r in report.rows if r.hostname == "image-trixie")
+    assert image.to_json()["install"] == "changed" and image.to_json()["failures"] == []
+    lab = {r.hostname: dict(zip(COLUMNS, _cells(r), strict=True)) for r in collect([LAB]).rows}
+    assert lab["lab-05"]["failures"] == "not verified (reboot required)"
+    assert lab["lab-06"]["failures"] == "install:apt-install-driver"
+    assert lab["lab-01"]["failures"] == "-"
 
 
 def test_install_json_with_nothing_done_is_ok(tmp_path: Path) -> None:

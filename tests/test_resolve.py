@@ -426,6 +426,49 @@ CASES: list[Case] = [
         branch=580,
         warning="install NVIDIA driver branch 580",
     ),
+    # No driver packages for the distribution: a driver that drives the GPU stays, so torch must
+    # fit it; --driver-branch cannot be acted on there.
+    Case(
+        "blackwell-fedora-570-branch-580-not-applicable",
+        {
+            "distro": "fedora-41",
+            "python": "3.11",
+            "gpu": "2b85",
+            "driver": "570.86.16",
+            "driver_branch": 580,
+        },
+        torch="2.11.0+cu128",
+        action="keep",
+        branch=570,
+        source="host",
+        flavour="open",
+        message="--driver-branch 580 does not apply: egpu-setup installs no NVIDIA driver on "
+        "fedora-41",
+        warning="install that branch by hand",
+    ),
+    Case(
+        "blackwell-fedora-570-cu130-impossible",
+        {
+            "distro": "fedora-41",
+            "python": "3.11",
+            "gpu": "2b85",
+            "driver": "570.86.16",
+            "cuda": "cu130",
+        },
+        error=MatrixError,
+        message="driver 570.86.16 cannot run torch 2.15.0+cu130 (needs >= 580), and egpu-setup "
+        "installs no NVIDIA driver on fedora-41",
+        hint="--torch 2.11.0+cu128",
+    ),
+    Case(
+        "blackwell-fedora-550-must-change-by-hand",
+        {"distro": "fedora-41", "python": "3.11", "gpu": "2b85", "driver": "550.54"},
+        torch="2.15.0+cu132",
+        action="host-managed",
+        branch=580,
+        message="older than the first driver for Blackwell",
+        warning="install NVIDIA driver branch 580",
+    ),
     Case(
         "mint-21-uses-jammy-archive",
         {"distro": "linuxmint-21.3", "python": "3.10", "gpu": "2684"},
@@ -538,6 +581,54 @@ def test_resolution(case: Case) -> None:
     if d.source == "nvidia-repo":
         assert d.repo is not None and d.repo.keyring_url.startswith(d.repo.url)
         assert len(d.repo.fingerprint) == 40
+
+
+@pytest.mark.parametrize(
+    "c",
+    [
+        {"platform": "wsl", "python": "3.12"},  # nothing known: the CPU wheel
+        {"platform": "wsl", "python": "3.12", "gpu": "2684", "cuda": "cpu"},
+    ],
+)
+def test_wsl_cpu_wheel_names_no_driver_floor(c: dict[str, Any]) -> None:
+    r = resolve(None, None, Constraints(**c))
+    assert r.torch.variant == "cpu" and r.driver.flavour is None
+    assert not any("Windows driver version unknown" in w for w in r.warnings), r.warnings
+    assert not any("None" in line for line in r.reasons + r.warnings)
+
+
+def test_host_managed_plans_name_a_flavour_or_none() -> None:
+    """install prints the flavour next to the action: never an empty string."""
+    for c in (
+        {"platform": "wsl", "python": "3.12"},
+        {"platform": "wsl", "python": "3.12", "gpu": "2684", "driver": "572.60"},
+        {"distro": "fedora-41", "python": "3.13", "gpu": "2684"},
+        {"distro": "ubuntu-24.04", "python": "3.12"},
+    ):
+        d = resolve(None, None, Constraints(**c)).driver
+        assert d.action == "host-managed", c
+        assert d.flavour in (None, "open", "proprietary"), (c, d.flavour)
+
+
+def test_cli_unmanaged_driver_conflict_exit_2(cli) -> None:
+    done = cli(
+        "resolve",
+        "--gpu",
+        "2b85",
+        "--driver",
+        "570.86.16",
+        "--distro",
+        "fedora-41",
+        "--python",
+        "3.11",
+        "--cuda",
+        "cu130",
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("error: driver 570.86.16 cannot run torch 2.15.0+cu130"), lines
+    assert lines[1].startswith("hint: upgrade the NVIDIA driver to >= 580 by hand"), lines
+    assert "Traceback" not in done.stderr
 
 
 def test_case_table_is_broad() -> None:

@@ -15,66 +15,27 @@ from egpu_setup.errors import EXIT_FAILED, UsageError
 log = logging.getLogger("egpu_setup.doctor")
 
 
+_TORCH_INFO_HINT = (
+    "pass a report of `egpu-setup verify` (<state>/reports/verify-*.json) "
+    "or a torch.json from `egpu-setup record DIR --venv PATH`"
+)
+
+
 def load_torch_info(path: Path):
-    """The verify step's torch facts (a user-named file or a bundle's commands/torch.json)."""
+    """Torch facts from a user-named file or a bundle's commands/torch.json: a verify report or
+    the small form (egpu_setup/doctor/torchcheck.py)."""
     from egpu_setup.doctor.torchcheck import parse_torch_info
     from egpu_setup.host import LiveHost
 
     # Read through the gateway: this is a file on this machine that the user pointed us at.
     text = LiveHost().read(str(path), limit=1024 * 1024)
     if text is None:
-        raise UsageError(f"cannot read {path}", "pass a JSON file written by egpu-setup verify")
+        raise UsageError(f"cannot read {path}", _TORCH_INFO_HINT)
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise UsageError(
-            f"{path}: not valid JSON ({exc})", "pass a JSON file written by egpu-setup verify"
-        ) from None
+        raise UsageError(f"{path}: not valid JSON ({exc})", _TORCH_INFO_HINT) from None
     return parse_torch_info(data, str(path))
-
-
-# Run in the target venv's Python (isolated: -I) to learn what its torch was built for. The
-# compiled arch flags come from the build itself, so this works without a working GPU, where
-# torch.cuda.get_arch_list() would return [].
-_TORCH_PROBE = """
-import json, torch
-flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)() or ""
-try:
-    available = bool(torch.cuda.is_available())
-except Exception:
-    available = False
-print(json.dumps({"torch_version": torch.__version__, "cuda": torch.version.cuda,
-                  "arch_list": flags.split(), "cuda_available": available}))
-"""
-
-
-def probe_venv_torch(venv: Path):
-    """The torch facts of a venv, by running its own Python through the Host gateway."""
-    from egpu_setup.doctor.torchcheck import parse_torch_info
-    from egpu_setup.errors import ExecutionError
-    from egpu_setup.host import LiveHost
-
-    python = venv / "bin" / "python"
-    host = LiveHost()
-    if not host.exists(str(python)):
-        raise UsageError(f"{python} does not exist", "pass the venv that holds torch (--venv PATH)")
-    try:
-        res = host.run([str(python), "-I", "-c", _TORCH_PROBE], timeout=120)
-    except ExecutionError as exc:
-        raise UsageError(
-            f"{python}: {exc.message}", "run `egpu-setup verify` to see where it hangs"
-        ) from None
-    if not res.ok:
-        tail = (res.err.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(
-            f"cannot import torch in {venv}: {tail}",
-            "install torch there: egpu-setup install --only torch --venv " + str(venv),
-        )
-    try:
-        data = json.loads(res.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise UsageError(f"{python} printed no torch facts", "run `egpu-setup verify`") from None
-    return parse_torch_info(data, f"torch in {venv}")
 
 
 @click.command(
@@ -84,7 +45,7 @@ Examples:
   egpu-setup doctor                          # diagnose this machine
   egpu-setup doctor --json | jq '.findings[].id'
   egpu-setup doctor --from ./bundle          # a bundle from `egpu-setup record` or a bug report
-  egpu-setup doctor --torch-info torch.json  # also check the venv's torch build
+  egpu-setup doctor --torch-info /var/lib/egpu-setup/reports/verify-<time>.json
   egpu-setup doctor --venv /opt/egpu-setup/venv   # ask that venv's torch directly
 """,
 )
@@ -95,8 +56,9 @@ Examples:
     "torch_info_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="JSON with torch_version/cuda/arch_list/cuda_available of the target venv "
-    "(default with --from: DIR/commands/torch.json when present).",
+    help="A verify report (<state>/reports/verify-*.json) or JSON with torch_version/cuda/"
+    "arch_list/cuda_available of the target venv (default with --from: DIR/commands/torch.json "
+    "when present).",
 )
 @click.option(
     "--venv",
@@ -124,7 +86,10 @@ def command(
             "--venv inspects this machine's venv", "drop --from/--torch-info, or drop --venv"
         )
     if venv is not None:
-        torch_info = probe_venv_torch(venv)
+        from egpu_setup.doctor.torchcheck import probe_venv_torch
+        from egpu_setup.host import LiveHost
+
+        torch_info = probe_venv_torch(LiveHost(), venv)
     else:
         torch_info = load_torch_info(torch_info_path) if torch_info_path is not None else None
     facts = detect_host(host)

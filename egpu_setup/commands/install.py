@@ -386,7 +386,9 @@ def _resolution_lines(res: Any) -> str:
         f"GPU:    {gpu.name} ({ids}, sm {gpu.compute_capability})"
         if gpu
         else "GPU:    none resolved",
-        f"driver: {d.action} {d.branch or ''} {d.flavour or ''} via {d.source}"
+        "driver: "
+        + " ".join(str(x) for x in (d.action, d.branch, d.flavour) if x)
+        + f" via {d.source}"
         + (f" (installed {d.installed})" if d.installed else ""),
         f"torch:  {t.version} {t.variant} from {t.index_url}" if t else "torch:  -",
         f"python: {res.python}",

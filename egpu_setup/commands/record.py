@@ -12,15 +12,22 @@ import click
 Examples:
   sudo egpu-setup record ./egpu-report      # root sees dmesg and lspci capabilities
   egpu-setup detect --from ./egpu-report    # what egpu-setup concludes from it
+  egpu-setup record ./r --venv /opt/egpu-setup/venv   # add that venv's torch build
   tar czf egpu-report.tgz egpu-report       # attach to a bug report
 """
 )
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--no-redact", is_flag=True, help="Keep unique ids, UUIDs and serial numbers.")
-def command(directory: Path, no_redact: bool) -> None:
+@click.option(
+    "--venv",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also record the torch build of this venv (commands/torch.json; runs its Python).",
+)
+def command(directory: Path, no_redact: bool, venv: Path | None) -> None:
     """Record this machine's GPU-related state into DIRECTORY (redacted by default)."""
     from egpu_setup.host import LiveHost
     from egpu_setup.record import record
 
-    out = record(LiveHost(), directory, redact=not no_redact)
+    out = record(LiveHost(), directory, redact=not no_redact, venv=venv)
     click.echo(str(out))

@@ -11,7 +11,9 @@ only at the driver version, matrix-facts §5). Policy, in order:
    experimental, newest CUDA first.
 3. Driver: keep the installed one when it drives the GPU and runs some candidate; otherwise the
    least risky branch that does: the distro's own package, else NVIDIA's CUDA repo; never a
-   branch that dropped the GPU. WSL2: the Windows host owns the driver (pip side only).
+   branch that dropped the GPU. WSL2: the Windows host owns the driver (pip side only). Where we
+   know no driver packages (Fedora, Arch), a driver that drives the GPU stays whatever branch
+   was asked for, so torch must fit it or the request is refused.
 4. Torch: the first candidate the chosen driver runs.
 An impossible request raises MatrixError naming the conflicting facts and the nearest thing that
 works.
@@ -771,7 +773,7 @@ def resolve(
         driver, chosen = _driver_unknown_gpu(m, cands, installed, n)
     else:
         driver, chosen = _linux_driver(
-            m, cands, installed, facts, target, others, distro, distro_label, c, n
+            m, cands, installed, facts, target, others, distro, distro_label, python, c, n
         )
 
     torch = _torch_plan(m, chosen, c, n)
@@ -887,10 +889,12 @@ def _wsl_driver(
     if installed is None:
         chosen = cands[0]
         floor = _floor(chosen, arch, m, windows=True)
-        n.warnings.append(
-            "Windows driver version unknown (nvidia-smi in the guest gave none): torch "
-            f"{chosen.label} needs a Windows NVIDIA driver >= {floor}"
-        )
+        # A CPU wheel needs no driver at all, and with no GPU known there is no floor to name.
+        if floor is not None and chosen.variant.name != "cpu":
+            n.warnings.append(
+                "Windows driver version unknown (nvidia-smi in the guest gave none): torch "
+                f"{chosen.label} needs a Windows NVIDIA driver >= {floor}"
+            )
     else:
         if arch is not None and arch.first_driver is not None and installed < arch.first_driver:
             raise MatrixError(
@@ -967,9 +971,18 @@ def _driver_unknown_gpu(
 
 
 def _keep_blocker(
-    m: Matrix, installed: DriverVersion, facts: Any | None, target: _Target, c: Constraints
+    m: Matrix,
+    installed: DriverVersion,
+    facts: Any | None,
+    target: _Target,
+    c: Constraints,
+    *,
+    branch_range: bool = True,
 ) -> str | None:
-    """Why the installed driver cannot stay for this GPU, or None when it can."""
+    """Why the installed driver cannot stay for this GPU, or None when it can.
+
+    `branch_range=False` leaves out the requested branch range: a wish we cannot act on where
+    egpu-setup installs no driver (see _keep_unmanaged)."""
     arch = target.arch
     name = target.gpu.name
     if arch is not None:
@@ -995,7 +1008,7 @@ def _keep_blocker(
             return f"{name} needs the proprietary kernel modules; the open ones are loaded"
     if flavour and c.flavour in ("open", "proprietary") and flavour != c.flavour:
         return f"the profile asks for {c.flavour} kernel modules; {flavour} are loaded"
-    if not _branch_ok(installed.branch, c):
+    if branch_range and not _branch_ok(installed.branch, c):
         return f"driver branch {installed.branch} is outside the requested branch range"
     return None
 
@@ -1009,11 +1022,21 @@ def _linux_driver(
     others: list[_Target],
     distro: Distro | None,
     distro_label: str | None,
+    python: str,
     c: Constraints,
     n: _Notes,
 ) -> tuple[DriverPlan, _Candidate]:
     arch = target.arch
     _explain_mixed(m, target, others, c, n)
+
+    if (
+        installed is not None
+        and distro is None
+        and _keep_blocker(m, installed, facts, target, c, branch_range=False) is None
+    ):
+        # No driver packages known here, so the plan cannot change a driver that drives the GPU:
+        # torch must fit it (or the request is impossible), whatever branch was asked for.
+        return _keep_unmanaged(m, cands, installed, facts, target, distro_label, python, c, n)
 
     if installed is not None:
         blocker = _keep_blocker(m, installed, facts, target, c)
@@ -1191,6 +1214,88 @@ def _no_driver(
     return MatrixError(
         f"no packaged driver branch for {distro.label} drives {name} within the constraints",
         "relax the driver branch limits or --torch/--cuda",
+    )
+
+
+def _requested_range(c: Constraints) -> str:
+    if c.driver_branch is not None:
+        return f"--driver-branch {c.driver_branch}"
+    parts = [
+        f">= {c.min_branch}" if c.min_branch is not None else "",
+        f"<= {c.max_branch}" if c.max_branch is not None else "",
+    ]
+    return "the requested driver branch range (" + ", ".join(p for p in parts if p) + ")"
+
+
+def _keep_unmanaged(
+    m: Matrix,
+    cands: list[_Candidate],
+    installed: DriverVersion,
+    facts: Any | None,
+    target: _Target,
+    distro_label: str | None,
+    python: str,
+    c: Constraints,
+    n: _Notes,
+) -> tuple[DriverPlan, _Candidate]:
+    """The installed driver drives the GPU on a distribution we have no driver packages for.
+
+    Same policy as WSL2 and the GPU-less case: the driver is managed outside egpu-setup, so the
+    torch choice fits the installed driver, or the request is refused (exit 2) naming what the
+    installed driver does run. Planning a wheel for a driver we cannot install left a torch that
+    fails at `torch.cuda.is_available()` (CUDA minor-version floors: matrix-facts §1.2)."""
+    arch = target.arch
+    where = distro_label or "this distribution"
+    fitting = [x for x in cands if _allows(x, installed, m)]
+    if not fitting:
+        best = cands[0]
+        floor = _floor(best, arch, m)
+        runs = [
+            x for x in _candidates(m, python, target, True, None, None) if _allows(x, installed, m)
+        ]
+        hint = f"upgrade the NVIDIA driver to >= {floor} by hand and rerun"
+        if runs:
+            hint += (
+                f", or ask for a torch driver {installed} runs: --torch {runs[0].label} "
+                "(in place of --torch/--cuda)"
+            )
+        raise MatrixError(
+            f"driver {installed} cannot run torch {best.label} (needs >= {floor}), and "
+            f"egpu-setup installs no NVIDIA driver on {where}",
+            hint,
+        )
+    chosen = fitting[0]
+    if not _branch_ok(installed.branch, c):
+        n.reasons.append(
+            f"{_requested_range(c)} does not apply: egpu-setup installs no NVIDIA driver on "
+            f"{where} (the driver is managed outside it), so torch is chosen for the installed "
+            f"driver {installed}"
+        )
+        n.warnings.append(
+            f"driver {installed} is kept although {_requested_range(c)} was asked for: install "
+            "that branch by hand, then rerun `egpu-setup resolve`"
+        )
+    n.reasons.append(
+        f"keeping driver {installed}: it drives {target.gpu.name} and runs torch {chosen.label}"
+    )
+    _explain_newer(m, cands, chosen, installed, n, "the installed driver")
+    flavour = (
+        getattr(getattr(facts, "nvidia", None), "module_flavour", None)
+        if c.driver is None
+        else None
+    )
+    floor = _floor(chosen, arch, m)
+    return (
+        DriverPlan(
+            installed=str(installed),
+            action="keep",
+            branch=installed.branch,
+            minimum=str(floor) if floor else None,
+            flavour=flavour or _flavour_for(arch, installed.branch, c.flavour, m),
+            packages=(),
+            source="host",
+        ),
+        chosen,
     )
 
 
