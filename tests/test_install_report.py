@@ -93,3 +93,13 @@ def test_wsl2_plans_torch_only(cli) -> None:
     data = json.loads(res.stdout)
     assert {s["part"] for s in data["steps"]} == {"torch"}
     assert data["driver"]["action"] == "host-managed"
+
+
+def test_index_urls_that_could_mislead_or_leak_are_refused(cli) -> None:
+    for url, says in [
+        ("https://m.lab/whl/cu126 --extra-index-url https://evil", "no spaces"),
+        ("https://user:secret@m.lab/whl/cu126", "carries credentials"),
+        ("http://m.lab/whl/cu126", "only https://"),
+    ]:
+        res = cli("install", "--profile", "rtx4090", "--dry-run", "--index-url", url)
+        assert res.returncode == 2 and says in res.stderr and "secret" not in res.stdout
