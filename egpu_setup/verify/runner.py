@@ -55,6 +55,21 @@ def child_argv(python: str, isolated: bool) -> list[str]:
     return [python, "-I" if isolated else "-E", str(CHILD)]
 
 
+def venv_owner(python: str) -> tuple[int, int] | None:
+    """(uid, gid) to run the child as, when we are root and the interpreter's environment belongs
+    to another user (a venv in a home directory): its pyvenv.cfg, else the interpreter file.
+    None: run as we are."""
+    if os.geteuid() != 0:
+        return None
+    py = Path(python)
+    marker = py.parent.parent / "pyvenv.cfg"
+    try:
+        st = (marker if marker.is_file() else py).stat()
+    except OSError:
+        return None
+    return None if st.st_uid == 0 else (st.st_uid, st.st_gid)
+
+
 def run_child(
     python: str, isolated: bool, config: dict[str, Any], work_dir: Path, timeout: float
 ) -> ChildOutcome:
@@ -63,6 +78,13 @@ def run_child(
     results = Path(config["results"])
     output = work_dir / "child.log"
     config_path.write_text(json.dumps(config, indent=2))
+    owner = venv_owner(python)
+    if owner is not None:
+        # Root never runs a Python another user can change: the child runs as that user, and
+        # gets only its scratch directory and the progress file.
+        for path in (work_dir, config_path, config.get("progress")):
+            if path and os.path.exists(path):
+                os.chown(path, *owner)
     argv = [*child_argv(python, isolated), str(config_path)]
     log.debug("verify child: %s", argv)
     t0 = time.monotonic()
@@ -76,6 +98,9 @@ def run_child(
                 cwd=work_dir,
                 # its own process group: one kill also reaches nvidia-smi and the DDP ranks
                 start_new_session=True,
+                user=owner[0] if owner else None,
+                group=owner[1] if owner else None,
+                extra_groups=[] if owner else None,
             )
         except OSError as exc:
             raise UsageError(
