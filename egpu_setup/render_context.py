@@ -326,11 +326,17 @@ def _enclosure(
                 return dev, None
         return None, None
     if egpu is None or egpu.connection not in _TB_CONNECTIONS:
-        why = (
-            "no eGPU is attached now"
-            if egpu is None
-            else f"the eGPU's link is '{egpu.connection}', not Thunderbolt/USB4"
-        )
+        several = [g.pci_address for g in facts.nvidia_gpus if g.external]
+        if egpu is None and len(several) > 1:
+            return None, (
+                f"{len(several)} eGPUs are attached ({', '.join(several)}): none is authorized "
+                "until hotplug.enclosure_unique_id in the profile names its enclosure "
+                "(`boltctl list` shows the UUIDs)"
+            )
+        if egpu is None:
+            why = "no eGPU is attached now"
+        else:
+            why = f"the eGPU's link is '{egpu.connection}', not Thunderbolt/USB4"
         return None, (
             f"{why}, so no Thunderbolt device can be tied to it and none is authorized: "
             "connect the eGPU, or pin hotplug.enclosure_unique_id in the profile, then re-run"

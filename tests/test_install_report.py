@@ -103,3 +103,11 @@ def test_index_urls_that_could_mislead_or_leak_are_refused(cli) -> None:
     ]:
         res = cli("install", "--profile", "rtx4090", "--dry-run", "--index-url", url)
         assert res.returncode == 2 and says in res.stderr and "secret" not in res.stdout
+
+
+def test_two_identical_egpus_are_named_not_called_missing(cli) -> None:
+    res = cli("install", "--profile", "rtx3090", "--dry-run", "--from", str(FIXTURES / "two-identical-egpus"))
+    assert res.returncode == 0, res.stderr
+    assert "2 external NVIDIA GPUs (0000:22:00.0, 0000:52:00.0)" in res.stderr
+    assert "no external NVIDIA GPU detected" not in res.stderr
+    assert "61-egpu-setup-tb-authorize" not in res.stdout  # neither enclosure is guessed

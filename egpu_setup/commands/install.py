@@ -179,7 +179,13 @@ def prepare(**kw: Any) -> Prepared:
         if only - {"torch"}:
             warnings.append("WSL2: the Windows driver serves the GPU; planning the torch part only")
         only = only & frozenset({"torch"})
-    if facts.egpu is None and len(facts.nvidia_gpus) != 1:
+    external = [g.pci_address for g in facts.nvidia_gpus if g.external]
+    if len(external) > 1:
+        warnings.append(
+            f"{len(external)} external NVIDIA GPUs ({', '.join(external)}): the rules match them "
+            "by device id; pin hotplug.enclosure_unique_id to say which enclosure to authorize"
+        )
+    elif facts.egpu is None and len(facts.nvidia_gpus) != 1:
         warnings.append(
             f"no external NVIDIA GPU detected: planning for the profile's GPU ({profile.gpu.name})"
         )
