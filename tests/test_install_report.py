@@ -106,7 +106,14 @@ def test_index_urls_that_could_mislead_or_leak_are_refused(cli) -> None:
 
 
 def test_two_identical_egpus_are_named_not_called_missing(cli) -> None:
-    res = cli("install", "--profile", "rtx3090", "--dry-run", "--from", str(FIXTURES / "two-identical-egpus"))
+    res = cli(
+        "install",
+        "--profile",
+        "rtx3090",
+        "--dry-run",
+        "--from",
+        str(FIXTURES / "two-identical-egpus"),
+    )
     assert res.returncode == 0, res.stderr
     assert "2 external NVIDIA GPUs (0000:22:00.0, 0000:52:00.0)" in res.stderr
     assert "no external NVIDIA GPU detected" not in res.stderr

@@ -57,7 +57,9 @@ def test_only_a_dkms_built_driver_needs_the_key() -> None:
     from egpu_setup.preflight import builds_dkms_module
 
     debian = Plan((AptInstall(("linux-headers-amd64", "nvidia-kernel-dkms", "nvidia-driver")),))
-    ubuntu = Plan((AptInstall(("nvidia-driver-580-open", "linux-modules-nvidia-580-open-generic")),))
+    ubuntu = Plan(
+        (AptInstall(("nvidia-driver-580-open", "linux-modules-nvidia-580-open-generic")),)
+    )
     assert builds_dkms_module(debian)
     assert not builds_dkms_module(ubuntu)  # Canonical-signed prebuilt modules
     assert not builds_dkms_module(Plan(()))  # torch or config only
