@@ -21,6 +21,15 @@ PAGES = Path(__file__).parent / "data" / "torch-index"
 ETAG = '"torch-index-v1"'
 
 
+def page(mode: str) -> bytes:
+    """The body for a mode. "truncated" is good.html cut a third of the way in, mid-line: what
+    a proxy that drops the connection leaves (derived, so it can never drift from good.html)."""
+    if mode == "truncated":
+        good = (PAGES / "good.html").read_bytes()
+        return good[: len(good) // 3]
+    return (PAGES / f"{mode}.html").read_bytes()
+
+
 class IndexServer:
     """A tiny index: `mode` decides how /whl/torch/ answers; every request is logged."""
 
@@ -55,7 +64,7 @@ class IndexServer:
                     self.send_header("ETag", ETAG)
                     self.end_headers()
                     return
-                body = (PAGES / f"{server.mode}.html").read_bytes()
+                body = page(server.mode)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))

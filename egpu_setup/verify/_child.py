@@ -334,6 +334,30 @@ def parse_sample(line: str) -> dict | None:
     return {"temp": temp, "power": power, "reasons": reasons}
 
 
+def peak_check(
+    out: Out,
+    cid: str,
+    values: list,
+    limit: float | None,
+    unit: str,
+    counted: str | None,
+    hint: str,
+    missing: str,
+) -> None:
+    """A warning when the peak of a sampled value reaches the profile's limit."""
+    if not values:
+        out.check(cid, "skip", missing)
+        return
+    peak = max(values)
+    status = "warn" if limit is not None and peak >= limit else "pass"
+    detail = f"peak {peak:.0f} {unit}" + (f" over {len(values)} {counted}" if counted else "")
+    if limit is not None:
+        detail += f" (limit {limit:.0f} {unit})"
+    out.check(
+        cid, status, detail, value=peak, expected=limit, hint=hint if status == "warn" else None
+    )
+
+
 def sampler_checks(out: Out, sampler: Sampler, expect: dict) -> None:
     """Temperature, power and throttle checks from the samples (warnings only: issue #7)."""
     if not sampler.samples:
@@ -343,39 +367,15 @@ def sampler_checks(out: Out, sampler: Sampler, expect: dict) -> None:
         return
     temps = [s["temp"] for s in sampler.samples if s["temp"] is not None]
     powers = [s["power"] for s in sampler.samples if s["power"] is not None]
-    max_temp = expect.get("max_temp_c")
-    if temps:
-        peak = max(temps)
-        status = "warn" if max_temp is not None and peak >= max_temp else "pass"
-        out.check(
-            "gpu-temperature",
-            status,
-            f"peak {peak:.0f} °C over {len(temps)} samples"
-            + (f" (threshold {max_temp:.0f} °C)" if max_temp is not None else ""),
-            value=peak,
-            expected=max_temp,
-            hint="improve the enclosure's airflow; enclosures above 90 °C abort training"
-            if status == "warn"
-            else None,
-        )
-    else:
-        out.check("gpu-temperature", "skip", "the GPU reports no temperature")
-    max_power = expect.get("max_power_w")
-    if powers:
-        peak = max(powers)
-        status = "warn" if max_power is not None and peak > max_power else "pass"
-        out.check(
-            "gpu-power",
-            status,
-            f"peak {peak:.0f} W" + (f" (limit {max_power:.0f} W)" if max_power is not None else ""),
-            value=peak,
-            expected=max_power,
-            hint="the enclosure's power supply may not carry this GPU"
-            if status == "warn"
-            else None,
-        )
-    else:
-        out.check("gpu-power", "skip", "the GPU reports no power draw")
+    peak_check(
+        out, "gpu-temperature", temps, expect.get("max_temp_c"), "°C", "samples",
+        "improve the enclosure's airflow; enclosures above 90 °C abort training",
+        "the GPU reports no temperature",
+    )  # fmt: skip
+    peak_check(
+        out, "gpu-power", powers, expect.get("max_power_w"), "W", None,
+        "the enclosure's power supply may not carry this GPU", "the GPU reports no power draw",
+    )  # fmt: skip
     masks = [s["reasons"] for s in sampler.samples if s["reasons"] is not None]
     seen = sorted({n for m in masks for n in throttle_names(m)})
     if not masks:
@@ -754,6 +754,9 @@ def _ddp_worker(rank: int, world: int, backend: str, init_file: str, result_dir:
         ok = bool(torch.allclose(t, torch.full_like(t, expected)))
         with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as f:
             json.dump({"ok": ok, "sum": float(t[0])}, f)
+        # Every rank reaches this point before any tears down: gloo aborts a rank whose peer
+        # closed its connection while it was still finishing (seen as a rare SIGABRT here).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
