@@ -129,7 +129,7 @@ def main() -> None:
     """Console entry point."""
     try:
         # With standalone_mode=False click returns (not raises) the code of ctx.exit(N).
-        rc = cli.main(standalone_mode=False)
+        rc = cli.main(prog_name="egpu-setup", standalone_mode=False)
         if isinstance(rc, int) and not isinstance(rc, bool):
             sys.exit(rc)
     except EgpuSetupError as exc:

@@ -14,6 +14,7 @@ Run directly to warm the cache:  python tests/_debroot.py bookworm trixie
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -72,7 +73,10 @@ def cache_dir() -> Path:
 
 
 def build(suite: str, dest: Path | None = None) -> Path:
-    """A complete minbase root for `suite` in the cache (built on first use; ~30 s)."""
+    """A complete minbase root for `suite` in the cache (built on first use; ~30 s).
+
+    Parallel test workers (pytest-xdist) share the cache: the first one to ask builds the root
+    under an exclusive lock, the others wait for it and then use the same root."""
     if shutil.which("debootstrap") is None:
         raise DebrootUnavailable("debootstrap is not installed (apt-get install debootstrap)")
     if os.geteuid() != 0:
@@ -80,6 +84,14 @@ def build(suite: str, dest: Path | None = None) -> Path:
     root = dest or cache_dir() / suite
     if (root / _MARKER).is_file():
         return root
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / _MARKER).is_file():
+            return root
+        return _debootstrap(suite, root)
+
+
+def _debootstrap(suite: str, root: Path) -> Path:
     mirror = host_mirror()
     work = root.with_name(root.name + ".building")
     shutil.rmtree(work, ignore_errors=True)

@@ -8,9 +8,11 @@ installed there (about 3 s); later sessions reuse it while the cache is kept.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from _debroot import DebrootUnavailable, cache_dir, copy_root
@@ -25,6 +27,14 @@ def udev_root() -> Path:
     root = cache_dir() / "udev-trixie"
     if (root / _MARKER).is_file():
         return root
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel workers: one installs, the others wait
+        if (root / _MARKER).is_file():
+            return root
+        return _install_udev(root)
+
+
+def _install_udev(root: Path) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     copy_root("trixie", root)
     proc = subprocess.run(
@@ -43,9 +53,8 @@ def udev_root() -> Path:
 
 def udevadm_verify(root: Path, rules: dict[str, str]) -> subprocess.CompletedProcess:
     """Run trixie's `udevadm verify` on rule files (name -> text) copied into the root."""
-    work = root / "tmp" / "egpu-setup-rules"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = Path(tempfile.mkdtemp(prefix="egpu-setup-rules-", dir=root / "tmp"))
+    inside = "/tmp/" + work.name
     for name, text in rules.items():
         (work / name).write_text(text)
     try:
@@ -56,7 +65,7 @@ def udevadm_verify(root: Path, rules: dict[str, str]) -> subprocess.CompletedPro
                 "udevadm",
                 "verify",
                 "--resolve-names=never",
-                *(f"/tmp/egpu-setup-rules/{n}" for n in rules),
+                *(f"{inside}/{n}" for n in rules),
             ],
             capture_output=True,
             text=True,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,14 +12,7 @@ import pytest
 from conftest import FIXTURES
 from egpu_setup.doctor.torchcheck import parse_torch_info, probe_venv_torch
 from egpu_setup.host import LiveHost
-
-
-def make_venv(path: Path, *, with_torch: bool) -> Path:
-    args = [sys.executable, "-m", "venv", "--without-pip", str(path)]
-    if with_torch:
-        args.insert(3, "--system-site-packages")
-    subprocess.run(args, check=True, timeout=120)
-    return path
+from helpers.venvs import make_venv
 
 
 def test_cpu_only_torch_is_found(cli, tmp_path: Path) -> None:

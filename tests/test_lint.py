@@ -18,3 +18,14 @@ def test_ruff_check_is_clean() -> None:
         [ruff, "check", "."], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("script", ["scripts/install.sh", "scripts/gpu_verify.sh", ".ci/run"])
+def test_repo_scripts_pass_shellcheck(script: str) -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install -e '.[test]')")
+    res = subprocess.run(
+        [shellcheck, "-f", "gcc", script], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -75,17 +75,10 @@ def test_record_cli(cli, tmp_path: Path) -> None:
 def test_record_venv_stores_torch_facts_that_doctor_from_reads(cli, tmp_path: Path) -> None:
     """`record DIR --venv PATH` writes commands/torch.json; `doctor --from DIR` checks it."""
     pytest.importorskip("torch")
-    import subprocess
-    import sys
-
     from egpu_setup.doctor.torchcheck import parse_torch_info, probe_venv_torch
+    from helpers.venvs import make_venv
 
-    venv = tmp_path / "v"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
-        check=True,
-        timeout=120,
-    )
+    venv = make_venv(tmp_path / "v", with_torch=True)
     res = cli("record", str(tmp_path / "b"), "--venv", str(venv))
     assert res.returncode == 0, res.stderr
     stored = json.loads((tmp_path / "b" / "commands" / "torch.json").read_text())

@@ -31,6 +31,7 @@ from egpu_setup.verify.host_checks import (
 )
 from egpu_setup.verify.progress import parse_progress
 from egpu_setup.verify.session import VerifyOptions, run_verify, target_python
+from helpers.venvs import make_venv
 
 torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU build)")
 PY = sys.executable
@@ -381,10 +382,7 @@ def test_torch_missing_in_the_target_venv(tmp_path):
 
 def test_isolated_child_ignores_pythonpath(tmp_path):
     """A venv child runs with -I: a `torch` shadow on PYTHONPATH must not be picked up."""
-    venv = tmp_path / "venv"
-    subprocess.run(
-        [PY, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True
-    )
+    venv = make_venv(tmp_path / "venv", with_torch=True)
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "torch.py").write_text("raise SystemExit('shadow torch imported')\n")

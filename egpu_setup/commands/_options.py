@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import click
+import click.shell_completion
 
 from_option = click.option(
     "--from",
@@ -17,6 +18,19 @@ from_option = click.option(
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (a stable contract)."
 )
+
+
+def complete_profile(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[click.shell_completion.CompletionItem]:
+    """Tab completion for --profile: the names of shipped and local profiles, or a file path."""
+    from click.shell_completion import CompletionItem
+
+    if "/" in incomplete or incomplete.startswith("."):
+        return [CompletionItem(incomplete, type="file")]
+    from egpu_setup.profiles import available
+
+    return [CompletionItem(name) for name in sorted(available()) if name.startswith(incomplete)]
 
 
 def echo_json(data: Any) -> None:

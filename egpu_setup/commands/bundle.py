@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from egpu_setup.commands._options import echo_json, json_option
+from egpu_setup.commands._options import complete_profile, echo_json, json_option
 
 log = logging.getLogger("egpu_setup.bundle")
 
@@ -35,7 +35,11 @@ def _parts_of(text: str | None) -> frozenset[str]:
 
 @click.command(epilog=EPILOG)
 @click.option(
-    "--profile", "profile_name", required=True, help="Profile name or path to a YAML file."
+    "--profile",
+    "profile_name",
+    shell_complete=complete_profile,
+    required=True,
+    help="Profile name or path to a YAML file.",
 )
 @click.option(
     "--out", "out", required=True, metavar="DIR", help="Bundle directory (created or updated)."

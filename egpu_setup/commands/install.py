@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from egpu_setup.commands._options import echo_json, from_option, json_option
+from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
 
 log = logging.getLogger("egpu_setup.install")
 
@@ -33,6 +33,7 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
 @click.option(
     "--profile",
     "profile_name",
+    shell_complete=complete_profile,
     default=None,
     help="Profile name or path to a YAML file (default with --bundle: the bundle's).",
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from egpu_setup.commands._options import echo_json, from_option, json_option
+from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
 from egpu_setup.errors import UsageError
 
 log = logging.getLogger("egpu_setup.render")
@@ -27,6 +27,7 @@ Examples:
 @click.option(
     "--profile",
     "profile_name",
+    shell_complete=complete_profile,
     required=True,
     metavar="NAME|FILE",
     help="A shipped profile name or a path to a profile YAML file.",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from egpu_setup.commands._options import echo_json, from_option, json_option
+from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
 
 
 @click.command(
@@ -40,7 +40,11 @@ Examples:
     "--driver-branch", type=int, metavar="N", help="Use exactly this driver branch (580)."
 )
 @click.option(
-    "--profile", "profile_name", metavar="NAME", help="A GPU profile (name or YAML file)."
+    "--profile",
+    "profile_name",
+    shell_complete=complete_profile,
+    metavar="NAME",
+    help="A GPU profile (name or YAML file).",
 )
 def command(
     as_json: bool,

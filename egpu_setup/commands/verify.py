@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from egpu_setup.commands._options import echo_json, json_option
+from egpu_setup.commands._options import complete_profile, echo_json, json_option
 from egpu_setup.errors import EgpuSetupError
 
 log = logging.getLogger("egpu_setup.verify")
@@ -49,7 +49,12 @@ def _split_skip(
 @click.option(
     "--burn-in", "burn_in", type=float, default=0.0, metavar="MINUTES", help="Add a stability run."
 )
-@click.option("--profile", metavar="NAME|FILE", help="Take expectations from this GPU profile.")
+@click.option(
+    "--profile",
+    metavar="NAME|FILE",
+    shell_complete=complete_profile,
+    help="Take expectations from this GPU profile.",
+)
 @click.option(
     "--skip",
     multiple=True,

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Install egpu-setup system-wide and root-owned: its own venv under /opt/egpu-setup/tool, made
+# from the system's Python, and a link at /usr/local/bin/egpu-setup.
+#
+#   bash scripts/install.sh            # as root, from a checkout (or an unpacked sdist)
+#
+# Why not `pip install .`, pipx or `uv tool install`: Debian 12 and Ubuntu 23.04+ refuse pip into
+# the system Python (PEP 668, "externally-managed-environment"), and egpu-setup runs as root, so
+# it must not live where a user can change it (a venv in a home, ~/.local/pipx): root would run
+# that user's code. The venv here is made by root with umask 022 from the distribution's own
+# /usr/bin/python3 and the source is copied into it (not an editable install), so later edits to
+# the checkout do not change what root runs.
+#
+# Environment: EGPU_SETUP_TOOL (default /opt/egpu-setup/tool), PYTHON (default /usr/bin/python3).
+# pip reads the machine's own configuration (/etc/pip.conf: a lab mirror is used as configured).
+# Undo: rm -rf /opt/egpu-setup/tool /usr/local/bin/egpu-setup /usr/local/share/man/man1/egpu-setup.1
+#       /usr/local/share/bash-completion/completions/egpu-setup
+set -euo pipefail
+umask 022
+
+fail() { # usage: fail EXIT_CODE "what failed" "one next step"
+  printf 'error: %s\nhint: %s\n' "$2" "$3" >&2
+  exit "$1"
+}
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tool=${EGPU_SETUP_TOOL:-/opt/egpu-setup/tool}
+python=${PYTHON:-/usr/bin/python3}
+bindir=/usr/local/bin
+
+[ "$(id -u)" -eq 0 ] || fail 2 "installing egpu-setup system-wide needs root" \
+  "run it as root: sudo bash $0 (a dry run needs no root: see README, 'Quick start')"
+[ -f "$src/pyproject.toml" ] || fail 2 "$src is not an egpu-setup source tree" \
+  "run the script from a checkout: bash path/to/egpu-setup/scripts/install.sh"
+case "$tool" in
+  /*) ;;
+  *) fail 2 "EGPU_SETUP_TOOL must be an absolute path (got '$tool')" "unset it for /opt/egpu-setup/tool" ;;
+esac
+[ -x "$python" ] || fail 2 "no Python at $python" "install python3 (apt-get install python3) or set PYTHON"
+
+# Root runs this interpreter and everything it imports: it must be root's, not a user's.
+real=$(readlink -f "$python")
+owner=$(stat -Lc '%u' "$real")
+mode=$(stat -Lc '%a' "$real")
+if [ "$owner" != 0 ] || (( 8#$mode & 8#022 )); then
+  fail 2 "$real is owned by uid $owner with mode $mode: root must not run a Python a user can change" \
+    "use the distribution's /usr/bin/python3 (PYTHON=/usr/bin/python3)"
+fi
+version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+  fail 2 "egpu-setup needs Python 3.10 or newer; $python is $version" "set PYTHON to a newer python3"
+
+# Debian and Ubuntu ship venv's ensurepip in a separate package (python3-venv).
+if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  command -v apt-get >/dev/null ||
+    fail 2 "$python has no ensurepip (the venv module cannot install pip)" \
+      "install your distribution's python3 venv package, then run this again"
+  echo "installing python3-venv (Python $version has no ensurepip) ..." >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    python3-venv >&2 ||
+    fail 1 "apt-get install python3-venv failed" "run 'apt-get update' and try again"
+fi
+
+echo "creating $tool with $python ($version) ..." >&2
+mkdir -p "$(dirname "$tool")"
+"$python" -m venv --clear "$tool"
+echo "installing egpu-setup from $src ..." >&2
+"$tool/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+  "$src" >&2 || fail 1 "pip could not install egpu-setup into $tool" \
+  "check the network or the index in /etc/pip.conf, then run this again"
+
+mkdir -p "$bindir"
+ln -sfn "$tool/bin/egpu-setup" "$bindir/egpu-setup"
+# Tab completion of commands, options and --profile names (bash-completion reads
+# $XDG_DATA_DIRS/bash-completion/completions, /usr/local/share included), and the man page.
+completions=/usr/local/share/bash-completion/completions
+mkdir -p "$completions"
+_EGPU_SETUP_COMPLETE=bash_source "$tool/bin/egpu-setup" >"$completions/egpu-setup"
+man=$(find "$tool/share/man/man1" -name egpu-setup.1 2>/dev/null | head -n 1)
+if [ -n "$man" ]; then
+  mkdir -p /usr/local/share/man/man1
+  ln -sfn "$man" /usr/local/share/man/man1/egpu-setup.1
+fi
+echo "installed: $bindir/egpu-setup -> $tool/bin/egpu-setup ($("$bindir/egpu-setup" --version))" >&2

@@ -1,0 +1,1 @@
+"""Helpers the tests share: venvs, loopback servers, facts from the recorded hosts."""
