@@ -21,10 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import _pypi_index  # noqa: E402
-from egpu_setup.execute import ExecOptions, execute  # noqa: E402
-from egpu_setup.host import LiveHost  # noqa: E402
-from egpu_setup.plan import PipInstall, Plan  # noqa: E402
-from egpu_setup.state import StatePaths  # noqa: E402
+from egpu_setup.execute.executor import ExecOptions, execute  # noqa: E402
+from egpu_setup.host.machine import LiveHost  # noqa: E402
+from egpu_setup.plan.steps import PipInstall, Plan  # noqa: E402
+from egpu_setup.state.manifest import StatePaths  # noqa: E402
 
 
 def one(installer: str, index: str, tmp: Path) -> float:

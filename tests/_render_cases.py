@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from egpu_setup.facts import (
+from egpu_setup.detect.facts import (
     Gpu,
     HostFacts,
     Link,
@@ -21,7 +21,7 @@ from egpu_setup.facts import (
     TbDomain,
     ThunderboltFacts,
 )
-from egpu_setup.profiles import (
+from egpu_setup.profile.load import (
     DriverConstraints,
     Expectations,
     GpuSpec,
@@ -30,7 +30,7 @@ from egpu_setup.profiles import (
     Profile,
     TorchConstraints,
 )
-from egpu_setup.render import BIN_HOTPLUG, render_all
+from egpu_setup.render.files import BIN_HOTPLUG, render_all
 
 CORE_X_UUID = "c9030000-0080-7708-2307-a11e8c1b3d12"
 AG02_UUID = "d1030000-0090-8d18-a3b2-6c0a1c5f4e01"

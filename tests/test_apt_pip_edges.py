@@ -27,11 +27,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _debroot
 import _install_values as values
 import _pypi_index
-from egpu_setup import execute_apt, execute_pip
 from egpu_setup.errors import ExecutionError
-from egpu_setup.execute_files import Context
-from egpu_setup.host import LiveHost, RootHost
-from egpu_setup.plan import (
+from egpu_setup.execute import apt as execute_apt
+from egpu_setup.execute import pip as execute_pip
+from egpu_setup.execute.files import Context
+from egpu_setup.host.machine import LiveHost, RootHost
+from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
     BundleSource,
@@ -41,8 +42,8 @@ from egpu_setup.plan import (
     WriteFile,
     build_plan,
 )
-from egpu_setup.render import HostCommand
-from egpu_setup.state import Manifest, StatePaths
+from egpu_setup.render.files import HostCommand
+from egpu_setup.state.manifest import Manifest, StatePaths
 
 DRIVER = frozenset({"driver"})
 # apt parses an inline key only when it verifies a download; this source is never fetched.

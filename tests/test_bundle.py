@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _debroot
 import _pypi_index
-from egpu_setup import bundle as bundle_mod
+from egpu_setup.bundle import builder as bundle_mod
 from egpu_setup.errors import EgpuSetupError, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def _profile(tmp: Path) -> Path:
 
 
 def _host_distro() -> str:
-    from egpu_setup.host import LiveHost
+    from egpu_setup.host.machine import LiveHost
 
     return bundle_mod.host_distro(LiveHost())
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from _render_cases import CASES, fake_sys, run_helper
-from egpu_setup.render import XORG_DROPIN, RenderedFile, render_set
+from egpu_setup.render.files import XORG_DROPIN, RenderedFile, render_set
 
 RENDERS = [
     pytest.param(name, mode, id=f"{name}-{mode}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from egpu_setup.detect.facts import Link
 from egpu_setup.detect.nvidia import loaded_modules, parse_proc_version
 from egpu_setup.detect.pci import PciFunction, Tunnel, decide_placement, tunnel_of
 from egpu_setup.detect.sysfs import parse_gbps, parse_hex_id, parse_link_speed, pcie_generation
@@ -13,7 +14,6 @@ from egpu_setup.detect.system import (
     parse_secure_boot_var,
     parse_session_type,
 )
-from egpu_setup.facts import Link
 
 
 @pytest.mark.parametrize(
@@ -287,7 +287,7 @@ def test_cuda_version_a_driver_supports(driver: str, cuda: str | None) -> None:
 
 def test_without_os_release_the_distro_package_reads_release_files(tmp_path) -> None:
     from egpu_setup.detect.system import probe_os
-    from egpu_setup.host import RootHost
+    from egpu_setup.host.machine import RootHost
 
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/centos-release").write_text("CentOS release 6.10 (Final)\n")
@@ -299,7 +299,7 @@ def test_without_os_release_the_distro_package_reads_release_files(tmp_path) -> 
 
 def test_firmware_strings_cannot_drive_the_terminal() -> None:
     from egpu_setup.commands.detect import format_facts
-    from egpu_setup.facts import HostFacts, TbDevice, ThunderboltFacts
+    from egpu_setup.detect.facts import HostFacts, TbDevice, ThunderboltFacts
 
     evil = "Core X\x1b]0;pwned\x07\x1b[2J"
     facts = HostFacts(thunderbolt=ThunderboltFacts(devices=(TbDevice(name=evil, vendor="Razer"),)))

@@ -12,13 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from egpu_setup.doctor import DoctorInput, Finding, collect, diagnose, report_json
-from egpu_setup.doctor.catalog import CATALOG
-from egpu_setup.doctor.dmesg import scan_dmesg, strip_prefix
-from egpu_setup.doctor.rules import busid_for, is_blanket_authorize, parse_busid
-from egpu_setup.doctor.torchcheck import parse_torch_info
-from egpu_setup.errors import UsageError
-from egpu_setup.facts import (
+from egpu_setup.detect.facts import (
     Gpu,
     HostFacts,
     Link,
@@ -29,7 +23,13 @@ from egpu_setup.facts import (
     TbDomain,
     ThunderboltFacts,
 )
-from egpu_setup.host import RecordedHost
+from egpu_setup.doctor import DoctorInput, Finding, collect, diagnose, report_json
+from egpu_setup.doctor.catalog import CATALOG
+from egpu_setup.doctor.dmesg import scan_dmesg, strip_prefix
+from egpu_setup.doctor.rules import busid_for, is_blanket_authorize, parse_busid
+from egpu_setup.doctor.torchcheck import parse_torch_info
+from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import RecordedHost
 
 DATA = Path(__file__).parent / "data" / "doctor"
 UUID = "d6010000-0080-8e08-2362-a91cd1b06221"

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FIXTURES
 from egpu_setup.doctor.torchcheck import parse_torch_info, probe_venv_torch
-from egpu_setup.host import LiveHost
+from egpu_setup.host.machine import LiveHost
 from helpers.venvs import make_venv
 
 

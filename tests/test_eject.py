@@ -10,10 +10,10 @@ import pytest
 
 from _render_cases import CORE_X_UUID, DEBIAN12_TB3_4090
 from conftest import run_cli
-from egpu_setup.eject import EjectStep, plan_eject, run_eject
+from egpu_setup.detect.facts import Gpu, TbDevice
 from egpu_setup.errors import BusyError, EgpuSetupError, UsageError
-from egpu_setup.facts import Gpu, TbDevice
-from egpu_setup.host import RecordedHost, RootHost
+from egpu_setup.execute.eject import EjectStep, plan_eject, run_eject
+from egpu_setup.host.machine import RecordedHost, RootHost
 
 CHAIN = "sys/devices/pci0000:00/0000:00:07.0/0000:3a:00.0/0000:3b:01.0"
 

@@ -18,11 +18,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _install_values as values
 from _debroot import snapshot
 from egpu_setup.errors import BusyError, EgpuSetupError
-from egpu_setup.execute import ExecOptions, execute
-from egpu_setup.execute_files import apply_undo, plan_undo
-from egpu_setup.host import RootHost
-from egpu_setup.plan import PlanOptions, WriteFile, build_plan
-from egpu_setup.state import Journal, Manifest, RunLock, StatePaths
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.execute.files import apply_undo, plan_undo
+from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.steps import PlanOptions, WriteFile, build_plan
+from egpu_setup.state.manifest import Journal, Manifest, RunLock, StatePaths
 
 ONLY = frozenset({"driver", "config"})
 USER_XORG = b'Section "Device"\n  Identifier "mine"\nEndSection\n'
@@ -218,7 +218,7 @@ def test_a_second_concurrent_run_is_busy_and_names_the_holder(root: Path) -> Non
         f"""
         import time
         from pathlib import Path
-        from egpu_setup.state import RunLock
+        from egpu_setup.state.manifest import RunLock
         lock = RunLock(Path({str(paths.lock)!r}))
         lock.acquire()
         print("held", flush=True)
@@ -240,7 +240,7 @@ def test_a_second_concurrent_run_is_busy_and_names_the_holder(root: Path) -> Non
 
 
 def test_the_dpkg_lock_held_by_another_process_is_busy_after_the_timeout(root: Path) -> None:
-    from egpu_setup.plan import AptInstall, Plan
+    from egpu_setup.plan.steps import AptInstall, Plan
 
     lock = root / "var/lib/dpkg/lock-frontend"
     lock.parent.mkdir(parents=True)
@@ -323,7 +323,7 @@ def _make_key(tmp_path: Path) -> tuple[Path, str]:
 
 @pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg not installed")
 def test_a_repo_key_that_is_not_the_pinned_one_adds_nothing(root: Path, tmp_path: Path) -> None:
-    from egpu_setup.plan import AptRepository, Plan
+    from egpu_setup.plan.steps import AptRepository, Plan
 
     key, fpr = _make_key(tmp_path)
     server = _serve(key.parent)

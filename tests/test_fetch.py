@@ -14,8 +14,8 @@ import pytest
 
 from egpu_setup.compat import fetch
 from egpu_setup.compat.matrix import load_matrix, load_snapshot
-from egpu_setup.compat.resolve import Constraints, resolve
 from egpu_setup.errors import EgpuSetupError
+from egpu_setup.resolve.resolver import Constraints, resolve
 
 PAGES = Path(__file__).parent / "data" / "torch-index"
 ETAG = '"torch-index-v1"'

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
-from egpu_setup.host import LiveHost, RecordedHost, check_platform
+from egpu_setup.host.machine import LiveHost, RecordedHost, check_platform
 
 
 def make_bundle(tmp_path: Path) -> Path:

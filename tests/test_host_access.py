@@ -16,21 +16,21 @@ PKG = Path(__file__).resolve().parent.parent / "egpu_setup"
 
 # Modules that may touch the system, and why.
 ALLOWED = {
-    "host.py": "the gateway itself",
-    "execute.py": "the executor writes files and runs the plan",
-    "state.py": "manifest, journal and lock of the executor",
+    "host/machine.py": "the gateway itself",
+    "execute/executor.py": "the executor writes files and runs the plan",
+    "state/manifest.py": "manifest, journal and lock of the executor",
     "compat/fetch.py": "the only network client (matrix update)",
-    "record.py": "writes the bundle directory the user named (reads go through the Host)",
+    "doctor/record.py": "writes the bundle directory the user named (reads go through the Host)",
     "cli.py": "writes the crash log",
 }
-ALLOWED_PREFIXES = ("execute_", "verify/", "state_")
+ALLOWED_PREFIXES = ("execute/", "verify/", "state/")
 # Modules that read or write only files the user named on the command line (a profile, a
 # report, an output directory) or our own package data: file I/O yes, processes and network no.
 USER_FILES = {
-    "profiles.py",
-    "report.py",
-    "bundle.py",
-    "render.py",
+    "profile/load.py",
+    "fleet/report.py",
+    "bundle/builder.py",
+    "render/files.py",
     "commands/render.py",
     "commands/report.py",
     "commands/bundle.py",

@@ -14,11 +14,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _debroot
 import _install_values as values
-from egpu_setup.execute import ExecOptions, execute
-from egpu_setup.execute_files import apply_undo, plan_undo
-from egpu_setup.host import RootHost
-from egpu_setup.plan import AptInstall, AptRepository, PlanOptions, build_plan
-from egpu_setup.state import Manifest, RunLock, StatePaths
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.execute.files import apply_undo, plan_undo
+from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.steps import AptInstall, AptRepository, PlanOptions, build_plan
+from egpu_setup.state.manifest import Manifest, RunLock, StatePaths
 
 pytestmark = pytest.mark.slow
 

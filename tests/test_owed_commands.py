@@ -10,11 +10,11 @@ from pathlib import Path
 
 import _install_values as values
 from conftest import REPO
-from egpu_setup.execute import ExecOptions, execute
-from egpu_setup.host import RootHost
-from egpu_setup.plan import PlanOptions, RunCommand, build_plan
-from egpu_setup.render import HostCommand
-from egpu_setup.state import Manifest, StatePaths
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.steps import PlanOptions, RunCommand, build_plan
+from egpu_setup.render.files import HostCommand
+from egpu_setup.state.manifest import Manifest, StatePaths
 
 NOUVEAU = values.rendered()[1]
 INITRAMFS = HostCommand(("update-initramfs", "-u"), "rebuild the initramfs", after=(NOUVEAU.path,))
@@ -24,11 +24,11 @@ SCRIPT = """
 import sys
 sys.path[:0] = [{tests!r}]
 import _install_values as values
-from egpu_setup.execute import ExecOptions, execute
-from egpu_setup.host import RootHost
-from egpu_setup.plan import PlanOptions, build_plan
-from egpu_setup.render import HostCommand
-from egpu_setup.state import Manifest, StatePaths
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.steps import PlanOptions, build_plan
+from egpu_setup.render.files import HostCommand
+from egpu_setup.state.manifest import Manifest, StatePaths
 
 nouveau = values.rendered()[1]
 cmd = HostCommand(("update-initramfs", "-u"), "rebuild the initramfs", after=(nouveau.path,))

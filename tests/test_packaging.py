@@ -49,9 +49,11 @@ def test_wheel_ships_every_module_and_data_file(wheel: Path) -> None:
     expected |= {f"egpu_setup/profile_files/{p.name}" for p in (REPO / "profiles").glob("*.yaml")}
     missing = sorted(n for n in expected if "__pycache__" not in n and n not in names)
     assert missing == []
-    # The loader module and the shipped profiles must not collide (a package named like the
-    # module would shadow it at import time).
-    assert "egpu_setup/profiles.py" in names and "egpu_setup/profiles/__init__.py" not in names
+    # The loader package and the shipped profiles stay apart: the YAML files are package data of
+    # egpu_setup.profile_files, the loader is egpu_setup.profile.
+    assert "egpu_setup/profile/__init__.py" in names
+    assert "egpu_setup/profile_files/rtx4090.yaml" in names
+    assert not any(n.startswith("egpu_setup/profiles/") for n in names)
 
 
 @pytest.mark.slow

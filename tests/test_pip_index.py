@@ -13,11 +13,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _install_values as values
 import _pypi_index
-from egpu_setup.execute import ExecOptions, execute
-from egpu_setup.execute_pip import commands, installer_env
-from egpu_setup.host import LiveHost
-from egpu_setup.plan import PipInstall, PlanOptions, build_plan
-from egpu_setup.state import RunLock, StatePaths
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.execute.pip import commands, installer_env
+from egpu_setup.host.machine import LiveHost
+from egpu_setup.plan.steps import PipInstall, PlanOptions, build_plan
+from egpu_setup.state.manifest import RunLock, StatePaths
 
 
 def _plan(venv: Path, requirements: tuple[str, ...], index: str):

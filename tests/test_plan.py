@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _install_values as values
 from egpu_setup.errors import UsageError
-from egpu_setup.host import RootHost
-from egpu_setup.plan import (
+from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
     PlanOptions,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from egpu_setup import profiles as P
 from egpu_setup.errors import UsageError
+from egpu_setup.profile import load as P
 
 SHIPPED = {
     "gtx1080ti",

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import FIXTURES
 from egpu_setup.detect import detect_host
+from egpu_setup.doctor.record import record
 from egpu_setup.errors import UsageError
-from egpu_setup.host import LiveHost, RecordedHost
-from egpu_setup.record import record
+from egpu_setup.host.machine import LiveHost, RecordedHost
 
 HOSTS = (
     sorted(p.name for p in FIXTURES.iterdir() if (p / "root").is_dir()) if FIXTURES.is_dir() else []

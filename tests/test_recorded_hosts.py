@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from egpu_setup.host import RecordedHost
+from egpu_setup.host.machine import RecordedHost
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HOSTS_DIR = FIXTURES / "hosts"

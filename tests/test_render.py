@@ -24,9 +24,10 @@ from _render_cases import (
     with_os,
 )
 from conftest import run_cli
+from egpu_setup.detect.facts import NvidiaFacts, TbDevice, TbDomain, ThunderboltFacts
 from egpu_setup.errors import ActionRequired, UsageError
-from egpu_setup.facts import NvidiaFacts, TbDevice, TbDomain, ThunderboltFacts
-from egpu_setup.render import (
+from egpu_setup.render.context import PciAddress
+from egpu_setup.render.files import (
     BIN_HOTPLUG,
     MODPROBE_NVIDIA,
     UDEV_RULES,
@@ -40,7 +41,6 @@ from egpu_setup.render import (
     render_set,
     thunderbolt_actions,
 )
-from egpu_setup.render_context import PciAddress
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 UPDATE = os.environ.get("EGPU_SETUP_UPDATE_GOLDEN") == "1"

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from egpu_setup.cli import cli
-from egpu_setup.report import (
+from egpu_setup.fleet.report import (
     COLUMNS,
     SCHEMA_REPORT,
     FleetReport,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from egpu_setup.compat.matrix import load_snapshot
-from egpu_setup.compat.resolve import Constraints, constraints_from_profile, resolve
+from egpu_setup.detect.facts import Gpu, HostFacts, NvidiaFacts, OsFacts, PythonFacts
 from egpu_setup.errors import MatrixError, UsageError
-from egpu_setup.facts import Gpu, HostFacts, NvidiaFacts, OsFacts, PythonFacts
+from egpu_setup.resolve.resolver import Constraints, constraints_from_profile, resolve
 
 OLD_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
 TRIXIE_KEY = "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
@@ -727,7 +727,7 @@ def test_no_torch_release_matches() -> None:
     assert "matrix update" in info.value.hint
 
 
-# -- profiles (duck-typed: the resolver never imports egpu_setup.profiles) --------------------------
+# -- profiles (duck-typed: the resolver never imports egpu_setup.profile.load) --------------------------
 
 
 @dataclass(frozen=True)
@@ -815,7 +815,7 @@ def test_generic_profile_names_no_gpu() -> None:
 
 def test_shipped_profiles_resolve() -> None:
     """Every shipped profile resolves for its own GPU on Ubuntu 24.04 (real load_profile)."""
-    from egpu_setup import profiles
+    from egpu_setup.profile import load as profiles
 
     names = sorted(profiles.available())
     assert "rtx5090" in names and "gtx1080ti" in names

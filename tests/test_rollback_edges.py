@@ -27,18 +27,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _debroot
 import egpu_setup.commands.rollback
 import egpu_setup.detect.osrelease
-import egpu_setup.execute_pip
-import egpu_setup.render_context  # noqa: F401
+import egpu_setup.execute.pip
+import egpu_setup.render.context  # noqa: F401
 import test_execute as te
 from _debroot import snapshot
 from _pypi_index import LocalIndex, build_wheel
 from _render_cases import CASES
 from egpu_setup.cli import main
-from egpu_setup.execute import ExecOptions, execute, undo_argv
-from egpu_setup.execute_files import apply_undo, plan_undo
-from egpu_setup.host import LiveHost, RootHost
-from egpu_setup.plan import EnableUnit, PipInstall, Plan, RebootNeeded, RunCommand, WriteFile
-from egpu_setup.state import (
+from egpu_setup.execute.executor import ExecOptions, execute, undo_argv
+from egpu_setup.execute.files import apply_undo, plan_undo
+from egpu_setup.host.machine import LiveHost, RootHost
+from egpu_setup.plan.steps import EnableUnit, PipInstall, Plan, RebootNeeded, RunCommand, WriteFile
+from egpu_setup.state.manifest import (
     VERIFY_MARKER,
     Journal,
     Manifest,
@@ -336,7 +336,7 @@ def _unit_lines(text: str) -> list[tuple[str, str]]:
 
 def test_a_reboot_needed_step_arms_the_verify_unit_and_the_unit_consumes_it(root: Path) -> None:
     facts, prof, opts, _ = CASES["debian12-tb3-rtx4090"]
-    from egpu_setup.render import render_set
+    from egpu_setup.render.files import render_set
 
     files = {f.path: f for f in render_set(facts, prof, None, "compute", **opts).files}
     verify = files["/etc/systemd/system/egpu-setup-verify.service"]

@@ -12,8 +12,8 @@ import pytest
 
 from _debroot import DebrootUnavailable, copy_root
 from egpu_setup.errors import ActionRequired
-from egpu_setup.host import RootHost
-from egpu_setup.preflight import MOK_KEYS, require_enrolled_key
+from egpu_setup.host.machine import RootHost
+from egpu_setup.install.preflight import MOK_KEYS, require_enrolled_key
 
 NOT_ENROLLED = "/var/lib/shim-signed/mok/MOK.der is not enrolled\n"
 ENROLLED = "/var/lib/shim-signed/mok/MOK.der is already enrolled\n"
@@ -53,8 +53,8 @@ def test_an_enrolled_key_or_no_key_passes(root: Path) -> None:
 
 
 def test_only_a_dkms_built_driver_needs_the_key() -> None:
-    from egpu_setup.plan import AptInstall, Plan
-    from egpu_setup.preflight import builds_dkms_module
+    from egpu_setup.install.preflight import builds_dkms_module
+    from egpu_setup.plan.steps import AptInstall, Plan
 
     debian = Plan((AptInstall(("linux-headers-amd64", "nvidia-kernel-dkms", "nvidia-driver")),))
     ubuntu = Plan(

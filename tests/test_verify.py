@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from egpu_setup.facts import Gpu, HostFacts, Link, NvidiaFacts
-from egpu_setup.host import RecordedHost
+from egpu_setup.detect.facts import Gpu, HostFacts, Link, NvidiaFacts
+from egpu_setup.host.machine import RecordedHost
 from egpu_setup.verify import _child as child
 from egpu_setup.verify.checks import Check
 from egpu_setup.verify.host_checks import (
@@ -494,7 +494,7 @@ def test_crashing_child_is_reported():
 
 
 def test_another_verify_running_exits_5():
-    from egpu_setup.state import RunLock
+    from egpu_setup.state.manifest import RunLock
 
     (state() / "verify").mkdir(parents=True, exist_ok=True)
     with RunLock(state() / "verify" / "verify.lock"):

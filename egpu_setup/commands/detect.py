@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from egpu_setup.commands._options import echo_json, from_option, json_option
-from egpu_setup.facts import Gpu, HostFacts
+from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.text import plain
 
 
@@ -29,7 +29,7 @@ Examples:
 def command(as_json: bool, from_dir: str | None, run_smi: bool) -> None:
     """Show what egpu-setup sees: OS, every GPU (and which is the eGPU), driver, Thunderbolt."""
     from egpu_setup.detect import detect_host
-    from egpu_setup.host import open_host
+    from egpu_setup.host.machine import open_host
 
     facts = detect_host(open_host(from_dir), run_smi=run_smi)
     if as_json:

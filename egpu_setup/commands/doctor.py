@@ -25,7 +25,7 @@ def load_torch_info(path: Path):
     """Torch facts from a user-named file or a bundle's commands/torch.json: a verify report or
     the small form (egpu_setup/doctor/torchcheck.py)."""
     from egpu_setup.doctor.torchcheck import parse_torch_info
-    from egpu_setup.host import LiveHost
+    from egpu_setup.host.machine import LiveHost
 
     # Read through the gateway: this is a file on this machine that the user pointed us at.
     text = LiveHost().read(str(path), limit=1024 * 1024)
@@ -75,7 +75,7 @@ def command(
     """
     from egpu_setup.detect import detect_host
     from egpu_setup.doctor import collect, diagnose, report_json
-    from egpu_setup.host import open_host
+    from egpu_setup.host.machine import open_host
 
     host = open_host(from_dir)
     if torch_info_path is None and from_dir is not None:
@@ -87,7 +87,7 @@ def command(
         )
     if venv is not None:
         from egpu_setup.doctor.torchcheck import probe_venv_torch
-        from egpu_setup.host import LiveHost
+        from egpu_setup.host.machine import LiveHost
 
         torch_info = probe_venv_torch(LiveHost(), venv)
     else:

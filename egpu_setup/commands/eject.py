@@ -32,8 +32,8 @@ def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     Thunderbolt enclosure (only one it can tie to the eGPU); refuses, naming them, while a
     display or a process uses the eGPU."""
     from egpu_setup.detect import detect_host
-    from egpu_setup.eject import plan_eject, run_eject
-    from egpu_setup.host import open_host
+    from egpu_setup.execute.eject import plan_eject, run_eject
+    from egpu_setup.host.machine import open_host
 
     if from_dir and root:
         raise UsageError("--from and --root cannot be combined", "pick one")

@@ -142,14 +142,14 @@ def _constraints(resolve_mod: Any, kw: dict[str, Any], profile: Any) -> Any:
 
 
 def prepare(**kw: Any) -> Prepared:
-    from egpu_setup.compat import resolve as resolve_mod
     from egpu_setup.detect import detect_host
     from egpu_setup.errors import UsageError
-    from egpu_setup.host import LiveHost, RootHost, open_host
-    from egpu_setup.plan import DEFAULT_VENV, PlanOptions, build_plan, parse_only
-    from egpu_setup.profiles import load_profile
-    from egpu_setup.render import RenderSet, entry_point_path, render_set
-    from egpu_setup.state import Journal, Manifest, RunLock, StatePaths
+    from egpu_setup.host.machine import LiveHost, RootHost, open_host
+    from egpu_setup.plan.steps import DEFAULT_VENV, PlanOptions, build_plan, parse_only
+    from egpu_setup.profile.load import load_profile
+    from egpu_setup.render.files import RenderSet, entry_point_path, render_set
+    from egpu_setup.resolve import resolver as resolve_mod
+    from egpu_setup.state.manifest import Journal, Manifest, RunLock, StatePaths
 
     only = parse_only(kw["only"])
     bundle = _open_bundle(kw) if kw.get("bundle_dir") else None
@@ -161,7 +161,7 @@ def prepare(**kw: Any) -> Prepared:
             "add --dry-run to see the plan for that machine, or --root DIR to build an image",
         )
     if kw["index_url"]:
-        from egpu_setup.plan import check_index_url
+        from egpu_setup.plan.steps import check_index_url
 
         check_index_url(kw["index_url"])
     profile = load_profile(kw["profile_name"])
@@ -217,7 +217,7 @@ def prepare(**kw: Any) -> Prepared:
     last = Journal(paths).last_run() if os.access(paths.state_dir, os.R_OK) else None
     pending = None
     if last is not None and last.status == "reboot" and target.kind == "live":
-        from egpu_setup.execute import boot_id
+        from egpu_setup.execute.executor import boot_id
 
         if last.boot_id and last.boot_id == boot_id(target):
             pending = "the previous run installed changes that need a reboot"
@@ -281,7 +281,7 @@ def _open_bundle(kw: dict[str, Any]) -> Any:
     """The bundle's manifest; its profile becomes the default; flags it decides are refused."""
     from pathlib import Path
 
-    from egpu_setup.bundle import PROFILE_FILE, load_manifest
+    from egpu_setup.bundle.builder import PROFILE_FILE, load_manifest
     from egpu_setup.errors import UsageError
 
     clash = [f for f, k in (("--index-url", "index_url"), ("--torch", "torch_spec"),
@@ -304,10 +304,10 @@ def _from_bundle(
     manifest: Any, kw: dict[str, Any], resolution: Any, only: frozenset[str], target: Any
 ) -> tuple[Any, Any]:
     """This machine's target in the bundle, its files verified; the resolution narrowed to it."""
-    from egpu_setup.bundle import find_target, verify_files
-    from egpu_setup.compat.resolve import TorchPlan
+    from egpu_setup.bundle.builder import find_target, verify_files
     from egpu_setup.errors import UsageError
-    from egpu_setup.plan import BundleSource
+    from egpu_setup.plan.steps import BundleSource
+    from egpu_setup.resolve.resolver import TorchPlan
 
     directory = manifest.path.parent
     wants_torch = "torch" in only and resolution.torch is not None
@@ -407,9 +407,9 @@ def _resolution_lines(res: Any) -> str:
 def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
     """Execute under the lock; 0 done, None reboot needed (exit 3)."""
     from egpu_setup.errors import EXIT_FAILED, EgpuSetupError
-    from egpu_setup.execute import ExecOptions, execute
-    from egpu_setup.preflight import preflight
-    from egpu_setup.state import RunLock
+    from egpu_setup.execute.executor import ExecOptions, execute
+    from egpu_setup.install.preflight import preflight
+    from egpu_setup.state.manifest import RunLock
 
     preflight(run.plan, run.target, run.paths, run.facts, run.plan_options)
     with RunLock(run.paths.lock):
@@ -449,7 +449,7 @@ def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
             _save_report(run, started, None, None, exc)
             raise
     driver_done = any(s.kind == "apt-install" and s.status == "done" for s in result.steps)
-    from egpu_setup.preflight import builds_dkms_module, require_enrolled_key
+    from egpu_setup.install.preflight import builds_dkms_module, require_enrolled_key
 
     dkms = driver_done and builds_dkms_module(run.plan)
     if dkms and run.facts.os.secure_boot and run.target.kind == "live":
@@ -472,7 +472,7 @@ def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
 def _save_report(run: Prepared, started: float, result: Any, verify: Any, error: Any) -> None:
     """<state>/reports/install-<time>.json, on success and on failure, for `egpu-setup report`."""
     from egpu_setup.errors import EXIT_FAILED, EXIT_REBOOT
-    from egpu_setup.state_reports import save_report
+    from egpu_setup.state.reports import save_report
 
     steps = [s.to_json() for s in result.steps] if result else []
     torch = run.resolution.torch.version if run.resolution.torch else None
@@ -510,7 +510,7 @@ def _verify(venv: str) -> dict[str, Any] | None:
     import json
 
     from egpu_setup.errors import EgpuSetupError
-    from egpu_setup.host import LiveHost
+    from egpu_setup.host.machine import LiveHost
 
     argv = [sys.executable, "-m", "egpu_setup", "verify", "--quick", "--json", "--venv", venv]
     try:

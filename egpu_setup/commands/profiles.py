@@ -44,7 +44,7 @@ Examples:
 @json_option
 def list_profiles(as_json: bool) -> None:
     """List every profile in the search path (exit 2 when one of them is invalid)."""
-    from egpu_setup.profiles import Profile, iter_profiles, search_dirs
+    from egpu_setup.profile.load import Profile, iter_profiles, search_dirs
 
     rows = []
     errors: list[UsageError] = []
@@ -128,7 +128,7 @@ Examples:
 @json_option
 def show(name: str, as_json: bool) -> None:
     """Print one profile with every default filled in and `extends:` merged."""
-    from egpu_setup.profiles import load_profile
+    from egpu_setup.profile.load import load_profile
 
     profile = load_profile(name)
     data = profile.to_json()
@@ -155,7 +155,7 @@ Examples:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def check(files: tuple[Path, ...]) -> None:
     """Validate profile files: exit 0 when all are valid, 2 with file:line:column otherwise."""
-    from egpu_setup.profiles import load_file
+    from egpu_setup.profile.load import load_file
 
     failures: list[UsageError] = []
     for path in files:

@@ -26,8 +26,8 @@ Examples:
 )
 def command(directory: Path, no_redact: bool, venv: Path | None) -> None:
     """Record this machine's GPU-related state into DIRECTORY (redacted by default)."""
-    from egpu_setup.host import LiveHost
-    from egpu_setup.record import record
+    from egpu_setup.doctor.record import record
+    from egpu_setup.host.machine import LiveHost
 
     out = record(LiveHost(), directory, redact=not no_redact, venv=venv)
     click.echo(str(out))

@@ -64,9 +64,9 @@ def command(
     """Render udev rules, modprobe options, systemd units, helpers and (display mode) Xorg
     configuration for this machine into a directory. Nothing else is changed."""
     from egpu_setup.detect import detect_host
-    from egpu_setup.host import open_host
-    from egpu_setup.profiles import load_profile
-    from egpu_setup.render import entry_point_path, render_set
+    from egpu_setup.host.machine import open_host
+    from egpu_setup.profile.load import load_profile
+    from egpu_setup.render.files import entry_point_path, render_set
 
     profile = load_profile(profile_name)
     host = open_host(from_dir)

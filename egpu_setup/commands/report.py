@@ -40,7 +40,7 @@ def command(
     One row per host: GPU, connection, PCIe link, driver, torch, host-to-device bandwidth,
     the AMP training result and every failed check. The newest report of each kind wins.
     """
-    from egpu_setup.report import collect, render_html, render_text
+    from egpu_setup.fleet.report import collect, render_html, render_text
 
     report = collect(paths)
     if html_out is not None:

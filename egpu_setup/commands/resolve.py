@@ -60,11 +60,11 @@ def command(
     profile_name: str | None,
 ) -> None:
     """Show what would be installed (driver, CUDA variant, torch wheel) and why."""
-    from egpu_setup.compat.resolve import constraints_from_profile, resolve
+    from egpu_setup.resolve.resolver import constraints_from_profile, resolve
 
     profile = None
     if profile_name:
-        from egpu_setup.profiles import load_profile
+        from egpu_setup.profile.load import load_profile
 
         profile = load_profile(profile_name)
     facts = _facts(from_dir)
@@ -88,7 +88,7 @@ def command(
 
 def _facts(from_dir: str | None):  # -> HostFacts
     from egpu_setup.detect import detect_host
-    from egpu_setup.host import open_host
+    from egpu_setup.host.machine import open_host
 
     return detect_host(open_host(from_dir))
 

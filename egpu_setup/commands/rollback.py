@@ -44,9 +44,9 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
     import os
 
     from egpu_setup.errors import EgpuSetupError
-    from egpu_setup.execute_files import apply_undo, plan_undo
-    from egpu_setup.host import LiveHost, RootHost
-    from egpu_setup.state import Journal, RunLock, StatePaths, new_run_id
+    from egpu_setup.execute.files import apply_undo, plan_undo
+    from egpu_setup.host.machine import LiveHost, RootHost
+    from egpu_setup.state.manifest import Journal, RunLock, StatePaths, new_run_id
 
     host = RootHost(root_dir) if root_dir else LiveHost()
     paths, manifest = _load(StatePaths.for_root(host.root), host)
@@ -143,7 +143,7 @@ def _sudo(command: str, root_dir: str | None) -> str:
 def _can_remove(host: Any, venv: str) -> bool:
     import os
 
-    from egpu_setup.state import can
+    from egpu_setup.state.manifest import can
 
     return can(host.real_path(venv).parent, os.W_OK | os.X_OK)
 
@@ -157,7 +157,7 @@ def _load(paths: Any, host: Any) -> tuple[Any, Any]:
     """
     import os
 
-    from egpu_setup.state import Manifest, StatePaths, can, denied
+    from egpu_setup.state.manifest import Manifest, StatePaths, can, denied
 
     manifest = Manifest.load(paths)  # raises StateAccessError (`error:`/`hint:`) when unreadable
     system = StatePaths.system(host.root)
@@ -179,9 +179,9 @@ def _load(paths: Any, host: Any) -> tuple[Any, Any]:
 
 def _os_family(host: Any) -> str | None:
     """The distro family of the target (the renderer's table: render_context.distro_family)."""
+    from egpu_setup.detect.facts import HostFacts, OsFacts
     from egpu_setup.detect.osrelease import parse_os_release
-    from egpu_setup.facts import HostFacts, OsFacts
-    from egpu_setup.render_context import distro_family
+    from egpu_setup.render.context import distro_family
 
     text = host.read("/etc/os-release") or host.read("/usr/lib/os-release") or ""
     rel = parse_os_release(text)
@@ -194,7 +194,7 @@ def _commands_for(host: Any, manifest: Any, changed: list[str]) -> list[dict[str
 
     Each: {"argv": [...] ([] when no command is known), "reason", "status", "detail"}.
     """
-    from egpu_setup.render_context import GRUB_DROPIN_DISTROS, INITRAMFS_COMMANDS
+    from egpu_setup.render.context import GRUB_DROPIN_DISTROS, INITRAMFS_COMMANDS
 
     out: list[dict[str, Any]] = []
 
@@ -274,7 +274,7 @@ def _forget_command(manifest: Any, argv: list[str]) -> None:
 
 def _disarm_verify(host: Any, changed: list[str]) -> None:
     """The verify-after-reboot marker goes with the unit that consumes it."""
-    from egpu_setup.state import remove_verify_marker
+    from egpu_setup.state.manifest import remove_verify_marker
 
     if any(p.endswith("/egpu-setup-verify.service") for p in changed) and remove_verify_marker(
         host
@@ -285,9 +285,9 @@ def _disarm_verify(host: Any, changed: list[str]) -> None:
 def _remove_packages(host: Any, manifest: Any, pkgs: list[str], venvs: list[str]) -> None:
     import os
 
-    from egpu_setup.execute import SIMULATE_ENV
-    from egpu_setup.execute_apt import APT_ENV, run_checked
-    from egpu_setup.execute_files import remove_tree
+    from egpu_setup.execute.apt import APT_ENV, run_checked
+    from egpu_setup.execute.executor import SIMULATE_ENV
+    from egpu_setup.execute.files import remove_tree
 
     if pkgs:
         argv = ["apt-get", "-y", "-o", "DPkg::Lock::Timeout=600", "remove", *pkgs]

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from egpu_setup.detect.facts import Gpu, HostFacts, Link, ThunderboltFacts
 from egpu_setup.detect.sysfs import pcie_speed
-from egpu_setup.facts import Gpu, HostFacts, Link, ThunderboltFacts
-from egpu_setup.host import Host
+from egpu_setup.host.machine import Host
 
 log = logging.getLogger("egpu_setup.detect")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from egpu_setup.facts import NvidiaFacts
-from egpu_setup.host import Host
+from egpu_setup.detect.facts import NvidiaFacts
+from egpu_setup.host.machine import Host
 
 # "NVRM version: NVIDIA UNIX ..." in /proc/driver/nvidia/version; "NVRM: loading NVIDIA UNIX ..."
 # in the kernel log when the module loads.

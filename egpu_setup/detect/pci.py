@@ -13,9 +13,9 @@ import functools
 import re
 from dataclasses import dataclass
 
+from egpu_setup.detect.facts import Gpu, Link
 from egpu_setup.detect.sysfs import parse_hex_id, parse_int, parse_link_speed
-from egpu_setup.facts import Gpu, Link
-from egpu_setup.host import Host
+from egpu_setup.host.machine import Host
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_IDS_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
+from egpu_setup.detect.facts import TbDevice, TbDomain, ThunderboltFacts
 from egpu_setup.detect.sysfs import parse_bool01, parse_gbps, parse_int
-from egpu_setup.facts import TbDevice, TbDomain, ThunderboltFacts
-from egpu_setup.host import Host
+from egpu_setup.host.machine import Host
 
 TB_DEVICES = "/sys/bus/thunderbolt/devices"
 _DOMAIN = re.compile(r"^domain\d+$")

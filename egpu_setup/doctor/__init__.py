@@ -14,9 +14,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.doctor.catalog import BY_ID, ORDER, SCHEMA_FINDINGS, SEVERITIES
-from egpu_setup.facts import HostFacts
-from egpu_setup.host import Host
+from egpu_setup.host.machine import Host
 
 __all__ = ["SCHEMA_FINDINGS", "DoctorInput", "Finding", "collect", "diagnose", "report_json"]
 

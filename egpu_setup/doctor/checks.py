@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.doctor import MAX_EVIDENCE, DoctorInput, Finding
 from egpu_setup.doctor.dmesg import DmesgScan, nvrm_address, scan_dmesg
-from egpu_setup.facts import Gpu, HostFacts
 
 # Thunderbolt security levels that never create a PCIe tunnel (kernel sysfs-bus-thunderbolt ABI).
 NO_PCIE_LEVELS = {"dponly", "usbonly", "nopcie"}

@@ -22,7 +22,7 @@ from egpu_setup.compat.versions import ArchList, ComputeCapability, DriverVersio
 from egpu_setup.errors import UsageError
 
 if TYPE_CHECKING:
-    from egpu_setup.host import Host
+    from egpu_setup.host.machine import Host
 
 _ARCH_RE = re.compile(r"^(?P<kind>sm|compute)_(?P<num>\d{2,3})[a-z]?$")
 SCHEMA_VERIFY = "egpu-setup/verify/1"  # egpu_setup/verify/report.py (not imported: it pulls more)

@@ -13,8 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from egpu_setup.facts import HostFacts
-from egpu_setup.host import Host
+from egpu_setup.detect.facts import HostFacts
+from egpu_setup.host.machine import Host
 from egpu_setup.verify.checks import Check
 
 SMI_ARGV = ("nvidia-smi", "--query-gpu=pci.bus_id,driver_version,name", "--format=csv")

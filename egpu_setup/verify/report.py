@@ -52,7 +52,7 @@ class VerifyReport:
 
     def save(self, state_dir: Path) -> Path:
         """Write <state>/reports/verify-<UTC time>.json atomically; return its path."""
-        from egpu_setup.state_reports import save_report
+        from egpu_setup.state.reports import save_report
 
         return save_report(state_dir, "verify", self.to_json(), self.started)
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
-from egpu_setup.facts import HostFacts
-from egpu_setup.host import Host, LiveHost
+from egpu_setup.host.machine import Host, LiveHost
 from egpu_setup.verify.checks import Check
 from egpu_setup.verify.progress import ProgressLog
 from egpu_setup.verify.report import VerifyReport
@@ -184,7 +184,7 @@ def load_profile_option(name: str | None) -> Any:
     if name is None:
         return None
     try:
-        from egpu_setup.profiles import load_profile
+        from egpu_setup.profile.load import load_profile
     except ImportError as exc:  # pragma: no cover - the profiles module ships with the package
         raise UsageError(f"cannot load profile {name!r}: {exc}", "reinstall egpu-setup") from exc
     return load_profile(name)
@@ -205,7 +205,7 @@ def run_verify(
     facts: HostFacts | None = None,
 ) -> VerifyReport:
     """Run verify as `options` say; `facts` replaces detection (tests, recorded hosts)."""
-    from egpu_setup.state import RunLock
+    from egpu_setup.state.manifest import RunLock
 
     validate(options)
     python, isolated = target_python(options)

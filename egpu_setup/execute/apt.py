@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError
-from egpu_setup.execute_files import Context, write_managed
-from egpu_setup.plan import AptInstall, AptRepository, bundle_apt_options, installed_packages
+from egpu_setup.execute.files import Context, write_managed
+from egpu_setup.plan.steps import AptInstall, AptRepository, bundle_apt_options, installed_packages
 
 log = logging.getLogger("egpu_setup.execute")
 
@@ -297,7 +297,7 @@ def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[s
         )
     except BaseException:
         # a source apt cannot use must not stay behind: undo this step's files
-        from egpu_setup.execute_files import apply_undo, plan_undo
+        from egpu_setup.execute.files import apply_undo, plan_undo
 
         new = [u for u in plan_undo(ctx.host, ctx.manifest) if u.path not in before]
         apply_undo(ctx.host, ctx.manifest, new)
@@ -317,7 +317,7 @@ def stage_repository(
     anything else lying in the directory is ignored. Each file is a managed file (atomic write,
     in the manifest), so rollback removes them with the source; a file already staged with the
     expected bytes is left alone."""
-    from egpu_setup.state import sha256
+    from egpu_setup.state.manifest import sha256
 
     src = Path(source)
     if not expected:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from egpu_setup.state import Manifest, atomic_write, fsync_dir, sha256
+from egpu_setup.state.manifest import Manifest, atomic_write, fsync_dir, sha256
 
 log = logging.getLogger("egpu_setup.execute")
 

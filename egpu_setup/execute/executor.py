@@ -24,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from egpu_setup import execute_apt, execute_files, execute_pip
 from egpu_setup.errors import EgpuSetupError, ExecutionError
-from egpu_setup.plan import (
+from egpu_setup.execute import apt as execute_apt
+from egpu_setup.execute import files as execute_files
+from egpu_setup.execute import pip as execute_pip
+from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
     CreateLink,
@@ -38,7 +40,7 @@ from egpu_setup.plan import (
     Step,
     WriteFile,
 )
-from egpu_setup.state import (
+from egpu_setup.state.manifest import (
     Journal,
     Manifest,
     StatePaths,

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from egpu_setup.errors import ActionRequired, BusyError, EgpuSetupError, UsageError
-from egpu_setup.plan import AptInstall, PipInstall, Plan, PlanOptions
+from egpu_setup.plan.steps import AptInstall, PipInstall, Plan, PlanOptions
 
 log = logging.getLogger("egpu_setup.preflight")
 
@@ -30,7 +30,7 @@ MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 def preflight(plan: Plan, host: Any, paths: Any, facts: Any, options: PlanOptions) -> list[str]:
     """Raise on what must stop the run; return warnings for what should be known."""
-    from egpu_setup.state import RunLock
+    from egpu_setup.state.manifest import RunLock
 
     warnings: list[str] = []
     if host.kind == "recorded":

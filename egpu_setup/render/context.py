@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice, TbDomain
 from egpu_setup.errors import ActionRequired, UsageError
-from egpu_setup.facts import Gpu, HostFacts, TbDevice, TbDomain
 
 MODES = ("compute", "display")
 

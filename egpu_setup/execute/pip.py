@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
-from egpu_setup.execute_apt import run_checked
-from egpu_setup.execute_files import Context
-from egpu_setup.plan import PipInstall
+from egpu_setup.execute.apt import run_checked
+from egpu_setup.execute.files import Context
+from egpu_setup.plan.steps import PipInstall
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
 SOURCE_ENV = (

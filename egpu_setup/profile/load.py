@@ -676,9 +676,8 @@ def _user_dir() -> Path:
     return Path(base) / "egpu-setup" / "profiles"
 
 
-# The top-level profiles/ folder ships in the wheel under this package name. It cannot be
-# `egpu_setup.profiles`: that is this module, and a package directory of the same name would
-# shadow it at import time.
+# The top-level profiles/ folder ships in the wheel under this package name (pyproject.toml,
+# package-dir), apart from the loader package egpu_setup.profile.
 SHIPPED_PACKAGE = "egpu_setup.profile_files"
 
 
@@ -692,7 +691,7 @@ def _package_dir() -> Path:
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
     # A source checkout that was not (re)installed since the package mapping was added.
-    checkout = Path(__file__).resolve().parent.parent / "profiles"
+    checkout = Path(__file__).resolve().parents[2] / "profiles"
     if (checkout / "__init__.py").is_file():
         return checkout
     raise UsageError(

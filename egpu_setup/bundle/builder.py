@@ -116,7 +116,7 @@ def resolve_targets(
 ) -> list[Target]:
     """Resolve every (Python x distro) pair with the real resolver, from what-if inputs only."""
     from egpu_setup.compat.matrix import load_matrix
-    from egpu_setup.compat.resolve import constraints_from_profile, parse_distro, resolve
+    from egpu_setup.resolve.resolver import constraints_from_profile, parse_distro, resolve
 
     matrix = load_matrix()
     out: list[Target] = []
@@ -518,7 +518,7 @@ class Builder:
         return args
 
     def _wheels(self, python: str, group: list[Target]) -> None:
-        from egpu_setup.plan import check_index_url
+        from egpu_setup.plan.steps import check_index_url
 
         rel_pool = group[0].pool
         pool_dir = self.out / rel_pool
@@ -550,7 +550,7 @@ class Builder:
         #    extra-index-url of this machine can mix a second source into it; --no-deps keeps
         #    the general-index packages out of this call.
         for t in group:
-            from egpu_setup.execute_pip import SOURCE_ENV
+            from egpu_setup.execute.pip import SOURCE_ENV
 
             unset = [a for v in (*SOURCE_ENV, "PIP_CONFIG_FILE") for a in ("-u", v)]
             argv = [
@@ -619,7 +619,7 @@ class Builder:
             log.warning("%s: no driver packages to bundle (%s)", target.distro, driver.action)
             return
         from egpu_setup.compat.matrix import load_matrix
-        from egpu_setup.compat.resolve import parse_distro
+        from egpu_setup.resolve.resolver import parse_distro
 
         matrix = load_matrix()
         distro = matrix.distro(*parse_distro(target.distro, matrix))
@@ -664,7 +664,7 @@ class Builder:
     def _archive_sources(self, distro: Any) -> list[dict[str, Any]]:
         """The archive (and its security archive) this machine's apt uses for distro's family."""
         from egpu_setup.compat.matrix import load_matrix
-        from egpu_setup.plan import apt_sources
+        from egpu_setup.plan.steps import apt_sources
 
         family = {d.codename for d in load_matrix().distros if d.scheme == distro.scheme}
         if distro.scheme == "debian":
@@ -739,7 +739,7 @@ class Builder:
     def _apt_download(
         self, root: Path, distro: Any, inputs: dict[str, Any], packages: list[str]
     ) -> list[Path]:
-        from egpu_setup.host import RootHost
+        from egpu_setup.host.machine import RootHost
 
         work_host = _APT_WORK
         work = root / work_host.lstrip("/")
@@ -971,7 +971,7 @@ def _tool_source() -> Path | None:
     """The source tree egpu-setup can be rebuilt from: this checkout (an editable install), or
     the local directory a `pip install DIR` came from (PEP 610 direct_url.json), if still there.
     None: fall back to this machine's pip index."""
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file():
         return checkout
     from importlib.metadata import PackageNotFoundError, distribution

@@ -303,7 +303,7 @@ class BundleSource:
         import posixpath
         from pathlib import Path
 
-        from egpu_setup.bundle import load_manifest
+        from egpu_setup.bundle.builder import load_manifest
 
         rel = posixpath.relpath(self.repository, self.directory).rstrip("/") + "/"
         out = []

@@ -24,9 +24,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError, UsageError
-from egpu_setup.facts import Gpu, HostFacts, TbDevice
-from egpu_setup.host import Host
+from egpu_setup.host.machine import Host
 
 log = logging.getLogger("egpu_setup.eject")
 

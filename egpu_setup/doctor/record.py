@@ -23,7 +23,7 @@ from pathlib import Path
 
 from egpu_setup import __version__
 from egpu_setup.errors import UsageError
-from egpu_setup.host import Host
+from egpu_setup.host.machine import Host
 
 PCI_ATTRS = (
     "class",

@@ -1,0 +1,4 @@
+"""fleet: many machines' reports as one table.
+
+Modules: `report` (collect, text table, HTML page).
+"""

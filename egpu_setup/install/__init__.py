@@ -1,0 +1,4 @@
+"""install: the provisioning pipeline around plan and execute.
+
+Modules: `preflight` (checks before anything changes).
+"""
