@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import _pypi_index  # noqa: E402
+import _pypi_index
 
 TORCH = "torch==2.13.0+cpu"
 

@@ -23,12 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from egpu_setup.compat.matrix import load_snapshot  # noqa: E402
-from egpu_setup.compat.versions import DriverVersion, PythonVersion, variant_cuda  # noqa: E402
-from egpu_setup.errors import EgpuSetupError, UsageError  # noqa: E402
-from egpu_setup.resolve.resolver import Constraints, identify_gpu, resolve  # noqa: E402
-from egpu_setup.resolve.resolver import _Notes as Notes  # noqa: E402
-from test_resolve import CASES, Case  # noqa: E402
+from egpu_setup.compat.matrix import load_snapshot
+from egpu_setup.compat.versions import DriverVersion, PythonVersion, variant_cuda
+from egpu_setup.errors import EgpuSetupError, UsageError
+from egpu_setup.resolve.constraints import Constraints
+from egpu_setup.resolve.resolution import Notes
+from egpu_setup.resolve.resolver import resolve
+from egpu_setup.resolve.target import identify_gpu
+from test_resolve import CASES, Case
 
 M = load_snapshot()
 
@@ -53,9 +55,9 @@ def driver_only(case: Case) -> tuple[str, str]:
         backends = []
     if c.cuda:  # a pinned backend (--torch-backend=cu128)
         backends = [c.cuda] if c.cuda != "cpu" else []
-    from egpu_setup.resolve.resolver import _spec_filter
+    from egpu_setup.resolve.constraints import spec_filter
 
-    matches, _local, _ = _spec_filter(c.torch_spec)
+    matches, _local, _ = spec_filter(c.torch_spec)
     for variant in [*backends, "cpu"]:
         for release in M.torch:  # newest first
             v = release.variant(variant)

@@ -20,11 +20,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import _pypi_index  # noqa: E402
-from egpu_setup.execute.executor import ExecOptions, execute  # noqa: E402
-from egpu_setup.host.machine import LiveHost  # noqa: E402
-from egpu_setup.plan.steps import PipInstall, Plan  # noqa: E402
-from egpu_setup.state.manifest import StatePaths  # noqa: E402
+import _pypi_index
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.host.machine import LiveHost
+from egpu_setup.plan.steps import PipInstall, Plan
+from egpu_setup.state.paths import StatePaths
 
 
 def one(installer: str, index: str, tmp: Path) -> float:

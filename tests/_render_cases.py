@@ -21,7 +21,7 @@ from egpu_setup.detect.facts import (
     TbDomain,
     ThunderboltFacts,
 )
-from egpu_setup.profile.load import (
+from egpu_setup.profile.types import (
     DriverConstraints,
     Expectations,
     GpuSpec,

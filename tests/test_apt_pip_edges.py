@@ -27,23 +27,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _debroot
 import _install_values as values
 import _pypi_index
+from egpu_setup.bundle.format import load_manifest, repository_files
 from egpu_setup.errors import ExecutionError
 from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute import pip as execute_pip
 from egpu_setup.execute.files import Context
 from egpu_setup.host.machine import LiveHost, RootHost
-from egpu_setup.plan.steps import (
-    AptInstall,
-    AptRepository,
-    BundleSource,
-    PipInstall,
-    PlanOptions,
-    RunCommand,
-    WriteFile,
-    build_plan,
-)
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import BundleSource, PlanOptions
+from egpu_setup.plan.steps import AptInstall, AptRepository, PipInstall, RunCommand, WriteFile
 from egpu_setup.render.files import HostCommand
-from egpu_setup.state.manifest import Manifest, StatePaths
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
 
 DRIVER = frozenset({"driver"})
 # apt parses an inline key only when it verifies a download; this source is never fetched.
@@ -369,6 +364,7 @@ def test_a_deb_swapped_after_planning_stages_nothing(tmp_path: Path) -> None:
         requirements_file=None,
         repository=str(b / "debs/debian-12"),
         packages_sha256=hashlib.sha256((b / "debs/debian-12/Packages").read_bytes()).hexdigest(),
+        repository_sha256=repository_files(load_manifest(b), "debs/debian-12"),
     )
     host = RootHost(root)
     plan = build_plan(

@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _debroot
 import _pypi_index
-from egpu_setup.bundle import builder as bundle_mod
+from egpu_setup.bundle import format as bundle_format
+from egpu_setup.bundle import targets as bundle_targets
+from egpu_setup.bundle import wheels as bundle_wheels
 from egpu_setup.errors import EgpuSetupError, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,7 +60,7 @@ def _profile(tmp: Path) -> Path:
 def _host_distro() -> str:
     from egpu_setup.host.machine import LiveHost
 
-    return bundle_mod.host_distro(LiveHost())
+    return bundle_targets.host_distro(LiveHost())
 
 
 def _can_bundle_debs() -> str | None:
@@ -66,7 +68,7 @@ def _can_bundle_debs() -> str | None:
         return "needs root"
     if shutil.which("debootstrap") is None or shutil.which("dpkg-scanpackages") is None:
         return "needs debootstrap and dpkg-scanpackages"
-    if _host_distro() not in bundle_mod.GLIBC:
+    if _host_distro() not in bundle_wheels.GLIBC:
         return "host distribution has no driver data"
     return None
 
@@ -81,7 +83,7 @@ def _cache_env(tmp: Path) -> dict[str, str]:
 
 
 def test_platform_tags_stop_at_the_targets_glibc() -> None:
-    tags = bundle_mod.platform_tags("ubuntu-22.04")
+    tags = bundle_wheels.platform_tags("ubuntu-22.04")
     assert tags[0] == "manylinux_2_35_x86_64" and tags[-1] == "manylinux2014_x86_64"
     assert "manylinux_2_36_x86_64" not in tags
 
@@ -99,21 +101,21 @@ def test_closure_follows_markers_and_reports_what_is_missing(tmp_path: Path) -> 
     wheel("top", "1.0", ["dep>=2", 'old; python_version < "3.9"', 'opt; extra == "x"'])
     wheel("dep", "1.0", [])
     wheel("dep", "2.1", [])
-    pool = bundle_mod.wheel_pool(tmp_path)
-    got = bundle_mod.closure(pool, ["top==1.0"], "3.11")
+    pool = bundle_wheels.wheel_pool(tmp_path)
+    got = bundle_wheels.closure(pool, ["top==1.0"], "3.11")
     assert [(w.name, w.version) for w in got] == [("dep", "2.1"), ("top", "1.0")]
     with pytest.raises(EgpuSetupError, match="no wheel for opt"):
-        bundle_mod.closure(pool, ["top[x]==1.0"], "3.11")
+        bundle_wheels.closure(pool, ["top[x]==1.0"], "3.11")
     with pytest.raises(EgpuSetupError, match="no wheel for old"):
-        bundle_mod.closure(pool, ["top==1.0"], "3.8")
+        bundle_wheels.closure(pool, ["top==1.0"], "3.8")
 
 
 def test_manifest_paths_may_not_leave_the_bundle(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(
-        json.dumps({"schema": bundle_mod.SCHEMA, "files": [{"path": "../etc/passwd"}]})
+        json.dumps({"schema": bundle_format.SCHEMA, "files": [{"path": "../etc/passwd"}]})
     )
     with pytest.raises(UsageError, match="leaves the bundle"):
-        bundle_mod.load_manifest(tmp_path)
+        bundle_format.load_manifest(tmp_path)
 
 
 def test_bad_inputs_exit_2_and_write_nothing(tmp_path: Path) -> None:
@@ -195,7 +197,7 @@ def test_bundle_holds_hashed_wheels_from_the_loopback_index(built) -> None:
     assert target["torch"]["requirements"] == ["torch==2.13.0+cpu"]
     files = {f["path"]: f for f in manifest["files"]}
     torch_whl = "wheels/py3.11/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
-    assert files[torch_whl]["sha256"] == bundle_mod.sha256_file(b / torch_whl)
+    assert files[torch_whl]["sha256"] == bundle_format.sha256_file(b / torch_whl)
     assert manifest["total_bytes"] == sum(f["size"] for f in manifest["files"])
     req = (b / target["torch"]["requirements_file"]).read_text()
     assert f"torch==2.13.0+cpu --hash=sha256:{files[torch_whl]['sha256']}" in req

@@ -23,9 +23,11 @@ from egpu_setup.detect.facts import (
     TbDomain,
     ThunderboltFacts,
 )
-from egpu_setup.doctor import DoctorInput, Finding, collect, diagnose, report_json
 from egpu_setup.doctor.catalog import CATALOG
+from egpu_setup.doctor.collect import collect
+from egpu_setup.doctor.diagnose import diagnose, report_json
 from egpu_setup.doctor.dmesg import scan_dmesg, strip_prefix
+from egpu_setup.doctor.findings import DoctorInput, Finding
 from egpu_setup.doctor.rules import busid_for, is_blanket_authorize, parse_busid
 from egpu_setup.doctor.torchcheck import parse_torch_info
 from egpu_setup.errors import UsageError
@@ -811,7 +813,7 @@ EXPECTED_ON_FIXTURES = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ON_FIXTURES))
 def test_recorded_hosts(name):
-    from egpu_setup.detect import detect_host
+    from egpu_setup.detect.probe import detect_host
 
     if not (FIXTURES / name).is_dir():
         pytest.skip(f"fixture {name} not present")

@@ -21,8 +21,13 @@ from egpu_setup.errors import BusyError, EgpuSetupError
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.execute.files import apply_undo, plan_undo
 from egpu_setup.host.machine import RootHost
-from egpu_setup.plan.steps import PlanOptions, WriteFile, build_plan
-from egpu_setup.state.manifest import Journal, Manifest, RunLock, StatePaths
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import PlanOptions
+from egpu_setup.plan.steps import WriteFile
+from egpu_setup.state.journal import Journal
+from egpu_setup.state.lock import RunLock
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
 
 ONLY = frozenset({"driver", "config"})
 USER_XORG = b'Section "Device"\n  Identifier "mine"\nEndSection\n'
@@ -218,7 +223,7 @@ def test_a_second_concurrent_run_is_busy_and_names_the_holder(root: Path) -> Non
         f"""
         import time
         from pathlib import Path
-        from egpu_setup.state.manifest import RunLock
+        from egpu_setup.state.lock import RunLock
         lock = RunLock(Path({str(paths.lock)!r}))
         lock.acquire()
         print("held", flush=True)

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from egpu_setup.compat import fetch
+from egpu_setup.compat import overlay as overlay_mod
 from egpu_setup.compat.matrix import load_matrix, load_snapshot
 from egpu_setup.errors import EgpuSetupError
-from egpu_setup.resolve.resolver import Constraints, resolve
+from egpu_setup.resolve.constraints import Constraints
+from egpu_setup.resolve.resolver import resolve
 
 PAGES = Path(__file__).parent / "data" / "torch-index"
 ETAG = '"torch-index-v1"'
@@ -102,8 +104,8 @@ def test_good_page_writes_overlay_and_changes_resolution(
     assert result.new_versions == ("2.15.1",)
     assert "torch 2.9.1: index lacks cu129" in result.changes
     assert "torch 2.15.0: index also has cu134" in result.changes
-    overlay = json.loads((tmp_path / fetch.OVERLAY_NAME).read_text())
-    assert overlay["schema"] == fetch.OVERLAY_SCHEMA and overlay["etag"] == ETAG
+    overlay = json.loads((tmp_path / overlay_mod.OVERLAY_NAME).read_text())
+    assert overlay["schema"] == overlay_mod.OVERLAY_SCHEMA and overlay["etag"] == ETAG
     assert overlay["releases"]["2.13.0"]["cu130"][-1] == "3.15"  # index-only Python kept
     assert "1.13.1" not in overlay["releases"]  # only Linux x86_64 CPython 2.x wheels count
     assert overlay["releases"]["2.15.0"]["cu130"] == ["3.11", "3.12", "3.13", "3.14", "3.15"]
@@ -130,7 +132,7 @@ def test_304_uses_the_cached_page(server: IndexServer, tmp_path: Path) -> None:
 
 def test_malformed_page_keeps_previous_overlay(server: IndexServer, tmp_path: Path) -> None:
     _update(server, tmp_path)
-    before = (tmp_path / fetch.OVERLAY_NAME).read_bytes()
+    before = (tmp_path / overlay_mod.OVERLAY_NAME).read_bytes()
     server.mode = "malformed"
     # Drop the cached validators so the server answers with the page, not a 304.
     (tmp_path / fetch.CACHE_DIR / "torch.meta.json").unlink()
@@ -138,7 +140,7 @@ def test_malformed_page_keeps_previous_overlay(server: IndexServer, tmp_path: Pa
         _update(server, tmp_path)
     assert "no links" in info.value.message or "no torch" in info.value.message
     assert "stays in force" in info.value.hint
-    assert (tmp_path / fetch.OVERLAY_NAME).read_bytes() == before
+    assert (tmp_path / overlay_mod.OVERLAY_NAME).read_bytes() == before
 
 
 def test_truncated_page_is_refused(server: IndexServer, tmp_path: Path) -> None:
@@ -146,7 +148,7 @@ def test_truncated_page_is_refused(server: IndexServer, tmp_path: Path) -> None:
     with pytest.raises(EgpuSetupError) as info:
         _update(server, tmp_path)
     assert "truncated or wrong page" in info.value.message
-    assert not (tmp_path / fetch.OVERLAY_NAME).exists()
+    assert not (tmp_path / overlay_mod.OVERLAY_NAME).exists()
     assert load_matrix(tmp_path) == load_snapshot()
 
 
@@ -157,7 +159,7 @@ def test_dropped_connection_retries_then_fails(server: IndexServer, tmp_path: Pa
     assert "could not read" in info.value.message
     assert "shipped matrix stays in force" in info.value.hint
     assert len(server.requests) == 3  # the first try plus two retries
-    assert not (tmp_path / fetch.OVERLAY_NAME).exists()
+    assert not (tmp_path / overlay_mod.OVERLAY_NAME).exists()
 
 
 def test_503_then_success_with_backoff(server: IndexServer, tmp_path: Path) -> None:
@@ -185,20 +187,20 @@ def test_bad_index_url_is_usage_error(tmp_path: Path) -> None:
 
 
 def test_corrupt_overlay_is_ignored(tmp_path: Path) -> None:
-    path = tmp_path / fetch.OVERLAY_NAME
+    path = tmp_path / overlay_mod.OVERLAY_NAME
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert load_matrix(tmp_path) == load_snapshot()
     path.write_text(json.dumps({"schema": "something/else", "releases": {}}))
-    assert fetch.load_overlay(tmp_path) is None
+    assert overlay_mod.load_overlay(tmp_path) is None
     for releases in (
         {"2.9.1": "cu128"},
         {"2.9.1": {"rocm6": ["3.12"]}},
         {"x": {}},
         {"2.9.1": {"cu128": [3.12]}},
     ):
-        path.write_text(json.dumps({"schema": fetch.OVERLAY_SCHEMA, "releases": releases}))
-        assert fetch.load_overlay(tmp_path) is None, releases
+        path.write_text(json.dumps({"schema": overlay_mod.OVERLAY_SCHEMA, "releases": releases}))
+        assert overlay_mod.load_overlay(tmp_path) is None, releases
         assert load_matrix(tmp_path) == load_snapshot()
 
 
@@ -227,7 +229,7 @@ def test_cli_update_and_show(server: IndexServer, tmp_path: Path, cli) -> None:
     shown = cli("matrix", "show", "--json", env=env)
     info = json.loads(shown.stdout)
     assert info["overlay"]["versions"] == len(
-        json.loads((tmp_path / fetch.OVERLAY_NAME).read_text())["releases"]
+        json.loads((tmp_path / overlay_mod.OVERLAY_NAME).read_text())["releases"]
     )
     assert info["torch"][0]["version"] == "2.15.1"
     text = cli("matrix", "show", env=env).stdout
@@ -242,7 +244,7 @@ def test_cli_update_malformed_exit_code(server: IndexServer, tmp_path: Path, cli
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and "\nhint: " in done.stderr
     assert "Traceback" not in done.stderr
-    assert not (tmp_path / fetch.OVERLAY_NAME).exists()
+    assert not (tmp_path / overlay_mod.OVERLAY_NAME).exists()
 
 
 def test_unwritable_state_dir_is_a_clean_error(server: IndexServer, tmp_path: Path) -> None:

@@ -27,7 +27,11 @@ ALLOWED_PREFIXES = ("execute/", "verify/", "state/")
 # Modules that read or write only files the user named on the command line (a profile, a
 # report, an output directory) or our own package data: file I/O yes, processes and network no.
 USER_FILES = {
-    "profile/load.py",
+    "profile/document.py",
+    "profile/search.py",
+    "compat/overlay.py",
+    "bundle/format.py",
+    "bundle/wheels.py",
     "fleet/report.py",
     "bundle/builder.py",
     "render/files.py",

@@ -17,8 +17,12 @@ import _install_values as values
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.execute.files import apply_undo, plan_undo
 from egpu_setup.host.machine import RootHost
-from egpu_setup.plan.steps import AptInstall, AptRepository, PlanOptions, build_plan
-from egpu_setup.state.manifest import Manifest, RunLock, StatePaths
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import PlanOptions
+from egpu_setup.plan.steps import AptInstall, AptRepository
+from egpu_setup.state.lock import RunLock
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from egpu_setup.errors import BusyError
-from egpu_setup.state.manifest import RunLock
+from egpu_setup.state.lock import RunLock
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="replacing another user's file needs root"

@@ -12,9 +12,12 @@ import _install_values as values
 from conftest import REPO
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.host.machine import RootHost
-from egpu_setup.plan.steps import PlanOptions, RunCommand, build_plan
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import PlanOptions
+from egpu_setup.plan.steps import RunCommand
 from egpu_setup.render.files import HostCommand
-from egpu_setup.state.manifest import Manifest, StatePaths
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
 
 NOUVEAU = values.rendered()[1]
 INITRAMFS = HostCommand(("update-initramfs", "-u"), "rebuild the initramfs", after=(NOUVEAU.path,))
@@ -26,9 +29,11 @@ sys.path[:0] = [{tests!r}]
 import _install_values as values
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.host.machine import RootHost
-from egpu_setup.plan.steps import PlanOptions, build_plan
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import PlanOptions
 from egpu_setup.render.files import HostCommand
-from egpu_setup.state.manifest import Manifest, StatePaths
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
 
 nouveau = values.rendered()[1]
 cmd = HostCommand(("update-initramfs", "-u"), "rebuild the initramfs", after=(nouveau.path,))

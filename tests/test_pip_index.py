@@ -16,8 +16,11 @@ import _pypi_index
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.execute.pip import commands, installer_env
 from egpu_setup.host.machine import LiveHost
-from egpu_setup.plan.steps import PipInstall, PlanOptions, build_plan
-from egpu_setup.state.manifest import RunLock, StatePaths
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import PlanOptions
+from egpu_setup.plan.steps import PipInstall
+from egpu_setup.state.lock import RunLock
+from egpu_setup.state.paths import StatePaths
 
 
 def _plan(venv: Path, requirements: tuple[str, ...], index: str):

@@ -12,6 +12,8 @@ import yaml
 
 from egpu_setup.errors import UsageError
 from egpu_setup.profile import load as P
+from egpu_setup.profile import schema as profile_schema
+from egpu_setup.profile import search as profile_search
 
 SHIPPED = {
     "gtx1080ti",
@@ -47,7 +49,7 @@ def _no_local_profiles(tmp_path, monkeypatch):
     """Only the package's profiles plus what a test puts in its own directory."""
     local = tmp_path / "local-profiles"
     local.mkdir()
-    monkeypatch.setenv(P.ENV_PATH, str(local))
+    monkeypatch.setenv(profile_search.ENV_PATH, str(local))
     return local
 
 
@@ -140,8 +142,8 @@ BAD_DOCS = {
 
 def test_json_schema_and_loader_agree(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
-    jsonschema.Draft202012Validator.check_schema(P.load_schema())
-    validator = jsonschema.Draft202012Validator(P.load_schema())
+    jsonschema.Draft202012Validator.check_schema(profile_schema.load_schema())
+    validator = jsonschema.Draft202012Validator(profile_schema.load_schema())
     for entry, _ in P.iter_profiles():
         data = yaml.safe_load(entry.path.read_text())
         assert list(validator.iter_errors(data)) == [], entry.name
@@ -153,9 +155,9 @@ def test_json_schema_and_loader_agree(tmp_path):
 
 
 def test_schema_keywords_are_all_interpreted():
-    P.load_schema()  # vets the shipped file
+    profile_schema.load_schema()  # vets the shipped file
     with pytest.raises(RuntimeError, match="not interpreted"):
-        P._vet_schema({"properties": {"x": {"type": "string", "format": "uuid"}}}, "#")
+        profile_schema._vet_schema({"properties": {"x": {"type": "string", "format": "uuid"}}}, "#")
 
 
 # -- one test per loader error class, with the exact position -----------------------------------------
@@ -329,7 +331,7 @@ def test_local_directory_overrides_the_package(_no_local_profiles):
     write(local, text, "rtx4090.yaml")
     p = P.load_profile("rtx4090")
     assert p.origin == "custom" and p.power.psu_watts == 1000
-    entry = P.available()["rtx4090"]
+    entry = profile_search.available()["rtx4090"]
     assert entry.shadows and entry.shadows[0].endswith("profiles/rtx4090.yaml")
 
 
@@ -344,10 +346,10 @@ def test_name_must_match_file_name_in_search_dirs(_no_local_profiles):
 
 
 def test_default_dirs_and_sudo_user(monkeypatch, tmp_path):
-    monkeypatch.delenv(P.ENV_PATH)
+    monkeypatch.delenv(profile_search.ENV_PATH)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("SUDO_USER", raising=False)
-    dirs = P.search_dirs()
+    dirs = profile_search.search_dirs()
     assert [o for o, _ in dirs] == ["package", "system", "user"]
     assert dirs[1][1] == Path("/etc/egpu-setup/profiles")
     assert dirs[2][1] == tmp_path / "xdg" / "egpu-setup" / "profiles"
@@ -356,7 +358,7 @@ def test_default_dirs_and_sudo_user(monkeypatch, tmp_path):
 
         monkeypatch.setenv("SUDO_USER", "nobody")
         assert (
-            P.search_dirs()[2][1]
+            profile_search.search_dirs()[2][1]
             == Path(pwd.getpwnam("nobody").pw_dir) / ".config/egpu-setup/profiles"
         )
 
@@ -389,7 +391,7 @@ def test_cli_list_reports_an_invalid_local_profile(cli, tmp_path):
         "name: broken\ndescription: x\ngpu: "
         "{name: X, device_ids: [], architecture: Ampere}\nmode: yes\n"
     )
-    res = cli("profiles", "list", env={P.ENV_PATH: str(local)})
+    res = cli("profiles", "list", env={profile_search.ENV_PATH: str(local)})
     assert res.returncode == 2
     assert "broken" in res.stdout and "INVALID" in res.stdout
     assert f"error: {local}/broken.yaml:4:7: mode: `yes` is a YAML 1.1 boolean" in res.stderr

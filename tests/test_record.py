@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from egpu_setup.detect import detect_host
+from egpu_setup.detect.probe import detect_host
 from egpu_setup.doctor.record import record
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import LiveHost, RecordedHost

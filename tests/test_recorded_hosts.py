@@ -28,9 +28,9 @@ NOT_GENERATED = {"expected.json", "README.md"}
 
 def _detect_host():
     try:
-        from egpu_setup.detect import detect_host
+        from egpu_setup.detect.probe import detect_host
     except ImportError as exc:  # the integrator's detect_host is not there yet
-        pytest.skip(f"egpu_setup.detect.detect_host is not available yet: {exc}")
+        pytest.skip(f"egpu_setup.detect.probe.detect_host is not available yet: {exc}")
     return detect_host
 
 

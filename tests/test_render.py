@@ -26,21 +26,21 @@ from _render_cases import (
 from conftest import run_cli
 from egpu_setup.detect.facts import NvidiaFacts, TbDevice, TbDomain, ThunderboltFacts
 from egpu_setup.errors import ActionRequired, UsageError
-from egpu_setup.render.context import PciAddress
+from egpu_setup.render.checks import PciAddress
+from egpu_setup.render.context import XORG_RUNTIME
 from egpu_setup.render.files import (
     BIN_HOTPLUG,
     MODPROBE_NVIDIA,
     UDEV_RULES,
     UDEV_TB_RULES,
     XORG_DROPIN,
-    XORG_RUNTIME,
     RenderedLink,
-    classify_generated,
     entry_point_path,
     render_all,
     render_set,
     thunderbolt_actions,
 )
+from egpu_setup.render.headers import classify_generated
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 UPDATE = os.environ.get("EGPU_SETUP_UPDATE_GOLDEN") == "1"

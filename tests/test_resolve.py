@@ -15,7 +15,8 @@ import pytest
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.detect.facts import Gpu, HostFacts, NvidiaFacts, OsFacts, PythonFacts
 from egpu_setup.errors import MatrixError, UsageError
-from egpu_setup.resolve.resolver import Constraints, constraints_from_profile, resolve
+from egpu_setup.resolve.constraints import Constraints, constraints_from_profile
+from egpu_setup.resolve.resolver import resolve
 
 OLD_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
 TRIXIE_KEY = "02182E60104FCDC26EAE1B8597A5D4CB8793F200"

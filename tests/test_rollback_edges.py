@@ -38,14 +38,11 @@ from egpu_setup.execute.executor import ExecOptions, execute, undo_argv
 from egpu_setup.execute.files import apply_undo, plan_undo
 from egpu_setup.host.machine import LiveHost, RootHost
 from egpu_setup.plan.steps import EnableUnit, PipInstall, Plan, RebootNeeded, RunCommand, WriteFile
-from egpu_setup.state.manifest import (
-    VERIFY_MARKER,
-    Journal,
-    Manifest,
-    RunLock,
-    StateAccessError,
-    StatePaths,
-)
+from egpu_setup.state.journal import Journal
+from egpu_setup.state.lock import RunLock
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StateAccessError, StatePaths
+from egpu_setup.state.verify_marker import VERIFY_MARKER
 
 UDEV = "/etc/udev/rules.d/71-egpu-setup.rules"
 WANTS = "/etc/systemd/system/multi-user.target.wants/egpu-setup-wait.service"

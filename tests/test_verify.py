@@ -494,7 +494,7 @@ def test_crashing_child_is_reported():
 
 
 def test_another_verify_running_exits_5():
-    from egpu_setup.state.manifest import RunLock
+    from egpu_setup.state.lock import RunLock
 
     (state() / "verify").mkdir(parents=True, exist_ok=True)
     with RunLock(state() / "verify" / "verify.lock"):

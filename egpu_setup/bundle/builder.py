@@ -27,337 +27,44 @@ Processes (pip, debootstrap, apt-get in the root, dpkg-scanpackages) run through
 from __future__ import annotations
 
 import datetime as _dt
-import email.parser
-import hashlib
 import json
 import logging
 import os
-import re
 import sys
-import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
+from egpu_setup.bundle.format import MANIFEST, PROFILE_FILE, SCHEMA, load_manifest, sha256_file
+from egpu_setup.bundle.targets import Target
+from egpu_setup.bundle.wheels import (
+    GLIBC,
+    _matching,
+    _minor,
+    _root_names,
+    _without_marker,
+    closure,
+    direct_requirements,
+    platform_tags,
+    read_wheel,
+    requirements_text,
+    wheel_pool,
+)
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
 
 log = logging.getLogger("egpu_setup.bundle")
 
-SCHEMA = "egpu-setup/bundle/1"
-MANIFEST = "manifest.json"
-PROFILE_FILE = "profile.yaml"
+
 DOWNLOAD_TIMEOUT = 3600  # seconds for one pip/apt download call (3 GB of CUDA wheels)
 
-# glibc of each target distribution decides which manylinux wheels run there (PEP 600:
-# manylinux_2_X needs glibc >= 2.X). Versions of the libc6 package: packages.debian.org/libc6
-# (bookworm 2.36, trixie 2.41), packages.ubuntu.com/libc6 (jammy 2.35, noble 2.39).
-GLIBC = {"debian-12": 36, "debian-13": 41, "ubuntu-22.04": 35, "ubuntu-24.04": 39}
-_OLDEST_MANYLINUX = 17  # manylinux2014 == manylinux_2_17 (PEP 600)
+
 _APT_WORK = "/var/lib/egpu-setup-bundle"  # inside the debootstrap root
-ARCH = "x86_64"  # eGPU laptops; an aarch64 bundle is not planned yet
+
+
 DEB_ARCH = "amd64"
-
-# The environment a requirement marker is evaluated in for a target (PEP 508).
-_MARKER_ENV = {
-    "implementation_name": "cpython",
-    "platform_python_implementation": "CPython",
-    "platform_system": "Linux",
-    "sys_platform": "linux",
-    "os_name": "posix",
-    "platform_machine": ARCH,
-}
-_PIP_SOURCE_ENV = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_FIND_LINKS",
-    "PIP_NO_INDEX",
-    "PIP_CONSTRAINT",
-    "PIP_REQUIREMENT",
-    "PIP_CONFIG_FILE",
-)
-
-
-# -- targets ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Target:
-    """One kind of laptop the bundle serves: a Python for the torch venv, a distribution."""
-
-    python: str  # "3.11"
-    distro: str  # "debian-12"
-    resolution: Any  # compat.resolve.Resolution for this pair
-
-    @property
-    def name(self) -> str:
-        return f"py{self.python}-{self.distro}"
-
-    @property
-    def pool(self) -> str:
-        return f"wheels/py{self.python}"
-
-    @property
-    def requirements_file(self) -> str:
-        return f"requirements-{self.name}.txt"
-
-    @property
-    def debs(self) -> str:
-        return f"debs/{self.distro}"
-
-
-def resolve_targets(
-    profile: Any,
-    pythons: Sequence[str],
-    distros: Sequence[str],
-    *,
-    cuda: str | None = None,
-    torch_spec: str | None = None,
-) -> list[Target]:
-    """Resolve every (Python x distro) pair with the real resolver, from what-if inputs only."""
-    from egpu_setup.compat.matrix import load_matrix
-    from egpu_setup.resolve.resolver import constraints_from_profile, parse_distro, resolve
-
-    matrix = load_matrix()
-    out: list[Target] = []
-    for distro in distros:
-        dist_id, dist_ver = parse_distro(distro, matrix)
-        label = f"{dist_id}-{dist_ver}"
-        if matrix.distro(dist_id, dist_ver) is None:
-            known = ", ".join(d.label for d in matrix.distros)
-            raise UsageError(
-                f"--distro {distro}: no driver packages known for it",
-                f"bundles are built for {known}",
-            )
-        for python in pythons or (None,):
-            constraints = constraints_from_profile(
-                profile, python=python, distro=label, cuda=cuda, torch_spec=torch_spec
-            )
-            res = resolve(None, profile, constraints)
-            out.append(Target(res.python, label, res))
-    names = [t.name for t in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UsageError(f"target {dupes[0]} given twice", "name each --python/--distro once")
-    return out
-
-
-def host_distro(host: Any) -> str:
-    """`debian-12` for the machine building the bundle (the default target distribution)."""
-    from egpu_setup.detect.osrelease import parse_os_release
-
-    fields = parse_os_release(host.read("/etc/os-release") or "")
-    if not fields.get("ID") or not fields.get("VERSION_ID"):
-        raise UsageError(
-            "cannot tell this machine's distribution from /etc/os-release",
-            "pass --distro, e.g. --distro debian-12",
-        )
-    return f"{fields['ID']}-{fields['VERSION_ID']}"
-
-
-def platform_tags(distro: str) -> list[str]:
-    """manylinux tags a wheel may carry to run on `distro` (newest first)."""
-    top = GLIBC.get(distro, 28)
-    tags = [f"manylinux_2_{minor}_{ARCH}" for minor in range(top, _OLDEST_MANYLINUX - 1, -1)]
-    return [*tags, f"manylinux2014_{ARCH}"]
-
-
-def marker_env(python: str) -> dict[str, str]:
-    return {**_MARKER_ENV, "python_version": python, "python_full_version": f"{python}.0"}
-
-
-# -- wheels: metadata, closure, hashes (pure over files) ------------------------------------------
-
-
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-@dataclass(frozen=True)
-class Wheel:
-    path: Path
-    name: str  # as in METADATA
-    version: str
-    requires: tuple[str, ...]  # Requires-Dist lines
-
-
-def read_wheel(path: Path) -> Wheel:
-    """Name, version and Requires-Dist of a wheel, from its *.dist-info/METADATA."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            meta_name = next(
-                n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-            )
-            text = zf.read(meta_name).decode("utf-8", errors="replace")
-    except (OSError, zipfile.BadZipFile, StopIteration) as exc:
-        raise EgpuSetupError(
-            f"{path} is not a readable wheel: {exc}", "delete it and run `egpu-setup bundle` again"
-        ) from exc
-    msg = email.parser.Parser().parsestr(text, headersonly=True)
-    return Wheel(
-        path, msg["Name"] or "", msg["Version"] or "", tuple(msg.get_all("Requires-Dist") or ())
-    )
-
-
-def wheel_pool(directory: Path) -> dict[str, list[Wheel]]:
-    pool: dict[str, list[Wheel]] = {}
-    for path in sorted(directory.glob("*.whl")):
-        whl = read_wheel(path)
-        pool.setdefault(norm(whl.name), []).append(whl)
-    return pool
-
-
-def direct_requirements(wheel: Wheel, python: str, extras: Iterable[str] = ()) -> list[Any]:
-    """The Requires-Dist entries of `wheel` that apply on the target (markers evaluated there)."""
-    from packaging.requirements import Requirement
-
-    env = marker_env(python)
-    out = []
-    for text in wheel.requires:
-        req = Requirement(text)
-        if req.marker is None or any(
-            req.marker.evaluate({**env, "extra": e}) for e in ("", *extras)
-        ):
-            out.append(req)
-    return out
-
-
-def closure(pool: dict[str, list[Wheel]], roots: Sequence[str], python: str) -> list[Wheel]:
-    """Every wheel needed to install `roots` on the target, chosen from `pool`; an incomplete
-    pool (pip resolved differently, a file went missing) is an error naming what is missing."""
-    from packaging.requirements import Requirement
-    from packaging.version import Version
-
-    chosen: dict[str, Wheel] = {}
-    queue = [Requirement(r) for r in roots]
-    while queue:
-        req = queue.pop(0)
-        key = norm(req.name)
-        if key in chosen:
-            if not req.specifier.contains(chosen[key].version, prereleases=True):
-                raise EgpuSetupError(
-                    f"the wheels do not fit together: {req} but {chosen[key].name} "
-                    f"{chosen[key].version} was chosen",
-                    "pin compatible versions with --torch (torchvision follows torch releases)",
-                )
-            continue
-        fits = [w for w in pool.get(key, []) if req.specifier.contains(w.version, prereleases=True)]
-        if not fits:
-            raise EgpuSetupError(
-                f"no wheel for {req} in the wheelhouse (Python {python})",
-                "run `egpu-setup bundle` again with network; check that the index has it",
-            )
-        best = max(fits, key=lambda w: Version(w.version))
-        chosen[key] = best
-        queue += direct_requirements(best, python, req.extras)
-    return sorted(chosen.values(), key=lambda w: norm(w.name))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1024 * 1024), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def requirements_text(wheels: Sequence[Wheel], hashes: dict[str, str], header: str) -> str:
-    lines = [header]
-    for w in wheels:
-        lines.append(f"{w.name}=={w.version} --hash=sha256:{hashes[w.path.name]}")
-    return "\n".join(lines) + "\n"
-
-
-# -- manifest --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Manifest:
-    path: Path
-    data: dict[str, Any]
-
-    @property
-    def targets(self) -> list[dict[str, Any]]:
-        return list(self.data.get("targets", []))
-
-    def target_names(self) -> str:
-        return ", ".join(t["name"] for t in self.targets) or "none"
-
-    def files(self) -> dict[str, dict[str, Any]]:
-        return {f["path"]: f for f in self.data.get("files", [])}
-
-
-def load_manifest(bundle: Path) -> Manifest:
-    """The bundle's manifest, validated; UsageError (exit 2) when DIR is not a bundle."""
-    path = Path(bundle) / MANIFEST
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise UsageError(
-            f"--bundle {bundle}: no {MANIFEST} there", "pass a directory `egpu-setup bundle` wrote"
-        ) from exc
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"{path}: not a bundle manifest ({exc})", "rebuild it with `egpu-setup bundle`"
-        ) from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise UsageError(
-            f"{path}: schema {data.get('schema') if isinstance(data, dict) else None!r}, "
-            f"expected {SCHEMA}",
-            "rebuild the bundle with this version of egpu-setup",
-        )
-    for entry in data.get("files", []):
-        rel = entry.get("path", "")
-        if rel.startswith("/") or ".." in rel.split("/") or not rel:
-            raise UsageError(f"{path}: file path {rel!r} leaves the bundle", "rebuild the bundle")
-    return Manifest(path, data)
-
-
-def verify_files(bundle: Path, manifest: Manifest, prefixes: Sequence[str]) -> int:
-    """Check size and sha256 of every manifest file under `prefixes`; bytes checked.
-
-    A mismatch is exit 1 before anything is installed: a wheel or .deb changed after `bundle`
-    wrote it is exactly what --require-hashes and a local apt repository cannot catch later."""
-    checked = 0
-    bad: list[str] = []
-    for rel, entry in manifest.files().items():
-        if not any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in prefixes):
-            continue
-        real = Path(bundle) / rel
-        try:
-            size = real.stat().st_size
-        except OSError:
-            bad.append(f"{rel} is missing")
-            continue
-        if size != entry.get("size") or sha256_file(real) != entry.get("sha256"):
-            bad.append(f"{rel} does not match its sha256 in {MANIFEST}")
-            continue
-        checked += size
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise EgpuSetupError(
-            f"bundle {bundle}: {bad[0]}{more}; nothing was installed",
-            "copy the bundle again from its source, or rebuild it with `egpu-setup bundle`",
-        )
-    return checked
-
-
-def find_target(manifest: Manifest, python: str | None, distro: str | None) -> dict[str, Any]:
-    """The manifest target for this machine (python None: driver only; distro None: torch only)."""
-    for t in manifest.targets:
-        if (python is None or t["python"] == python) and (distro is None or t["distro"] == distro):
-            return t
-    want = " on ".join(x for x in (f"Python {python}" if python else None, distro) if x)
-    pys = " ".join(f"--python {p}" for p in ([python] if python else []))
-    dis = f" --distro {distro}" if distro else ""
-    raise UsageError(
-        f"bundle {manifest.path.parent} has no target for {want}: "
-        f"it holds {manifest.target_names()}",
-        f"build one with `egpu-setup bundle ... {pys}{dis}`".replace("  ", " "),
-    )
-
-
-# -- building --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -518,7 +225,7 @@ class Builder:
         return args
 
     def _wheels(self, python: str, group: list[Target]) -> None:
-        from egpu_setup.plan.steps import check_index_url
+        from egpu_setup.plan.options import check_index_url
 
         rel_pool = group[0].pool
         pool_dir = self.out / rel_pool
@@ -573,7 +280,10 @@ class Builder:
                 for whl in _matching(pool, root):
                     for req in direct_requirements(whl, python):
                         text = _without_marker(req)
-                        if norm(req.name) not in _root_names(group) and text not in deps:
+                        if (
+                            canonicalize_name(req.name) not in _root_names(group)
+                            and text not in deps
+                        ):
                             deps.append(text)
         if deps:
             self._run(
@@ -619,7 +329,7 @@ class Builder:
             log.warning("%s: no driver packages to bundle (%s)", target.distro, driver.action)
             return
         from egpu_setup.compat.matrix import load_matrix
-        from egpu_setup.resolve.resolver import parse_distro
+        from egpu_setup.resolve.constraints import parse_distro
 
         matrix = load_matrix()
         distro = matrix.distro(*parse_distro(target.distro, matrix))
@@ -664,7 +374,7 @@ class Builder:
     def _archive_sources(self, distro: Any) -> list[dict[str, Any]]:
         """The archive (and its security archive) this machine's apt uses for distro's family."""
         from egpu_setup.compat.matrix import load_matrix
-        from egpu_setup.plan.steps import apt_sources
+        from egpu_setup.plan.apt_sources import apt_sources
 
         family = {d.codename for d in load_matrix().distros if d.scheme == distro.scheme}
         if distro.scheme == "debian":
@@ -898,36 +608,6 @@ class Builder:
         return manifest
 
 
-def _minor(tag: str) -> int:
-    return int(tag.split("_")[2])
-
-
-def _matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
-    from packaging.requirements import Requirement
-
-    req = Requirement(text)
-    return [
-        w
-        for w in pool.get(norm(req.name), [])
-        if req.specifier.contains(w.version, prereleases=True)
-    ]
-
-
-def _root_names(group: Sequence[Target]) -> set[str]:
-    from packaging.requirements import Requirement
-
-    return {norm(Requirement(r).name) for t in group for r in t.resolution.torch.requirements}
-
-
-def _without_marker(req: Any) -> str:
-    """The requirement as pip must see it for another interpreter: markers already evaluated."""
-    from packaging.requirements import Requirement
-
-    copy = Requirement(str(req))
-    copy.marker = None
-    return str(copy)
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -951,20 +631,6 @@ def _move(src: Path, dest: Path) -> None:
             fout.write(chunk)
     os.replace(tmp, dest)
     src.unlink()
-
-
-__all__ = [
-    "SCHEMA",
-    "BuildOptions",
-    "Builder",
-    "Manifest",
-    "Target",
-    "closure",
-    "find_target",
-    "load_manifest",
-    "resolve_targets",
-    "verify_files",
-]
 
 
 def _tool_source() -> Path | None:

@@ -28,7 +28,7 @@ def complete_profile(
 
     if "/" in incomplete or incomplete.startswith("."):
         return [CompletionItem(incomplete, type="file")]
-    from egpu_setup.profile.load import available
+    from egpu_setup.profile.search import available
 
     return [CompletionItem(name) for name in sorted(available()) if name.startswith(incomplete)]
 

@@ -28,7 +28,7 @@ PARTS = ("torch", "driver", "tool")
 
 
 def _parts_of(text: str | None) -> frozenset[str]:
-    from egpu_setup.plan.steps import parse_only
+    from egpu_setup.plan.options import parse_only
 
     return parse_only(text, PARTS)
 
@@ -81,10 +81,11 @@ def command(
     this machine's pip configuration, the driver's .debs inside a debootstrap root of each
     distribution (needs root), and egpu-setup's own wheel for Ansible's `bundle` source.
     """
-    from egpu_setup.bundle.builder import Builder, BuildOptions, host_distro, resolve_targets
+    from egpu_setup.bundle.builder import Builder, BuildOptions
+    from egpu_setup.bundle.targets import host_distro, resolve_targets
     from egpu_setup.errors import UsageError
     from egpu_setup.host.machine import LiveHost
-    from egpu_setup.plan.steps import check_index_url
+    from egpu_setup.plan.options import check_index_url
     from egpu_setup.profile.load import load_profile
 
     parts = _parts_of(only)

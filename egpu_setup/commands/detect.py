@@ -28,7 +28,7 @@ Examples:
 )
 def command(as_json: bool, from_dir: str | None, run_smi: bool) -> None:
     """Show what egpu-setup sees: OS, every GPU (and which is the eGPU), driver, Thunderbolt."""
-    from egpu_setup.detect import detect_host
+    from egpu_setup.detect.probe import detect_host
     from egpu_setup.host.machine import open_host
 
     facts = detect_host(open_host(from_dir), run_smi=run_smi)

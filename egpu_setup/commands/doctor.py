@@ -73,8 +73,9 @@ def command(
 
     Exits 0 when nothing is an error, 1 otherwise.
     """
-    from egpu_setup.detect import detect_host
-    from egpu_setup.doctor import collect, diagnose, report_json
+    from egpu_setup.detect.probe import detect_host
+    from egpu_setup.doctor.collect import collect
+    from egpu_setup.doctor.diagnose import diagnose, report_json
     from egpu_setup.host.machine import open_host
 
     host = open_host(from_dir)

@@ -31,7 +31,7 @@ def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     """Stop GPU users, unload the driver, remove the PCI device and de-authorize the
     Thunderbolt enclosure (only one it can tie to the eGPU); refuses, naming them, while a
     display or a process uses the eGPU."""
-    from egpu_setup.detect import detect_host
+    from egpu_setup.detect.probe import detect_host
     from egpu_setup.execute.eject import plan_eject, run_eject
     from egpu_setup.host.machine import open_host
 

@@ -131,9 +131,11 @@ class Prepared:
     lock_holder: str | None
 
 
-def _constraints(resolve_mod: Any, kw: dict[str, Any], profile: Any) -> Any:
+def _constraints(kw: dict[str, Any], profile: Any) -> Any:
     """The resolver's Constraints: the profile's, with our flags winning."""
-    return resolve_mod.constraints_from_profile(
+    from egpu_setup.resolve.constraints import constraints_from_profile
+
+    return constraints_from_profile(
         profile,
         torch_spec=kw["torch_spec"],
         cuda=kw["cuda"],
@@ -142,14 +144,18 @@ def _constraints(resolve_mod: Any, kw: dict[str, Any], profile: Any) -> Any:
 
 
 def prepare(**kw: Any) -> Prepared:
-    from egpu_setup.detect import detect_host
+    from egpu_setup.detect.probe import detect_host
     from egpu_setup.errors import UsageError
     from egpu_setup.host.machine import LiveHost, RootHost, open_host
-    from egpu_setup.plan.steps import DEFAULT_VENV, PlanOptions, build_plan, parse_only
+    from egpu_setup.plan.build import build_plan
+    from egpu_setup.plan.options import DEFAULT_VENV, PlanOptions, parse_only
     from egpu_setup.profile.load import load_profile
     from egpu_setup.render.files import RenderSet, entry_point_path, render_set
-    from egpu_setup.resolve import resolver as resolve_mod
-    from egpu_setup.state.manifest import Journal, Manifest, RunLock, StatePaths
+    from egpu_setup.resolve.resolver import resolve
+    from egpu_setup.state.journal import Journal
+    from egpu_setup.state.lock import RunLock
+    from egpu_setup.state.manifest import Manifest
+    from egpu_setup.state.paths import StatePaths
 
     only = parse_only(kw["only"])
     bundle = _open_bundle(kw) if kw.get("bundle_dir") else None
@@ -161,7 +167,7 @@ def prepare(**kw: Any) -> Prepared:
             "add --dry-run to see the plan for that machine, or --root DIR to build an image",
         )
     if kw["index_url"]:
-        from egpu_setup.plan.steps import check_index_url
+        from egpu_setup.plan.options import check_index_url
 
         check_index_url(kw["index_url"])
     profile = load_profile(kw["profile_name"])
@@ -190,7 +196,7 @@ def prepare(**kw: Any) -> Prepared:
         warnings.append(
             f"no external NVIDIA GPU detected: planning for the profile's GPU ({profile.gpu.name})"
         )
-    resolution = resolve_mod.resolve(facts, profile, _constraints(resolve_mod, kw, profile))
+    resolution = resolve(facts, profile, _constraints(kw, profile))
     bundle_source = None
     if bundle is not None:
         resolution, bundle_source = _from_bundle(bundle, kw, resolution, only, target)
@@ -281,7 +287,7 @@ def _open_bundle(kw: dict[str, Any]) -> Any:
     """The bundle's manifest; its profile becomes the default; flags it decides are refused."""
     from pathlib import Path
 
-    from egpu_setup.bundle.builder import PROFILE_FILE, load_manifest
+    from egpu_setup.bundle.format import PROFILE_FILE, load_manifest
     from egpu_setup.errors import UsageError
 
     clash = [f for f, k in (("--index-url", "index_url"), ("--torch", "torch_spec"),
@@ -304,10 +310,10 @@ def _from_bundle(
     manifest: Any, kw: dict[str, Any], resolution: Any, only: frozenset[str], target: Any
 ) -> tuple[Any, Any]:
     """This machine's target in the bundle, its files verified; the resolution narrowed to it."""
-    from egpu_setup.bundle.builder import find_target, verify_files
+    from egpu_setup.bundle.format import find_target, repository_files, verify_files
     from egpu_setup.errors import UsageError
-    from egpu_setup.plan.steps import BundleSource
-    from egpu_setup.resolve.resolver import TorchPlan
+    from egpu_setup.plan.options import BundleSource
+    from egpu_setup.resolve.resolution import TorchPlan
 
     directory = manifest.path.parent
     wants_torch = "torch" in only and resolution.torch is not None
@@ -357,6 +363,7 @@ def _from_bundle(
         requirements_file=str(directory / torch["requirements_file"]) if wants_torch else None,
         repository=str(directory / driver["repository"]) if wants_driver else None,
         packages_sha256=packages["sha256"] if packages else None,
+        repository_sha256=repository_files(manifest, driver["repository"]) if wants_driver else (),
     )
     return resolution, source
 
@@ -409,7 +416,7 @@ def apply(run: Prepared, kw: dict[str, Any]) -> int | None:
     from egpu_setup.errors import EXIT_FAILED, EgpuSetupError
     from egpu_setup.execute.executor import ExecOptions, execute
     from egpu_setup.install.preflight import preflight
-    from egpu_setup.state.manifest import RunLock
+    from egpu_setup.state.lock import RunLock
 
     preflight(run.plan, run.target, run.paths, run.facts, run.plan_options)
     with RunLock(run.paths.lock):

@@ -34,8 +34,8 @@ Examples:
 @json_option
 def show(as_json: bool) -> None:
     """Print the matrix: torch releases and variants, driver floors, distros, and its age."""
-    from egpu_setup.compat.fetch import overlay_path, state_dir
     from egpu_setup.compat.matrix import load_matrix
+    from egpu_setup.compat.overlay import overlay_path, state_dir
 
     m = load_matrix()
     data = matrix_json(m, str(overlay_path()), str(state_dir()))

@@ -44,7 +44,9 @@ Examples:
 @json_option
 def list_profiles(as_json: bool) -> None:
     """List every profile in the search path (exit 2 when one of them is invalid)."""
-    from egpu_setup.profile.load import Profile, iter_profiles, search_dirs
+    from egpu_setup.profile.load import iter_profiles
+    from egpu_setup.profile.search import search_dirs
+    from egpu_setup.profile.types import Profile
 
     rows = []
     errors: list[UsageError] = []

@@ -63,7 +63,7 @@ def command(
 ) -> None:
     """Render udev rules, modprobe options, systemd units, helpers and (display mode) Xorg
     configuration for this machine into a directory. Nothing else is changed."""
-    from egpu_setup.detect import detect_host
+    from egpu_setup.detect.probe import detect_host
     from egpu_setup.host.machine import open_host
     from egpu_setup.profile.load import load_profile
     from egpu_setup.render.files import entry_point_path, render_set

@@ -60,7 +60,8 @@ def command(
     profile_name: str | None,
 ) -> None:
     """Show what would be installed (driver, CUDA variant, torch wheel) and why."""
-    from egpu_setup.resolve.resolver import constraints_from_profile, resolve
+    from egpu_setup.resolve.constraints import constraints_from_profile
+    from egpu_setup.resolve.resolver import resolve
 
     profile = None
     if profile_name:
@@ -87,7 +88,7 @@ def command(
 
 
 def _facts(from_dir: str | None):  # -> HostFacts
-    from egpu_setup.detect import detect_host
+    from egpu_setup.detect.probe import detect_host
     from egpu_setup.host.machine import open_host
 
     return detect_host(open_host(from_dir))

@@ -46,7 +46,9 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
     from egpu_setup.errors import EgpuSetupError
     from egpu_setup.execute.files import apply_undo, plan_undo
     from egpu_setup.host.machine import LiveHost, RootHost
-    from egpu_setup.state.manifest import Journal, RunLock, StatePaths, new_run_id
+    from egpu_setup.state.journal import Journal, new_run_id
+    from egpu_setup.state.lock import RunLock
+    from egpu_setup.state.paths import StatePaths
 
     host = RootHost(root_dir) if root_dir else LiveHost()
     paths, manifest = _load(StatePaths.for_root(host.root), host)
@@ -143,7 +145,7 @@ def _sudo(command: str, root_dir: str | None) -> str:
 def _can_remove(host: Any, venv: str) -> bool:
     import os
 
-    from egpu_setup.state.manifest import can
+    from egpu_setup.state.paths import can
 
     return can(host.real_path(venv).parent, os.W_OK | os.X_OK)
 
@@ -157,7 +159,8 @@ def _load(paths: Any, host: Any) -> tuple[Any, Any]:
     """
     import os
 
-    from egpu_setup.state.manifest import Manifest, StatePaths, can, denied
+    from egpu_setup.state.manifest import Manifest
+    from egpu_setup.state.paths import StatePaths, can, denied
 
     manifest = Manifest.load(paths)  # raises StateAccessError (`error:`/`hint:`) when unreadable
     system = StatePaths.system(host.root)
@@ -274,7 +277,7 @@ def _forget_command(manifest: Any, argv: list[str]) -> None:
 
 def _disarm_verify(host: Any, changed: list[str]) -> None:
     """The verify-after-reboot marker goes with the unit that consumes it."""
-    from egpu_setup.state.manifest import remove_verify_marker
+    from egpu_setup.state.verify_marker import remove_verify_marker
 
     if any(p.endswith("/egpu-setup-verify.service") for p in changed) and remove_verify_marker(
         host

@@ -1,0 +1,6 @@
+"""compat: what is known about drivers, CUDA and torch wheels, as data with sources.
+
+Modules: `versions` (driver, CUDA, Python and compute-capability values), `matrix` (the shipped
+snapshot, plus the overlay), `overlay` (the cached `matrix update` result), `fetch` (`matrix
+update`: the PyTorch wheel index, read and validated), `gpus` (the GPU table).
+"""

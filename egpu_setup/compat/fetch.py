@@ -20,72 +20,42 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from egpu_setup.compat.overlay import OVERLAY_SCHEMA, STATE_ENV, overlay_path, state_dir
 from egpu_setup.errors import EgpuSetupError, UsageError
 
 log = logging.getLogger("egpu_setup.matrix")
 
-STATE_ENV = "EGPU_SETUP_STATE_DIR"
+
 INDEX_ENV = "EGPU_SETUP_TORCH_INDEX"
-DEFAULT_STATE_DIR = "/var/lib/egpu-setup"
-OVERLAY_SCHEMA = "egpu-setup/torch-index/1"
-OVERLAY_NAME = "matrix/torch-index.json"
+
+
 CACHE_DIR = "cache/torch-index"
+
+
 TIMEOUT = (5.0, 30.0)  # connect, read: the all-variants page is a few MB
+
+
 RETRIES = 3
+
+
 BACKOFF = 0.5  # seconds, doubled per retry (urllib3 Retry backoff_factor)
+
+
 MAX_PAGE = 64 * 1024 * 1024
+
+
 # Wheels the resolver can use: CPython, Linux x86_64 (WSL2 uses the same wheels).
 _WHEEL_RE = re.compile(
     r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>cpu|cu\d{3})-(?P<py>cp\d{2,3})-(?P<abi>cp\d{2,3})-"
     r"(?P<plat>(?:manylinux\w*|linux)_x86_64)\.whl$"
 )
+
+
 # A truncated page (proxy cut, partial CDN object) still parses; it must also cover the snapshot.
 MIN_COVERAGE = 0.9
+
+
 FIRST_MAJOR = 2  # the matrix starts at torch 2.0; 1.x wheels on the index are ignored
-
-
-def state_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """Where egpu-setup keeps state: EGPU_SETUP_STATE_DIR, else /var/lib/egpu-setup."""
-    return Path(explicit or os.environ.get(STATE_ENV) or DEFAULT_STATE_DIR)
-
-
-def overlay_path(state: str | os.PathLike[str] | None = None) -> Path:
-    return state_dir(state) / OVERLAY_NAME
-
-
-def load_overlay(state: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
-    """The overlay written by the last good `matrix update`, or None (absent or unreadable)."""
-    path = overlay_path(state)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring %s (%s); using the shipped matrix", path, exc)
-        return None
-    if (
-        not isinstance(data, dict)
-        or data.get("schema") != OVERLAY_SCHEMA
-        or not _valid_releases(data.get("releases"))
-    ):
-        log.warning("ignoring %s: not an egpu-setup index overlay; using the shipped matrix", path)
-        return None
-    return data
-
-
-def _valid_releases(releases: Any) -> bool:
-    """The overlay's {version: {variant: [python, ...]}} shape, checked before anything uses it."""
-    if not isinstance(releases, dict):
-        return False
-    for version, variants in releases.items():
-        if not re.fullmatch(r"\d+\.\d+\.\d+", str(version)) or not isinstance(variants, dict):
-            return False
-        for variant, pythons in variants.items():
-            if not re.fullmatch(r"cpu|cu\d{3}", str(variant)) or not isinstance(pythons, list):
-                return False
-            if not all(isinstance(p, str) and re.fullmatch(r"3\.\d{1,2}", p) for p in pythons):
-                return False
-    return True
 
 
 def index_base(explicit: str | None = None) -> str:
@@ -102,9 +72,6 @@ def index_base(explicit: str | None = None) -> str:
             "e.g. --index-url http://127.0.0.1:8000/whl/",
         )
     return base.rstrip("/") + "/"
-
-
-# -- parsing ---------------------------------------------------------------------------------------
 
 
 class _Anchors(HTMLParser):
@@ -165,9 +132,6 @@ def validate(parsed: dict[str, dict[str, list[str]]], snapshot_versions: list[st
             f"the page lacks {len(missing)} known torch releases ({shown}): truncated or wrong page"
         )
     return sorted(set(parsed) - set(snapshot_versions), key=lambda v: tuple(map(int, v.split("."))))
-
-
-# -- fetching --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -491,7 +491,7 @@ def load_matrix(state_dir: str | None = None, *, use_overlay: bool = True) -> Ma
     snapshot = load_snapshot()
     if not use_overlay:
         return snapshot
-    from egpu_setup.compat.fetch import load_overlay
+    from egpu_setup.compat.overlay import load_overlay
 
     overlay = load_overlay(state_dir)
     return apply_overlay(snapshot, overlay) if overlay else snapshot

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.detect.facts import Gpu, HostFacts
-from egpu_setup.doctor import MAX_EVIDENCE, DoctorInput, Finding
 from egpu_setup.doctor.dmesg import DmesgScan, nvrm_address, scan_dmesg
+from egpu_setup.doctor.findings import MAX_EVIDENCE, DoctorInput, Finding
 
 # Thunderbolt security levels that never create a PCIe tunnel (kernel sysfs-bus-thunderbolt ABI).
 NO_PCIE_LEVELS = {"dponly", "usbonly", "nopcie"}

@@ -17,17 +17,20 @@ import selectors
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError
+from egpu_setup.execute.apt_key import fetch_verified_key
+from egpu_setup.execute.dpkg_lock import lock_holder, wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
-from egpu_setup.plan.steps import AptInstall, AptRepository, bundle_apt_options, installed_packages
+from egpu_setup.plan.installed import installed_packages
+from egpu_setup.plan.steps import AptInstall, AptRepository, bundle_apt_options
 
 log = logging.getLogger("egpu_setup.execute")
+
 
 APT_ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
@@ -35,12 +38,13 @@ APT_ENV = {
     "LANG": "C.UTF-8",
     "APT_LISTCHANGES_FRONTEND": "none",
 }
+
+
 _LOCK_MESSAGES = (
     "Could not get lock",
     "Unable to acquire the dpkg frontend lock",
     "is another process using it",
 )
-KEY_MAX_BYTES = 1024 * 1024
 
 
 def stream(
@@ -161,82 +165,6 @@ def run_checked(
     return tail
 
 
-# -- the dpkg lock --------------------------------------------------------------------------------
-
-DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
-
-
-def lock_holder(host: Any) -> str | None:
-    """ "pid 123 (unattended-upgr)" for whoever holds the dpkg frontend lock, from /proc/locks."""
-    for lock in DPKG_LOCKS:
-        try:
-            st = host.real_path(lock).stat()
-        except OSError:
-            continue
-        try:
-            locks = Path("/proc/locks").read_text()
-        except OSError:
-            return None
-        for line in locks.splitlines():
-            fields = line.split()
-            # "1: POSIX  ADVISORY  WRITE 4711 08:01:1234 0 EOF"; blocked waiters have "->"
-            if len(fields) < 6 or "->" in fields:
-                continue
-            try:
-                major, minor, ino = fields[5].split(":")
-                pid = int(fields[4])
-            except ValueError:
-                continue
-            if int(ino) == st.st_ino and os.makedev(int(major, 16), int(minor, 16)) == st.st_dev:
-                try:
-                    comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                except OSError:
-                    comm = "?"
-                return f"pid {pid} ({comm}) holds {lock}"
-    return None
-
-
-def wait_for_dpkg_lock(host: Any, timeout: float) -> None:
-    """Wait until nobody holds the dpkg locks; BusyError naming the holder after `timeout`."""
-    import fcntl
-
-    deadline = time.monotonic() + timeout
-    announced = False
-    while True:
-        busy = None
-        for lock in DPKG_LOCKS:
-            real = host.real_path(lock)
-            try:
-                fd = os.open(real, os.O_RDWR)
-            except OSError:
-                continue
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-            except OSError:
-                busy = lock
-            finally:
-                os.close(fd)
-            if busy:
-                break
-        if busy is None:
-            return
-        holder = lock_holder(host) or f"another process holds {busy}"
-        if time.monotonic() >= deadline:
-            raise BusyError(
-                f"the package manager is busy: {holder} (waited {timeout:g} s)",
-                "let it finish (unattended-upgrades often runs after boot), then run again; "
-                "never delete the lock",
-            )
-        if not announced:
-            log.warning("waiting up to %g s for the package manager: %s", timeout, holder)
-            announced = True
-        time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
-
-
-# -- steps ----------------------------------------------------------------------------------------
-
-
 def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     host = ctx.host
     wait_for_dpkg_lock(host, step.lock_timeout)
@@ -317,7 +245,7 @@ def stage_repository(
     anything else lying in the directory is ignored. Each file is a managed file (atomic write,
     in the manifest), so rollback removes them with the source; a file already staged with the
     expected bytes is left alone."""
-    from egpu_setup.state.manifest import sha256
+    from egpu_setup.state.atomic import sha256
 
     src = Path(source)
     if not expected:
@@ -356,57 +284,3 @@ def stage_repository(
         copied += 1
     log.info("staged %d of %d files in %s", copied, len(expected), stage_to)
     return copied
-
-
-def fetch_verified_key(url: str, fingerprint: str) -> bytes:
-    """Download a repository key and return it as a binary keyring, iff it is exactly the pin."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            data = resp.read(KEY_MAX_BYTES + 1)
-    except OSError as exc:
-        raise EgpuSetupError(
-            f"cannot download the apt key {url}: {exc}", "check the network, then run again"
-        ) from exc
-    if len(data) > KEY_MAX_BYTES:
-        raise EgpuSetupError(f"apt key {url} is larger than 1 MiB", "this is not a key file")
-    want = fingerprint.replace(" ", "").upper()
-    with tempfile.TemporaryDirectory(prefix="egpu-setup-gpg-") as home:
-        os.chmod(home, 0o700)
-        src = Path(home) / "key"
-        src.write_bytes(data)
-        got = _gpg(home, ["--show-keys", "--with-colons", str(src)])
-        fprs = [
-            line.split(":")[9]
-            for i, line in enumerate(got.splitlines())
-            if line.startswith("fpr:") and i > 0 and got.splitlines()[i - 1].startswith("pub:")
-        ]
-        if fprs != [want]:
-            raise EgpuSetupError(
-                f"the apt key at {url} has fingerprint {', '.join(fprs) or 'none'}, "
-                f"not the pinned {want}: nothing was added",
-                "NVIDIA rotates keys (it did in 2022): update egpu-setup's matrix data, "
-                "or report it if the pin is current",
-            )
-        out = Path(home) / "keyring.gpg"
-        if data.lstrip().startswith(b"-----BEGIN"):  # armored: apt wants .gpg binary here
-            _gpg(home, ["--dearmor", "-o", str(out), str(src)])
-        else:
-            out.write_bytes(data)
-        return out.read_bytes()
-
-
-def _gpg(home: str, args: list[str]) -> str:
-    proc = subprocess.run(  # noqa: S603 - argv list
-        ["gpg", "--homedir", home, "--batch", "--no-tty", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise EgpuSetupError(
-            f"gpg {' '.join(args[:1])} failed: {proc.stderr.strip()[-300:]}",
-            "is this a PGP public key?",
-        )
-    return proc.stdout

@@ -40,14 +40,11 @@ from egpu_setup.plan.steps import (
     Step,
     WriteFile,
 )
-from egpu_setup.state.manifest import (
-    Journal,
-    Manifest,
-    StatePaths,
-    clean_temp_files,
-    new_run_id,
-    write_verify_marker,
-)
+from egpu_setup.state.atomic import clean_temp_files
+from egpu_setup.state.journal import Journal, new_run_id
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
+from egpu_setup.state.verify_marker import write_verify_marker
 
 log = logging.getLogger("egpu_setup.execute")
 

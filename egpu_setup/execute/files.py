@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from egpu_setup.state.manifest import Manifest, atomic_write, fsync_dir, sha256
+from egpu_setup.state.atomic import atomic_write, fsync_dir, sha256
+from egpu_setup.state.manifest import Manifest
 
 log = logging.getLogger("egpu_setup.execute")
 

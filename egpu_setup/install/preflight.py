@@ -12,7 +12,8 @@ import os
 from typing import Any
 
 from egpu_setup.errors import ActionRequired, BusyError, EgpuSetupError, UsageError
-from egpu_setup.plan.steps import AptInstall, PipInstall, Plan, PlanOptions
+from egpu_setup.plan.options import PlanOptions
+from egpu_setup.plan.steps import AptInstall, PipInstall, Plan
 
 log = logging.getLogger("egpu_setup.preflight")
 
@@ -30,7 +31,7 @@ MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 def preflight(plan: Plan, host: Any, paths: Any, facts: Any, options: PlanOptions) -> list[str]:
     """Raise on what must stop the run; return warnings for what should be known."""
-    from egpu_setup.state.manifest import RunLock
+    from egpu_setup.state.lock import RunLock
 
     warnings: list[str] = []
     if host.kind == "recorded":
@@ -96,7 +97,7 @@ def _check_space(plan: Plan, host: Any) -> None:
 def _competing_managers(plan: Plan, host: Any) -> list[str]:
     """Other GPU managers rewrite the same configuration: the same markers doctor reports
     (`competing-gpu-manager`), so the two can never disagree."""
-    from egpu_setup.doctor import probe_manager_files
+    from egpu_setup.doctor.collect import probe_manager_files
     from egpu_setup.doctor.rules import competing_managers
 
     if not any(s.part_name == "config" for s in plan.steps):

@@ -1,4 +1,6 @@
-"""plan: ordered, typed steps computed as a diff against the host.
+"""plan: ordered, typed steps computed as a diff against the host; nothing is changed here.
 
-Modules: `steps` (step types, option checks, apt sources, the planners).
+Modules: `steps` (the step types and Plan), `options` (what the planner is asked for), `apt_sources`
+(apt's sources as apt reads them), `installed` (what the target already has), the three planners
+`driver`, `config` and `torch`, and `build` (build_plan: all of them, in order, plus the reboot).
 """

@@ -1,4 +1,6 @@
 """render: the hot-plug configuration, rendered in memory from validated values.
 
-Modules: `context` (every value checked, the decisions), `files` (templates -> files, commands).
+Modules: `checks` (every value's one allowed shape), `thunderbolt` (how the enclosure is
+authorized), `context` (the decisions and the RenderContext), `headers` (the header that marks our
+files), `files` (templates -> files, links and the commands an install runs after them).
 """

@@ -1,5 +1,7 @@
-"""state: what egpu-setup remembers between runs.
+"""state: what egpu-setup remembers between runs, all of it under DIR with `--root DIR`.
 
-Modules: `manifest` (manifest, journal, backups, run lock, atomic writes), `reports` (saved
-install and verify reports).
+Modules: `paths` (where the state lives, who may touch it), `atomic` (atomic writes, the temp-file
+mark a later run cleans up), `manifest` (every change, with backups), `journal` (the step journal),
+`lock` (one run at a time), `verify_marker` (verify once after a reboot), `reports` (saved install
+and verify reports).
 """

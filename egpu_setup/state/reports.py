@@ -10,7 +10,7 @@ from typing import Any
 
 def save_report(state_dir: Path, kind: str, data: dict[str, Any], when: float) -> Path:
     """Write <state>/reports/<kind>-<UTC time>.json atomically (never over an older one)."""
-    from egpu_setup.state.manifest import atomic_write
+    from egpu_setup.state.atomic import atomic_write
 
     reports = state_dir / "reports"
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))

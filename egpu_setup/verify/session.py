@@ -192,7 +192,7 @@ def load_profile_option(name: str | None) -> Any:
 
 def detect_facts(host: Host) -> HostFacts | None:
     try:
-        from egpu_setup.detect import detect_host
+        from egpu_setup.detect.probe import detect_host
     except ImportError:  # pragma: no cover - detect ships with the package
         log.warning("host detection is unavailable; skipping the host checks")
         return None
@@ -205,7 +205,7 @@ def run_verify(
     facts: HostFacts | None = None,
 ) -> VerifyReport:
     """Run verify as `options` say; `facts` replaces detection (tests, recorded hosts)."""
-    from egpu_setup.state.manifest import RunLock
+    from egpu_setup.state.lock import RunLock
 
     validate(options)
     python, isolated = target_python(options)

@@ -1,0 +1,84 @@
+"""The one part of doctor that touches the host: every source read through its methods.
+
+Soft: a missing or unreadable source is None or empty, and shown as such with the findings.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from egpu_setup.detect.facts import HostFacts
+from egpu_setup.doctor.findings import DoctorInput
+from egpu_setup.host.machine import Host
+
+log = logging.getLogger("egpu_setup.doctor")
+
+UDEV_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d")
+
+
+XORG_FILES = ("/etc/X11/xorg.conf",)
+
+
+XORG_DIRS = ("/etc/X11/xorg.conf.d", "/usr/share/X11/xorg.conf.d")
+
+
+def _rule_files(host: Host, directory: str, suffix: str) -> list[tuple[str, str]]:
+    out = []
+    for path in host.glob(directory, f"*{suffix}"):
+        text = host.read(path, limit=1024 * 1024)
+        if text is not None:
+            out.append((path, text))
+    return out
+
+
+def probe_manager_files(host: Host) -> dict[str, str | None]:
+    """The marker files of other GPU managers that exist, with their text (None: a directory)."""
+    from egpu_setup.doctor.rules import MANAGER_MARKERS
+
+    managers: dict[str, str | None] = {}
+    for marker in MANAGER_MARKERS:
+        if marker.path in managers or not host.exists(marker.path):
+            continue
+        managers[marker.path] = (
+            None if host.is_dir(marker.path) else host.read(marker.path, limit=65536)
+        )
+    return managers
+
+
+def collect(host: Host, facts: HostFacts) -> DoctorInput:
+    """Read every source doctor uses through the Host (soft: missing is None or empty)."""
+    udev = [f for d in UDEV_DIRS for f in _rule_files(host, d, ".rules")]
+    xorg = [(p, t) for p in XORG_FILES if (t := host.read(p)) is not None]
+    xorg += [f for d in XORG_DIRS for f in _rule_files(host, d, ".conf")]
+    managers = probe_manager_files(host)
+    # Runtime PM of the eGPU and every bridge above it (the whole path must stay powered).
+    power: dict[str, str] = {}
+    nv_power: dict[str, str] = {}
+    for gpu in facts.nvidia_gpus:
+        if gpu.external is False:
+            continue
+        for address in (*gpu.bridges, gpu.pci_address):
+            value = host.read_attr(f"/sys/bus/pci/devices/{address}/power/control")
+            if value:
+                power[address] = value
+        text = host.read(f"/proc/driver/nvidia/gpus/{gpu.pci_address}/power", limit=4096)
+        if text:
+            nv_power[gpu.pci_address] = text
+    dmesg = host.command("dmesg", ["dmesg"])
+    if dmesg is not None and "read kernel buffer failed" in dmesg[:300]:
+        # kernel.dmesg_restrict=1 (Debian/Ubuntu default): only root reads the kernel log.
+        log.warning("cannot read the kernel log without root: run `sudo egpu-setup doctor`")
+        dmesg = None
+    return DoctorInput(
+        dmesg=dmesg,
+        lspci=host.command("lspci", ["lspci", "-vvnn"]),
+        nvidia_smi=host.command("nvidia-smi", ["nvidia-smi"], timeout=20.0),
+        boltctl=host.command("boltctl", ["boltctl", "list", "--all"]),
+        mokutil=host.command("mokutil", ["mokutil", "--sb-state"]),
+        cmdline=host.read_attr("/proc/cmdline"),
+        udev_rules=tuple(udev),
+        xorg=tuple(xorg),
+        managers=managers,
+        power_control=power,
+        nvidia_power=nv_power,
+    )

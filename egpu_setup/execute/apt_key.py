@@ -1,0 +1,71 @@
+"""A third-party apt key, trusted only when it is exactly the pinned fingerprint.
+
+Downloaded to memory, its fingerprint compared with the pin (`gpg --show-keys`, in a throw-away
+GNUPGHOME) before anything is written; it is then written for Signed-By, never to apt-key or
+/etc/apt/trusted.gpg.d, where a key is trusted for every repository.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from egpu_setup.errors import EgpuSetupError
+
+KEY_MAX_BYTES = 1024 * 1024
+
+
+def fetch_verified_key(url: str, fingerprint: str) -> bytes:
+    """Download a repository key and return it as a binary keyring, iff it is exactly the pin."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            data = resp.read(KEY_MAX_BYTES + 1)
+    except OSError as exc:
+        raise EgpuSetupError(
+            f"cannot download the apt key {url}: {exc}", "check the network, then run again"
+        ) from exc
+    if len(data) > KEY_MAX_BYTES:
+        raise EgpuSetupError(f"apt key {url} is larger than 1 MiB", "this is not a key file")
+    want = fingerprint.replace(" ", "").upper()
+    with tempfile.TemporaryDirectory(prefix="egpu-setup-gpg-") as home:
+        os.chmod(home, 0o700)
+        src = Path(home) / "key"
+        src.write_bytes(data)
+        got = _gpg(home, ["--show-keys", "--with-colons", str(src)])
+        fprs = [
+            line.split(":")[9]
+            for i, line in enumerate(got.splitlines())
+            if line.startswith("fpr:") and i > 0 and got.splitlines()[i - 1].startswith("pub:")
+        ]
+        if fprs != [want]:
+            raise EgpuSetupError(
+                f"the apt key at {url} has fingerprint {', '.join(fprs) or 'none'}, "
+                f"not the pinned {want}: nothing was added",
+                "NVIDIA rotates keys (it did in 2022): update egpu-setup's matrix data, "
+                "or report it if the pin is current",
+            )
+        out = Path(home) / "keyring.gpg"
+        if data.lstrip().startswith(b"-----BEGIN"):  # armored: apt wants .gpg binary here
+            _gpg(home, ["--dearmor", "-o", str(out), str(src)])
+        else:
+            out.write_bytes(data)
+        return out.read_bytes()
+
+
+def _gpg(home: str, args: list[str]) -> str:
+    proc = subprocess.run(  # noqa: S603 - argv list
+        ["gpg", "--homedir", home, "--batch", "--no-tty", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise EgpuSetupError(
+            f"gpg {' '.join(args[:1])} failed: {proc.stderr.strip()[-300:]}",
+            "is this a PGP public key?",
+        )
+    return proc.stdout

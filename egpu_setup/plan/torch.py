@@ -1,0 +1,88 @@
+"""The torch planner: torch into a venv through exactly one index (or offline, from a bundle)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from egpu_setup.errors import UsageError
+from egpu_setup.plan.installed import venv_versions
+from egpu_setup.plan.options import PlanOptions, check_index_url
+from egpu_setup.plan.steps import PipInstall, Step
+
+
+def torch_steps(
+    resolution: Any, host: Any, options: PlanOptions, warnings: list[str]
+) -> list[Step]:
+    torch = resolution.torch
+    if torch is None or not torch.requirements:
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    installed = venv_versions(host, options.venv)
+    missing: list[str] = []
+    for text in torch.requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise UsageError(f"torch requirement {text!r}: {exc}", "check --torch") from exc
+        have = (installed or {}).get(canonicalize_name(req.name))
+        if have is None or not req.specifier.contains(have, prereleases=True):
+            missing.append(text)
+    if not missing:
+        return []
+    b = options.bundle
+    if b is not None:
+        if b.find_links is None:
+            return []
+        return [
+            PipInstall(
+                venv=options.venv,
+                requirements=tuple(torch.requirements),
+                index_url="",
+                create_venv=installed is None,
+                python=_python_for(resolution, host),
+                run_as=_run_as(host, options, installed),
+                reason=f"torch {torch.version} ({torch.variant}) from the bundle",
+                find_links=b.find_links,
+                requirements_file=b.requirements_file,
+            )
+        ]
+    index = check_index_url(options.index_url or torch.index_url)
+    why = f"torch {torch.version} ({torch.variant})"
+    return [
+        PipInstall(
+            venv=options.venv,
+            requirements=tuple(torch.requirements),
+            index_url=index,
+            create_venv=installed is None,
+            python=_python_for(resolution, host),
+            run_as=_run_as(host, options, installed),
+            reason=why,
+        )
+    ]
+
+
+def _python_for(resolution: Any, host: Any) -> str:
+    python = f"python{resolution.python}" if resolution.python else "python3"
+    return python if host.which(python) is not None else "python3"
+
+
+def _run_as(host: Any, options: PlanOptions, installed: dict[str, str] | None) -> str | None:
+    if options.sudo_user and options.sudo_uid not in (None, 0):
+        owner = _owner(host, options.venv if installed is not None else _parent(options.venv))
+        if owner == options.sudo_uid:
+            return options.sudo_user  # never leave root-owned files in a user's venv (§5.2)
+    return None
+
+
+def _parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0] or "/"
+
+
+def _owner(host: Any, path: str) -> int | None:
+    try:
+        return host.real_path(path).stat().st_uid
+    except OSError:
+        return None

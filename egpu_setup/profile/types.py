@@ -1,0 +1,135 @@
+"""The profile as frozen values: what a loaded, validated, fully resolved profile holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_ID = "egpu-setup/profile/1"
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    device_ids: tuple[str, ...]  # 4-hex lowercase, vendor 10de; empty = any NVIDIA GPU
+    name: str
+    architecture: str  # "Ada Lovelace"; "any" for a generic profile
+    compute_capability: str | None
+    memory_gib: float | None
+
+    def matches(self, device_id: str | None) -> bool:
+        """True when this spec covers a PCI device id (a generic spec covers every id)."""
+        if not self.device_ids:
+            return True
+        return device_id is not None and device_id.lower() in self.device_ids
+
+
+@dataclass(frozen=True)
+class Expectations:
+    fp32_tflops: float | None
+    fp16_tflops: float | None
+    min_link_gen: int | None
+    min_link_width: int | None
+    h2d_gbps: dict[str, float]  # keys: thunderbolt, usb4, oculink, pcie
+    amp_steps: int
+    amp_loss_drop: float  # final loss <= amp_loss_drop * first loss
+    max_temp_c: float
+    max_power_w: float | None
+
+
+@dataclass(frozen=True)
+class PowerAdvice:
+    psu_watts: int | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class DriverConstraints:
+    min_branch: int | None
+    preferred_branch: int | None
+    max_branch: int | None
+    flavour: str  # "open" / "proprietary" / "auto"
+
+
+@dataclass(frozen=True)
+class TorchConstraints:
+    spec: str | None
+    cuda: str | None
+    extras: tuple[str, ...]  # "torchvision", "torchaudio"
+
+
+@dataclass(frozen=True)
+class HotplugOptions:
+    thunderbolt_policy: str  # "iommu" / "auto" / "manual"
+    runtime_pm_off: bool
+    persistenced: bool
+    enclosure_unique_id: str | None
+    accept_no_iommu: bool
+    connection: str  # "thunderbolt" / "usb4" / "oculink" / "any"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    path: str
+    gpu: GpuSpec
+    expect: Expectations
+    power: PowerAdvice
+    driver: DriverConstraints
+    torch: TorchConstraints
+    mode: str  # "compute" / "display"
+    hotplug: HotplugOptions
+    extends: str | None = None
+    origin: str = "file"  # package / system / user / custom (EGPU_SETUP_PROFILE_PATH) / file
+    chain: tuple[str, ...] = field(default=())  # files merged, most general first
+
+    def to_json(self) -> dict[str, Any]:
+        """The resolved profile as plain data (the shape of the YAML, every default filled in)."""
+        return {
+            "schema": SCHEMA_ID,
+            "name": self.name,
+            "description": self.description,
+            "extends": self.extends,
+            "mode": self.mode,
+            "gpu": {
+                "name": self.gpu.name,
+                "architecture": self.gpu.architecture,
+                "compute_capability": self.gpu.compute_capability,
+                "device_ids": list(self.gpu.device_ids),
+                "memory_gib": self.gpu.memory_gib,
+            },
+            "expect": {
+                "fp32_tflops": self.expect.fp32_tflops,
+                "fp16_tflops": self.expect.fp16_tflops,
+                "min_link_gen": self.expect.min_link_gen,
+                "min_link_width": self.expect.min_link_width,
+                "h2d_gbps": dict(self.expect.h2d_gbps),
+                "amp_steps": self.expect.amp_steps,
+                "amp_loss_drop": self.expect.amp_loss_drop,
+                "max_temp_c": self.expect.max_temp_c,
+                "max_power_w": self.expect.max_power_w,
+            },
+            "power": {"psu_watts": self.power.psu_watts, "note": self.power.note},
+            "driver": {
+                "min_branch": self.driver.min_branch,
+                "preferred_branch": self.driver.preferred_branch,
+                "max_branch": self.driver.max_branch,
+                "flavour": self.driver.flavour,
+            },
+            "torch": {
+                "spec": self.torch.spec,
+                "cuda": self.torch.cuda,
+                "extras": list(self.torch.extras),
+            },
+            "hotplug": {
+                "thunderbolt_policy": self.hotplug.thunderbolt_policy,
+                "runtime_pm_off": self.hotplug.runtime_pm_off,
+                "persistenced": self.hotplug.persistenced,
+                "enclosure_unique_id": self.hotplug.enclosure_unique_id,
+                "accept_no_iommu": self.hotplug.accept_no_iommu,
+                "connection": self.hotplug.connection,
+            },
+            "origin": self.origin,
+            "path": self.path,
+            "chain": list(self.chain),
+        }

@@ -1,0 +1,140 @@
+"""What the user asked for: CLI flags and the profile's limits, parsed and merged (CLI wins)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from egpu_setup.compat.matrix import (
+    Matrix,
+)
+from egpu_setup.compat.versions import (
+    PythonVersion,
+    parse_torch_version,
+)
+from egpu_setup.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What the user asked for (CLI flags, profile): what-if inputs override detected facts."""
+
+    torch_spec: str | None = None  # "2.9.1", "2.9", ">=2.7", "==2.5.1", "2.9.1+cu128"
+    cuda: str | None = None  # "cu128" / "cpu"
+    driver_branch: int | None = None  # --driver-branch N: exactly this branch
+    min_branch: int | None = None
+    preferred_branch: int | None = None
+    max_branch: int | None = None
+    flavour: Literal["open", "proprietary", "auto"] = "auto"
+    python: str | None = None  # "3.12"
+    platform: Literal["linux", "wsl"] | None = None
+    distro: str | None = None  # "ubuntu-24.04"
+    gpu: str | None = None  # "10de:2b85", "2b85", "RTX 5090"
+    driver: str | None = None  # the installed driver, what-if: "550.163.01"
+    extras: tuple[str, ...] = ()  # "torchvision", "torchaudio"
+
+
+def constraints_from_profile(profile: Any | None, **cli: Any) -> Constraints:
+    """Merge a profile's DriverConstraints/TorchConstraints with CLI values (CLI wins; None: unset).
+
+    Duck-typed on the Profile attributes (egpu_setup/profiles.py); this module never imports it."""
+    values: dict[str, Any] = {}
+    if profile is not None:
+        drv = getattr(profile, "driver", None)
+        tor = getattr(profile, "torch", None)
+        if drv is not None:
+            values["min_branch"] = getattr(drv, "min_branch", None)
+            values["preferred_branch"] = getattr(drv, "preferred_branch", None)
+            values["max_branch"] = getattr(drv, "max_branch", None)
+            values["flavour"] = getattr(drv, "flavour", None) or "auto"
+        if tor is not None:
+            values["torch_spec"] = getattr(tor, "spec", None)
+            values["cuda"] = getattr(tor, "cuda", None)
+            values["extras"] = tuple(getattr(tor, "extras", ()) or ())
+    known = set(Constraints.__dataclass_fields__)
+    for key, value in cli.items():
+        if key not in known:
+            raise TypeError(f"constraints_from_profile: unknown field {key!r}")
+        if value is not None and value != ():
+            values[key] = value
+    return Constraints(**{k: v for k, v in values.items() if v is not None})
+
+
+def spec_filter(spec: str | None) -> tuple[Callable[[str], bool], str | None, str]:
+    """A predicate over torch versions, the variant a local label pins ('2.9.1+cu128'), and text."""
+    if not spec:
+        return (lambda _v: True), None, "any"
+    text = spec.strip()
+    if text.lower().startswith("torch"):
+        text = text[5:].strip()
+    variant = None
+    if re.fullmatch(r"\d+\.\d+(\.\d+)?(\+\w+)?", text):
+        try:
+            version, variant = parse_torch_version(text)
+        except ValueError as exc:
+            raise UsageError(
+                f"--torch {spec!r}: {exc}", "use e.g. --torch 2.9.1 or '>=2.7'"
+            ) from exc
+        if version.count(".") == 1:  # "2.9": any 2.9.x
+            return (lambda v: v.startswith(version + ".")), variant, f"{version}.x"
+        return (lambda v: v == version), variant, version
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        specifier = SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise UsageError(
+            f"--torch {spec!r} is not a version or a version specifier",
+            "use e.g. --torch 2.9.1, --torch 2.9 or --torch '>=2.7,<2.12'",
+        ) from exc
+    if any("+" in s.version for s in specifier):
+        raise UsageError(
+            f"--torch {spec!r}: put the variant in --cuda", "e.g. --torch 2.9.1 --cuda cu128"
+        )
+    return (lambda v: specifier.contains(v, prereleases=False)), None, str(specifier)
+
+
+def parse_python(text: str) -> str:
+    try:
+        py = PythonVersion.from_str(text)
+    except ValueError as exc:
+        raise UsageError(f"--python: {exc}", "use e.g. --python 3.12") from exc
+    if py.major != 3:
+        raise UsageError(
+            f"Python {py}: no torch 2.x wheel exists for Python {py.major}",
+            "torch 2.x needs Python 3.8 or newer; use e.g. --python 3.12",
+        )
+    return str(py)
+
+
+def parse_distro(text: str, matrix: Matrix) -> tuple[str, str | None]:
+    """'ubuntu-24.04' -> ('ubuntu', '24.04'); 'arch' -> ('arch', None)."""
+    raw = text.strip().lower()
+    m = re.fullmatch(r"([a-z][a-z0-9._-]*?)(?:[-: ]([0-9][0-9a-z.]*))?", raw)
+    if not m or not matrix.knows_distro_id(m.group(1)):
+        supported = ", ".join(d.label for d in matrix.distros)
+        raise UsageError(
+            f"--distro {text!r}: unknown distribution",
+            f"use an os-release ID and VERSION_ID such as {supported}",
+        )
+    return m.group(1), m.group(2)
+
+
+def branch_ok(branch: int, c: Constraints) -> bool:
+    if c.driver_branch is not None and branch != c.driver_branch:
+        return False
+    if c.min_branch is not None and branch < c.min_branch:
+        return False
+    return not (c.max_branch is not None and branch > c.max_branch)
+
+
+def requested_range(c: Constraints) -> str:
+    if c.driver_branch is not None:
+        return f"--driver-branch {c.driver_branch}"
+    parts = [
+        f">= {c.min_branch}" if c.min_branch is not None else "",
+        f"<= {c.max_branch}" if c.max_branch is not None else "",
+    ]
+    return "the requested driver branch range (" + ", ".join(p for p in parts if p) + ")"

@@ -1,0 +1,395 @@
+"""The driver decision: keep the installed one when it can stay, else the least risky branch.
+
+The distribution's own package first, else NVIDIA's CUDA repository; never a branch that dropped
+the GPU. WSL2: the Windows host owns the driver. Where no driver packages are known (Fedora,
+Arch), a driver that drives the GPU stays, so torch must fit it or the request is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from egpu_setup.compat.matrix import (
+    Distro,
+    Matrix,
+)
+from egpu_setup.compat.versions import (
+    DriverVersion,
+    latest_of_branch,
+)
+from egpu_setup.errors import MatrixError
+from egpu_setup.resolve.branches import driver_options, flavour_for
+from egpu_setup.resolve.constraints import Constraints, branch_ok, requested_range
+from egpu_setup.resolve.explain import explain_mixed, explain_newer, no_driver, why_not_distro
+from egpu_setup.resolve.packages import packages_for
+from egpu_setup.resolve.resolution import DriverPlan, Notes
+from egpu_setup.resolve.target import Target
+from egpu_setup.resolve.wheels import Candidate, allows, candidates, driver_floor
+
+
+def wsl_driver(
+    m: Matrix,
+    cands: list[Candidate],
+    installed: DriverVersion | None,
+    target: Target | None,
+    n: Notes,
+) -> tuple[DriverPlan, Candidate]:
+    n.reasons.append("WSL2: the Windows host owns the NVIDIA driver; only the pip side is planned")
+    arch = target.arch if target else None
+    if installed is None:
+        chosen = cands[0]
+        floor = driver_floor(chosen, arch, m, windows=True)
+        # A CPU wheel needs no driver at all, and with no GPU known there is no floor to name.
+        if floor is not None and chosen.variant.name != "cpu":
+            n.warnings.append(
+                "Windows driver version unknown (nvidia-smi in the guest gave none): torch "
+                f"{chosen.label} needs a Windows NVIDIA driver >= {floor}"
+            )
+    else:
+        if arch is not None and arch.first_driver is not None and installed < arch.first_driver:
+            raise MatrixError(
+                f"the Windows host driver {installed} predates {arch.name} support "
+                f"(needs >= {arch.first_driver})",
+                f"update the NVIDIA driver on Windows to >= {arch.first_driver}, then rerun",
+            )
+        if (
+            arch is not None
+            and arch.last_branch is not None
+            and installed.branch > arch.last_branch
+        ):
+            n.warnings.append(
+                f"the Windows host driver {installed} is newer than the last branch for "
+                f"{arch.name} ({arch.last_branch}); if the GPU is missing in WSL, install a "
+                f"{arch.last_branch} driver on Windows"
+            )
+        fitting = [x for x in cands if allows(x, installed, m, windows=True)]
+        if not fitting:
+            best = cands[0]
+            floor = driver_floor(best, arch, m, windows=True)
+            raise MatrixError(
+                f"the Windows host driver {installed} is too old for torch {best.label} "
+                f"(needs >= {floor})",
+                f"update the NVIDIA driver on Windows to >= {floor}, "
+                "or choose an older --torch/--cuda",
+            )
+        chosen = fitting[0]
+        explain_newer(m, cands, chosen, installed, n, "the Windows host driver", windows=True)
+    floor = driver_floor(chosen, arch, m, windows=True)
+    plan = DriverPlan(
+        installed=str(installed) if installed else None,
+        action="host-managed",
+        branch=installed.branch if installed else None,
+        minimum=str(floor) if floor else None,
+        flavour=None,
+        packages=(),
+        source="host",
+    )
+    return plan, chosen
+
+
+def driver_unknown_gpu(
+    m: Matrix, cands: list[Candidate], installed: DriverVersion | None, n: Notes
+) -> tuple[DriverPlan, Candidate]:
+    if installed is not None:
+        fitting = [x for x in cands if allows(x, installed, m)]
+        if not fitting:
+            raise MatrixError(
+                f"driver {installed} is too old for every matching torch wheel",
+                f"torch {cands[0].label} needs >= {driver_floor(cands[0], None, m)}",
+            )
+        chosen = fitting[0]
+        explain_newer(m, cands, chosen, installed, n, "the installed driver")
+        action: Literal["keep", "host-managed"] = "keep"
+        n.reasons.append(f"keeping driver {installed}: it runs torch {chosen.label}")
+    else:
+        chosen = cands[0]
+        action = "host-managed"
+        n.reasons.append("no NVIDIA GPU known: no driver is planned")
+    floor = driver_floor(chosen, None, m)
+    return (
+        DriverPlan(
+            installed=str(installed) if installed else None,
+            action=action,
+            branch=installed.branch if installed else None,
+            minimum=str(floor) if floor else None,
+            flavour=None,
+            packages=(),
+            source="host",
+        ),
+        chosen,
+    )
+
+
+def keep_blocker(
+    m: Matrix,
+    installed: DriverVersion,
+    facts: Any | None,
+    target: Target,
+    c: Constraints,
+    *,
+    branch_range: bool = True,
+) -> str | None:
+    """Why the installed driver cannot stay for this GPU, or None when it can.
+
+    `branch_range=False` leaves out the requested branch range: a wish we cannot act on where
+    egpu-setup installs no driver (see keep_unmanaged)."""
+    arch = target.arch
+    name = target.gpu.name
+    if arch is not None:
+        if arch.last_branch is not None and installed.branch > arch.last_branch:
+            return (
+                f"driver {installed} no longer drives {name}: {arch.name} support ends with the "
+                f"{arch.last_branch} branch (newer drivers ignore the GPU)"
+            )
+        if arch.first_driver is not None and installed < arch.first_driver:
+            return (
+                f"driver {installed} is older than the first driver for {arch.name} "
+                f"({arch.first_driver})"
+            )
+    flavour = (
+        getattr(getattr(facts, "nvidia", None), "module_flavour", None)
+        if c.driver is None
+        else None
+    )
+    if arch is not None and flavour:
+        if arch.needs_open and flavour == "proprietary":
+            return f"{name} needs the open kernel modules; the proprietary ones are loaded"
+        if not arch.open_modules and flavour == "open":
+            return f"{name} needs the proprietary kernel modules; the open ones are loaded"
+    if flavour and c.flavour in ("open", "proprietary") and flavour != c.flavour:
+        return f"the profile asks for {c.flavour} kernel modules; {flavour} are loaded"
+    if branch_range and not branch_ok(installed.branch, c):
+        return f"driver branch {installed.branch} is outside the requested branch range"
+    return None
+
+
+def linux_driver(
+    m: Matrix,
+    cands: list[Candidate],
+    installed: DriverVersion | None,
+    facts: Any | None,
+    target: Target,
+    others: list[Target],
+    distro: Distro | None,
+    distro_label: str | None,
+    python: str,
+    c: Constraints,
+    n: Notes,
+) -> tuple[DriverPlan, Candidate]:
+    arch = target.arch
+    explain_mixed(m, target, others, c, n)
+
+    if (
+        installed is not None
+        and distro is None
+        and keep_blocker(m, installed, facts, target, c, branch_range=False) is None
+    ):
+        # No driver packages known here, so the plan cannot change a driver that drives the GPU:
+        # torch must fit it (or the request is impossible), whatever branch was asked for.
+        return keep_unmanaged(m, cands, installed, facts, target, distro_label, python, c, n)
+
+    if installed is not None:
+        blocker = keep_blocker(m, installed, facts, target, c)
+        fitting = [x for x in cands if allows(x, installed, m)]
+        if blocker is None and fitting:
+            chosen = fitting[0]
+            n.reasons.append(
+                f"keeping driver {installed}: it drives {target.gpu.name} "
+                f"and runs torch {chosen.label}"
+            )
+            explain_newer(m, cands, chosen, installed, n, "the installed driver", upgrade_hint=True)
+            flavour = (
+                getattr(getattr(facts, "nvidia", None), "module_flavour", None)
+                if c.driver is None
+                else None
+            )
+            floor = driver_floor(chosen, arch, m)
+            return (
+                DriverPlan(
+                    installed=str(installed),
+                    action="keep",
+                    branch=installed.branch,
+                    minimum=str(floor) if floor else None,
+                    flavour=flavour or (flavour_for(arch, installed.branch, c.flavour, m)),
+                    packages=(),
+                    source="host",
+                ),
+                chosen,
+            )
+        if blocker:
+            n.reasons.append(blocker)
+        elif not fitting:
+            n.reasons.append(
+                f"driver {installed} runs none of the matching wheels "
+                f"(torch {cands[0].label} needs >= {driver_floor(cands[0], arch, m)})"
+            )
+
+    if distro is None:
+        return unsupported_distro(m, cands, installed, target, distro_label, c, n)
+
+    options = driver_options(m, distro, target, others, c)
+    for option in options:
+        fitting = [x for x in cands if allows(x, option.version, m)]
+        if not fitting:
+            continue
+        chosen = fitting[0]
+        # A what-if distro is not this machine: its kernel says nothing about that one's flavour.
+        kernel = None if c.distro else getattr(getattr(facts, "os", None), "kernel", None)
+        pkgs, components, repo = packages_for(m, distro, option, kernel, n)
+        where = (
+            f"{distro.label}'s archive" if option.source == "distro" else "NVIDIA's CUDA repository"
+        )
+        why = (
+            f"driver branch {option.branch} ({option.flavour} modules) from {where}: it drives "
+            f"{target.gpu.name} and runs torch {chosen.label}"
+        )
+        if option.source == "nvidia-repo":
+            skipped = why_not_distro(m, distro, target, cands, c)
+            if skipped:
+                why += f"; {skipped}"
+        n.reasons.append(why)
+        if option.flavour == "open" and arch is not None and arch.needs_open:
+            n.reasons.append(f"{arch.name} needs the open kernel modules")
+        elif option.flavour == "proprietary" and arch is not None and not arch.open_modules:
+            n.reasons.append(f"{arch.name} is supported by the proprietary kernel modules only")
+        explain_newer(
+            m,
+            cands,
+            chosen,
+            option.version,
+            n,
+            f"branch {option.branch}",
+            upgrade_hint=option.source == "distro",
+        )
+        if installed is None:
+            action: Literal["install", "upgrade"] = "install"
+        elif option.branch > installed.branch:
+            action = "upgrade"
+        else:
+            action = "install"
+            n.warnings.append(
+                f"the installed driver {installed} will be replaced by branch {option.branch}"
+            )
+        floor = driver_floor(chosen, arch, m)
+        return (
+            DriverPlan(
+                installed=str(installed) if installed else None,
+                action=action,
+                branch=option.branch,
+                minimum=str(floor) if floor else None,
+                flavour=option.flavour,
+                packages=pkgs,
+                source=option.source,
+                apt_components=components,
+                repo=repo,
+            ),
+            chosen,
+        )
+    raise no_driver(m, distro, target, cands, c)
+
+
+def keep_unmanaged(
+    m: Matrix,
+    cands: list[Candidate],
+    installed: DriverVersion,
+    facts: Any | None,
+    target: Target,
+    distro_label: str | None,
+    python: str,
+    c: Constraints,
+    n: Notes,
+) -> tuple[DriverPlan, Candidate]:
+    """The installed driver drives the GPU on a distribution we have no driver packages for.
+
+    Same policy as WSL2 and the GPU-less case: the driver is managed outside egpu-setup, so the
+    torch choice fits the installed driver, or the request is refused (exit 2) naming what the
+    installed driver does run. Planning a wheel for a driver we cannot install left a torch that
+    fails at `torch.cuda.is_available()` (CUDA minor-version floors: matrix-facts §1.2)."""
+    arch = target.arch
+    where = distro_label or "this distribution"
+    fitting = [x for x in cands if allows(x, installed, m)]
+    if not fitting:
+        best = cands[0]
+        floor = driver_floor(best, arch, m)
+        runs = [
+            x for x in candidates(m, python, target, True, None, None) if allows(x, installed, m)
+        ]
+        hint = f"upgrade the NVIDIA driver to >= {floor} by hand and rerun"
+        if runs:
+            hint += (
+                f", or ask for a torch driver {installed} runs: --torch {runs[0].label} "
+                "(in place of --torch/--cuda)"
+            )
+        raise MatrixError(
+            f"driver {installed} cannot run torch {best.label} (needs >= {floor}), and "
+            f"egpu-setup installs no NVIDIA driver on {where}",
+            hint,
+        )
+    chosen = fitting[0]
+    if not branch_ok(installed.branch, c):
+        n.reasons.append(
+            f"{requested_range(c)} does not apply: egpu-setup installs no NVIDIA driver on "
+            f"{where} (the driver is managed outside it), so torch is chosen for the installed "
+            f"driver {installed}"
+        )
+        n.warnings.append(
+            f"driver {installed} is kept although {requested_range(c)} was asked for: install "
+            "that branch by hand, then rerun `egpu-setup resolve`"
+        )
+    n.reasons.append(
+        f"keeping driver {installed}: it drives {target.gpu.name} and runs torch {chosen.label}"
+    )
+    explain_newer(m, cands, chosen, installed, n, "the installed driver")
+    flavour = (
+        getattr(getattr(facts, "nvidia", None), "module_flavour", None)
+        if c.driver is None
+        else None
+    )
+    floor = driver_floor(chosen, arch, m)
+    return (
+        DriverPlan(
+            installed=str(installed),
+            action="keep",
+            branch=installed.branch,
+            minimum=str(floor) if floor else None,
+            flavour=flavour or flavour_for(arch, installed.branch, c.flavour, m),
+            packages=(),
+            source="host",
+        ),
+        chosen,
+    )
+
+
+def unsupported_distro(
+    m: Matrix,
+    cands: list[Candidate],
+    installed: DriverVersion | None,
+    target: Target,
+    distro_label: str | None,
+    c: Constraints,
+    n: Notes,
+) -> tuple[DriverPlan, Candidate]:
+    arch = target.arch
+    branch = c.driver_branch or c.preferred_branch or m.nvidia_repo.recommended_branch
+    if arch is not None and not arch.drives(branch):
+        branch = arch.last_branch or branch
+    chosen = next((x for x in cands if allows(x, latest_of_branch(branch), m)), cands[0])
+    floor = driver_floor(chosen, arch, m)
+    flavour = flavour_for(arch, branch, c.flavour, m)
+    n.warnings.append(
+        f"no driver packages known for {distro_label or 'this distribution'}: install NVIDIA "
+        f"driver branch {branch} ({flavour or 'open'} modules, >= {floor}) by hand; "
+        "the torch side is resolved"
+    )
+    return (
+        DriverPlan(
+            installed=str(installed) if installed else None,
+            action="host-managed",
+            branch=branch,
+            minimum=str(floor) if floor else None,
+            flavour=flavour,
+            packages=(),
+            source="host",
+        ),
+        chosen,
+    )

@@ -1,0 +1,65 @@
+"""The apt packages (and components, or NVIDIA's repository) that install a driver branch."""
+
+from __future__ import annotations
+
+import re
+
+from egpu_setup.compat.matrix import (
+    Distro,
+    Matrix,
+)
+from egpu_setup.resolve.branches import DriverOption
+from egpu_setup.resolve.resolution import Notes, NvidiaRepo
+
+
+def packages_for(
+    matrix: Matrix, distro: Distro, option: DriverOption, kernel: str | None, notes: Notes
+) -> tuple[tuple[str, ...], tuple[str, ...], NvidiaRepo | None]:
+    """(packages, apt components, repo) that install `option` on `distro`."""
+    branch, flavour = option.branch, option.flavour
+    if option.source == "nvidia-repo":
+        repo = matrix.nvidia_repo
+        directory = distro.nvidia_repo or ""
+        pinned = branch >= repo.pinning_from_branch
+        key = ("open" if flavour == "open" else "proprietary") + ("_pinned" if pinned else "")
+        pkgs = tuple(p.format(branch=branch) for p in repo.packages[key])
+        url = repo.url.format(dir=directory)
+        rk = repo.key_for(directory)
+        nrepo = NvidiaRepo(url, url + rk.file, rk.fingerprint, pkgs[0] if pinned else None)
+        headers = distro.headers if distro.scheme == "debian" else ()
+        return headers + pkgs, (), nrepo
+    if distro.scheme == "debian":
+        if flavour == "open":
+            pkgs = ("nvidia-open-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")
+        else:
+            pkgs = ("nvidia-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")
+        return distro.headers + pkgs, distro.components, None
+    suffix = "-open" if flavour == "open" else ""
+    kflavour = _ubuntu_kernel_flavour(kernel, distro, notes)
+    return (
+        (f"nvidia-driver-{branch}{suffix}", f"linux-modules-nvidia-{branch}{suffix}-{kflavour}"),
+        distro.components,
+        None,
+    )
+
+
+def _ubuntu_kernel_flavour(kernel: str | None, distro: Distro, notes: Notes) -> str:
+    """'6.8.0-45-generic' on noble -> 'generic'; '6.11.0-29-generic' -> 'generic-hwe-24.04'.
+
+    Canonical's signed prebuilt modules come per kernel flavour (linux-modules-nvidia-580-open-
+    generic); an HWE kernel needs the -hwe-<release> meta package, else the modules miss the
+    running kernel."""
+    if not kernel:
+        notes.reasons.append("kernel unknown: the 'generic' Ubuntu kernel flavour is assumed")
+        return "generic"
+    m = re.match(r"^(\d+\.\d+)\.\d+-\d+-([a-z0-9-]+)$", kernel)
+    if not m:
+        notes.warnings.append(
+            f"kernel {kernel} is not an Ubuntu archive kernel: assuming 'generic' "
+            "(DKMS may be needed)"
+        )
+        return "generic"
+    series, flavour = m.groups()
+    if distro.ga_kernel and series != distro.ga_kernel and flavour in ("generic", "lowlatency"):
+        return f"{flavour}-hwe-{distro.version_id}"
+    return flavour

@@ -1,0 +1,112 @@
+"""The resolver's answer: a frozen Resolution, the `resolve --json` contract, and its reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA_RESOLUTION = "egpu-setup/resolution/1"
+
+
+@dataclass(frozen=True)
+class ResolvedGpu:
+    name: str
+    pci_id: str | None  # "10de:2684"
+    architecture: str | None
+    compute_capability: str | None
+
+
+@dataclass(frozen=True)
+class NvidiaRepo:
+    """NVIDIA's CUDA apt repository, added with Signed-By and a pinned key fingerprint."""
+
+    url: str  # the `deb [signed-by=…] URL /` line's URL
+    keyring_url: str  # the armored public key to download
+    fingerprint: str  # the key must have exactly this fingerprint before it is trusted
+    pin: str | None  # the branch-pinning package (branches >= 590), None when the name carries it
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    installed: str | None
+    action: Literal["keep", "install", "upgrade", "host-managed"]
+    branch: int | None
+    minimum: str | None
+    flavour: Literal["open", "proprietary"] | None
+    packages: tuple[str, ...]
+    source: Literal["distro", "nvidia-repo", "host"]
+    apt_components: tuple[str, ...] = ()
+    repo: NvidiaRepo | None = None
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    version: str
+    variant: str
+    index_url: str
+    requirements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    gpu: ResolvedGpu | None
+    driver: DriverPlan
+    torch: TorchPlan
+    python: str
+    platform: Literal["linux", "wsl"]
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    distro: str | None = None  # the host's distribution, "linuxmint-21.3"
+    archive: str | None = None  # whose packages the plan uses, "ubuntu-22.04"
+
+    def to_json(self) -> dict[str, Any]:
+        """The `resolve --json` contract (DESIGN.md, schema egpu-setup/resolution/1)."""
+        d = self.driver
+        repo = None
+        if d.repo is not None:
+            repo = {
+                "url": d.repo.url,
+                "keyring_url": d.repo.keyring_url,
+                "fingerprint": d.repo.fingerprint,
+                "pin": d.repo.pin,
+            }
+        return {
+            "schema": SCHEMA_RESOLUTION,
+            "gpu": None
+            if self.gpu is None
+            else {
+                "name": self.gpu.name,
+                "pci_id": self.gpu.pci_id,
+                "architecture": self.gpu.architecture,
+                "compute_capability": self.gpu.compute_capability,
+            },
+            "driver": {
+                "installed": d.installed,
+                "action": d.action,
+                "branch": d.branch,
+                "minimum": d.minimum,
+                "flavour": d.flavour,
+                "packages": list(d.packages),
+                "source": d.source,
+                "apt_components": list(d.apt_components),
+                "repo": repo,
+            },
+            "torch": {
+                "version": self.torch.version,
+                "variant": self.torch.variant,
+                "index_url": self.torch.index_url,
+                "requirements": list(self.torch.requirements),
+            },
+            "python": self.python,
+            "platform": self.platform,
+            "distro": self.distro,
+            "archive": self.archive,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class Notes:
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,170 @@
+"""Which GPU the plan is for: the eGPU, the one NVIDIA GPU, `--gpu`, or the profile's GPU."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from egpu_setup.compat.matrix import (
+    Architecture,
+    Matrix,
+)
+from egpu_setup.compat.versions import (
+    ComputeCapability,
+)
+from egpu_setup.errors import UsageError
+from egpu_setup.resolve.constraints import Constraints
+from egpu_setup.resolve.resolution import Notes, ResolvedGpu
+
+NVIDIA_VENDOR = "10de"
+
+
+@dataclass(frozen=True)
+class Target:
+    gpu: ResolvedGpu
+    cc: ComputeCapability | None
+    arch: Architecture | None
+
+
+def identify_gpu(text: str, matrix: Matrix, notes: Notes) -> Target:
+    """`--gpu 10de:2b85`, `--gpu 2b85` or `--gpu "RTX 5090"` -> the target GPU."""
+    from egpu_setup.compat import gpus  # the GPU table (parsers helper); loaded only when needed
+
+    raw = text.strip()
+    m = re.fullmatch(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{4})", raw)
+    if m:
+        vendor = (m.group(1) or NVIDIA_VENDOR).lower()
+        device = m.group(2).lower()
+        if vendor != NVIDIA_VENDOR:
+            raise UsageError(
+                f"--gpu {raw}: vendor {vendor} is not NVIDIA",
+                "egpu-setup plans CUDA for NVIDIA GPUs (vendor id 10de); see `lspci -nn`",
+            )
+        model = gpus.gpu_by_id(device)
+        if model is not None:
+            return make_target(
+                matrix, model.name, f"10de:{device}", model.architecture, model.compute_capability
+            )
+        arch = gpus.arch_from_device_id(device)
+        if arch is not None:
+            notes.warnings.append(
+                f"10de:{device} is not in the GPU table; {arch[0]} (compute capability {arch[1]}) "
+                "inferred from its device-id range"
+            )
+            return make_target(
+                matrix, f"NVIDIA device {device}", f"10de:{device}", arch[0], arch[1]
+            )
+        if m.group(1) is not None:
+            raise UsageError(
+                f"--gpu {raw}: unknown NVIDIA device id",
+                "pass the card's name instead, e.g. --gpu 'RTX 4090', or update egpu-setup",
+            )
+    model = gpus.gpu_by_name(raw)
+    if model is not None:
+        return make_target(
+            matrix,
+            model.name,
+            f"10de:{model.device_id}",
+            model.architecture,
+            model.compute_capability,
+        )
+    arch = gpus.arch_from_text(raw)
+    if arch is not None:
+        return make_target(matrix, raw, None, arch[0], arch[1])
+    raise UsageError(
+        f"--gpu {raw!r}: unknown GPU",
+        "use the PCI id from `lspci -nn` (e.g. --gpu 10de:2684) or a model name such as 'RTX 4090'",
+    )
+
+
+def make_target(
+    matrix: Matrix, name: str, pci_id: str | None, arch_name: str | None, cc: str | None
+) -> Target:
+    capability = ComputeCapability.from_str(cc) if cc else None
+    arch = matrix.architecture(capability) if capability else None
+    if arch is None and arch_name:
+        arch = matrix.architecture_named(arch_name)
+    return Target(
+        ResolvedGpu(name, pci_id, arch_name or (arch.name if arch else None), cc), capability, arch
+    )
+
+
+def target_from_fact(gpu: Any, matrix: Matrix) -> Target:
+    cc = gpu.compute_capability
+    arch_name = gpu.architecture
+    name = gpu.name or f"NVIDIA device {gpu.device_id}"
+    if cc is None and gpu.device_id:
+        from egpu_setup.compat import gpus
+
+        model = gpus.gpu_by_id(gpu.device_id)
+        found = (model.architecture, model.compute_capability) if model else None
+        found = found or gpus.arch_from_device_id(gpu.device_id)
+        if found is None and gpu.name:
+            found = gpus.arch_from_text(gpu.name)
+        if found:
+            arch_name, cc = found
+    pci_id = f"{gpu.vendor_id or NVIDIA_VENDOR}:{gpu.device_id}" if gpu.device_id else None
+    return make_target(matrix, name, pci_id, arch_name, cc)
+
+
+def target_from_profile(profile: Any, matrix: Matrix) -> Target | None:
+    spec = getattr(profile, "gpu", None)
+    if spec is None:
+        return None
+    cc = getattr(spec, "compute_capability", None)
+    arch_name = getattr(spec, "architecture", None)
+    ids = tuple(getattr(spec, "device_ids", ()) or ())
+    name = getattr(spec, "name", None) or "profile GPU"
+    if cc is None and (arch_name or "any") == "any" and not ids:
+        return None  # a generic profile names no GPU
+    if cc is None:
+        from egpu_setup.compat import gpus
+
+        found = gpus.arch_from_text(arch_name or name)
+        if found:
+            arch_name, cc = found
+    return make_target(matrix, name, f"10de:{ids[0]}" if ids else None, arch_name, cc)
+
+
+def pick_target(
+    facts: Any | None, profile: Any | None, c: Constraints, m: Matrix, n: Notes
+) -> tuple[Target | None, list[Target]]:
+    nvidia = [
+        g for g in (getattr(facts, "gpus", ()) or ()) if getattr(g, "vendor", None) == "nvidia"
+    ]
+    if c.gpu:
+        target = identify_gpu(c.gpu, m, n)
+        others = [
+            target_from_fact(g, m) for g in nvidia if f"10de:{g.device_id}" != target.gpu.pci_id
+        ]
+        return target, others
+    if nvidia:
+        egpu = getattr(facts, "egpu", None)
+        chosen = egpu
+        if chosen is None and profile is not None:
+            ids = set(getattr(getattr(profile, "gpu", None), "device_ids", ()) or ())
+            chosen = next((g for g in nvidia if g.device_id in ids), None)
+        if chosen is None and len(nvidia) == 1:
+            chosen = nvidia[0]
+        if chosen is None:
+            targets = [target_from_fact(g, m) for g in nvidia]
+            best = max(range(len(nvidia)), key=lambda i: targets[i].cc or ComputeCapability(0, 0))
+            chosen = nvidia[best]
+            n.warnings.append(
+                f"{len(nvidia)} NVIDIA GPUs and none known to be external: planning for "
+                f"{targets[best].gpu.name} at {chosen.pci_address} (pass --gpu to choose)"
+            )
+        others = [target_from_fact(g, m) for g in nvidia if g is not chosen]
+        target = target_from_fact(chosen, m)
+        if getattr(chosen, "external", None):
+            n.reasons.append(f"planning for the external GPU at {chosen.pci_address}")
+        return target, others
+    if profile is not None:
+        target = target_from_profile(profile, m)
+        if target is not None:
+            n.reasons.append(
+                f"no NVIDIA GPU detected: planning for the profile's GPU, {target.gpu.name}"
+            )
+        return target, []
+    return None, []

@@ -1,0 +1,91 @@
+"""The run lock: one egpu-setup run at a time per target."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import stat
+import sys
+from pathlib import Path
+
+from egpu_setup.errors import BusyError
+from egpu_setup.state.paths import denied
+
+log = logging.getLogger("egpu_setup.state")
+
+
+class RunLock:
+    """One run at a time per target: a non-blocking flock; contention names the holder (exit 5)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = None
+
+    def holder(self) -> str | None:
+        """Who holds the lock ("pid 123: egpu-setup install …"), or None when it is free."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown pid"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def acquire(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                self._evict_stranger()
+            # 0600 and no symlinks: in the world-writable /run/lock nobody else may open (and
+            # so flock) root's lock, or point it elsewhere.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except PermissionError as exc:  # a root-owned lock (or its directory), not root
+            raise denied(self.path, "lock") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            text = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown pid"
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise BusyError(
+                    f"another egpu-setup run holds {self.path} ({text})",
+                    "wait for it to finish; never delete the lock file",
+                ) from exc
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+        self._fd = fd
+
+    def _evict_stranger(self) -> None:
+        """A lock file root did not make (another user's, a link) is not our lock: any user
+        can create one in /run/lock and flock it to block every run. Replace it."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
+            log.warning("replacing %s: it belongs to uid %d, not root", self.path, st.st_uid)
+            os.unlink(self.path)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,120 @@
+"""Where the state lives, and who may touch it.
+
+    /var/lib/egpu-setup/manifest.json     every file/link we created or replaced, with hashes
+    /var/lib/egpu-setup/backups/<sha256>  the previous content of every file we replaced
+    /var/lib/egpu-setup/journal.jsonl     one line per run/step event, fsync'ed as it happens
+    /run/lock/egpu-setup.lock             flock held for the whole run; holds the holder's pid
+
+All of it under DIR with `--root DIR`. `EGPU_SETUP_STATE_DIR` moves the state (and the lock, so
+parallel tests never meet) elsewhere.
+
+Not root, on the running system: the state (and its lock) live in $XDG_STATE_HOME/egpu-setup
+(default ~/.local/state/egpu-setup, XDG Base Directory spec). Only a plan that needs no root runs
+then (torch into the user's own venv: preflight refuses the rest), and its record (the venv it
+created) belongs to that user, who rolls it back without sudo. Root-owned state a normal user
+cannot read or write is reported as `error:`/`hint: sudo ...`, never as a PermissionError
+traceback (StateAccessError).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from egpu_setup.errors import EgpuSetupError
+
+STATE_DIR = "/var/lib/egpu-setup"
+
+
+LOCK_PATH = "/run/lock/egpu-setup.lock"
+
+
+USER_STATE_NAME = "egpu-setup"  # under $XDG_STATE_HOME (default ~/.local/state)
+
+
+class StateAccessError(EgpuSetupError, PermissionError):
+    """State this user may not read or write (root-owned /var/lib/egpu-setup, the run lock).
+
+    Also a PermissionError, so a caller that goes on without the state (a dry run as a normal
+    user) can still catch it as one; the CLI prints it as `error:`/`hint:` with exit 1.
+    """
+
+
+def sudo_hint() -> str:
+    """`sudo egpu-setup <the same arguments>`: the one next step for a normal user."""
+    args = shlex.join(sys.argv[1:])
+    return f"sudo egpu-setup {args}".rstrip()
+
+
+def denied(path: Path, verb: str) -> StateAccessError:
+    return StateAccessError(f"{path} needs root to {verb}", sudo_hint())
+
+
+def can(path: Path | str, mode: int) -> bool:
+    """os.access by the *effective* ids, which the kernel checks on open (not the real ones)."""
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    """Real on-disk paths of the state for one target (the live machine or a --root image)."""
+
+    state_dir: Path
+    lock: Path
+
+    @classmethod
+    def for_root(cls, root: Path) -> StatePaths:
+        """The state of `root`; a normal user's own state on the running system (module doc)."""
+        override = os.environ.get("EGPU_SETUP_STATE_DIR")
+        if override:
+            d = Path(override)
+            return cls(d, d / "egpu-setup.lock")
+        if Path(root) == Path("/") and os.geteuid() != 0:
+            return cls.for_user()
+        return cls.system(root)
+
+    @classmethod
+    def system(cls, root: Path) -> StatePaths:
+        """The root-owned state of the system at `root` (what `sudo egpu-setup` uses)."""
+        root = Path(root)
+        return cls(root / STATE_DIR.lstrip("/"), root / LOCK_PATH.lstrip("/"))
+
+    @classmethod
+    def for_user(cls) -> StatePaths:
+        """$XDG_STATE_HOME/egpu-setup; a relative XDG_STATE_HOME is invalid and ignored (spec)."""
+        xdg = os.environ.get("XDG_STATE_HOME", "")
+        base = Path(xdg) if xdg.startswith("/") else Path.home() / ".local" / "state"
+        d = base / USER_STATE_NAME
+        return cls(d, d / "egpu-setup.lock")
+
+    def check_writable(self) -> None:
+        """Raise StateAccessError unless this process can create/write the state (changes nothing).
+
+        Checked before a run writes its first journal line, so a normal user running a plan
+        against root-owned state gets `error: … needs root` and nothing on disk changes.
+        """
+        # os.path.exists, not Path.exists: it is False (not an exception) behind a 0700 directory
+        for target in (self.state_dir, self.lock.parent):
+            probe = target
+            while not os.path.exists(probe) and probe != probe.parent:
+                probe = probe.parent
+            if not can(probe, os.W_OK | os.X_OK):
+                raise denied(target, "write")
+        for existing in (self.manifest, self.journal, self.lock):
+            if os.path.exists(existing) and not can(existing, os.R_OK | os.W_OK):
+                raise denied(existing, "write")
+
+    @property
+    def manifest(self) -> Path:
+        return self.state_dir / "manifest.json"
+
+    @property
+    def journal(self) -> Path:
+        return self.state_dir / "journal.jsonl"
+
+    @property
+    def backups(self) -> Path:
+        return self.state_dir / "backups"

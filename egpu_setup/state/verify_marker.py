@@ -1,0 +1,28 @@
+"""The verify-after-reboot marker that arms egpu-setup-verify.service for the next boot."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from egpu_setup.state.atomic import atomic_write
+
+# Host path (under the target root), the ConditionPathExists= of egpu-setup-verify.service
+# (templates/systemd/egpu-setup-verify.service.j2): fixed, the unit cannot follow an override.
+VERIFY_MARKER = "/var/lib/egpu-setup/verify-after-reboot"
+
+
+def write_verify_marker(host: Any, run_id: str, reason: str) -> None:
+    """Arm egpu-setup-verify.service for the next boot (atomically, under the target root)."""
+    data = {"run": run_id, "reason": reason, "time": round(time.time(), 3)}
+    atomic_write(host.real_path(VERIFY_MARKER), (json.dumps(data) + "\n").encode(), 0o644)
+
+
+def remove_verify_marker(host: Any) -> bool:
+    """Disarm it (rollback took the unit away); True when there was one."""
+    try:
+        host.real_path(VERIFY_MARKER).unlink()
+    except FileNotFoundError:
+        return False
+    return True
