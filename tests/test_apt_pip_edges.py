@@ -214,7 +214,7 @@ def test_a_silent_hang_is_killed_at_the_deadline_with_its_children(tmp_path: Pat
     script = f"echo started; sleep 60 & echo $! > {pidfile}; wait"
     started = time.monotonic()
     with pytest.raises(ExecutionError) as info:
-        execute_apt.stream(LiveHost(), ["sh", "-c", script], timeout=1.5)
+        LiveHost().run_checked(["sh", "-c", script], timeout=1.5)
     took = time.monotonic() - started
     assert took < 10, took  # not the 60 s the child would sleep
     err = info.value
@@ -231,14 +231,12 @@ def test_a_silent_hang_is_killed_at_the_deadline_with_its_children(tmp_path: Pat
 
 def test_stream_keeps_output_lines_and_exit_status() -> None:
     kept: list[str] = []
-    rc, tail = execute_apt.stream(
-        LiveHost(),
+    res = LiveHost().stream(
         ["sh", "-c", "echo 'Inst a'; echo other; printf 'Inst b'; exit 3"],
         timeout=30,
-        keep="Inst ",
-        kept=kept,
+        on_line=lambda line: kept.append(line) if line.startswith("Inst ") else None,
     )
-    assert rc == 3 and kept == ["Inst a", "Inst b"] and tail.splitlines()[-1] == "Inst b"
+    assert res.rc == 3 and kept == ["Inst a", "Inst b"] and res.tail().splitlines()[-1] == "Inst b"
 
 
 # -- 7. uv/pip under sudo run with the user's HOME -------------------------------------------------

@@ -19,7 +19,7 @@ import _install_values as values
 from _debroot import snapshot
 from egpu_setup.errors import BusyError, EgpuSetupError
 from egpu_setup.execute.executor import ExecOptions, execute
-from egpu_setup.execute.files import apply_undo, plan_undo
+from egpu_setup.execute.undo import apply_undo, plan_undo
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.options import PlanOptions

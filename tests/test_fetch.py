@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import socket
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,16 @@ def server() -> Iterator[IndexServer]:
 
 def _update(server: IndexServer, tmp_path: Path, **kw: object) -> fetch.UpdateResult:
     return fetch.update_matrix(tmp_path, server.url, timeout=(2.0, 5.0), backoff=0.01, **kw)
+
+
+def test_the_cached_index_is_readable_by_every_user_and_leaves_no_temp_file(
+    server: IndexServer, tmp_path: Path
+) -> None:
+    """root runs `matrix update`; a normal user's `resolve` reads the overlay (it was 0600)."""
+    _update(server, tmp_path)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {p.name for p in written} == {"torch-index.json", "torch.html", "torch.meta.json"}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in written} == {0o644}
 
 
 def test_good_page_writes_overlay_and_changes_resolution(

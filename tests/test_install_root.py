@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _debroot
 import _install_values as values
 from egpu_setup.execute.executor import ExecOptions, execute
-from egpu_setup.execute.files import apply_undo, plan_undo
+from egpu_setup.execute.undo import apply_undo, plan_undo
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.options import PlanOptions

@@ -92,6 +92,32 @@ def test_small_wheel_from_the_local_index_then_no_installer(
     assert not plan.steps[0].create_venv
 
 
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_our_own_source_variables_never_reach_the_installer(
+    tmp_path: Path, small_index, installer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PIP_FIND_LINKS (and friends) in egpu-setup's own environment would mix a second source
+    into the install: a newer egpu-probe sits there, and only the index's may be installed."""
+    if installer == "uv" and shutil.which("uv") is None:
+        pytest.skip("uv not on PATH")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _pypi_index.build_wheel(elsewhere, "egpu-probe", "9.9")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(elsewhere))
+    monkeypatch.setenv("UV_FIND_LINKS", str(elsewhere))
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", elsewhere.as_uri())
+    monkeypatch.setenv("UV_EXTRA_INDEX_URL", elsewhere.as_uri())
+    venv = tmp_path / "venv"
+    _install(venv, ("egpu-probe",), small_index.url, installer)
+    out = subprocess.run(
+        [venv / "bin/python", "-c", "import egpu_probe; print(egpu_probe.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "1.1"
+
+
 def test_a_non_venv_target_is_refused(tmp_path: Path, small_index) -> None:
     from egpu_setup.errors import EgpuSetupError
 

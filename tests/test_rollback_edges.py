@@ -35,7 +35,7 @@ from _pypi_index import LocalIndex, build_wheel
 from _render_cases import CASES
 from egpu_setup.cli import main
 from egpu_setup.execute.executor import ExecOptions, execute, undo_argv
-from egpu_setup.execute.files import apply_undo, plan_undo
+from egpu_setup.execute.undo import apply_undo, plan_undo
 from egpu_setup.host.machine import LiveHost, RootHost
 from egpu_setup.plan.steps import EnableUnit, PipInstall, Plan, RebootNeeded, RunCommand, WriteFile
 from egpu_setup.state.journal import Journal

@@ -54,6 +54,7 @@ from egpu_setup.bundle.wheels import (
     wheel_pool,
 )
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
+from egpu_setup.state.atomic import atomic_copy, atomic_write
 
 log = logging.getLogger("egpu_setup.bundle")
 
@@ -192,7 +193,7 @@ class Builder:
         data = src.read_bytes()
         dest = self.out / PROFILE_FILE
         if not dest.is_file() or dest.read_bytes() != data:
-            _atomic_write(dest, data)
+            atomic_write(dest, data, 0o644)
 
     # -- (a) wheels -------------------------------------------------------------------------------
 
@@ -306,7 +307,7 @@ class Builder:
             text = requirements_text(wheels, hashes, header)
             dest = self.out / t.requirements_file
             if not dest.is_file() or dest.read_text() != text:
-                _atomic_write(dest, text.encode())
+                atomic_write(dest, text.encode(), 0o644)
             written.append(t.requirements_file)
         for path in pool_dir.glob("*.whl"):
             if path.name not in keep:  # left from an older build: not part of any target now
@@ -368,7 +369,7 @@ class Builder:
             f"{target.distro}: Packages index for {len(names)} .debs",
             timeout=600,
         )
-        _atomic_write(dest / "Packages", index.encode())
+        atomic_write(dest / "Packages", index.encode(), 0o644)
         self._record(part, inputs, [f"{part}/{n}" for n in sorted(names)] + [f"{part}/Packages"])
 
     def _archive_sources(self, distro: Any) -> list[dict[str, Any]]:
@@ -604,18 +605,8 @@ class Builder:
             "files": sorted(files, key=lambda f: f["path"]),
             "total_bytes": sum(f["size"] for f in files),
         }
-        _atomic_write(self.out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        atomic_write(self.out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), 0o644)
         return manifest
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _move(src: Path, dest: Path) -> None:
@@ -625,11 +616,7 @@ def _move(src: Path, dest: Path) -> None:
         return
     except OSError:
         pass
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    with open(src, "rb") as fin, open(tmp, "wb") as fout:
-        for chunk in iter(lambda: fin.read(4 * 1024 * 1024), b""):
-            fout.write(chunk)
-    os.replace(tmp, dest)
+    atomic_copy(src, dest, 0o644)
     src.unlink()
 
 

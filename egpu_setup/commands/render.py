@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
 import click
 
 from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
-from egpu_setup.errors import UsageError
 
 log = logging.getLogger("egpu_setup.render")
 
@@ -67,6 +65,7 @@ def command(
     from egpu_setup.host.machine import open_host
     from egpu_setup.profile.load import load_profile
     from egpu_setup.render.files import entry_point_path, render_set
+    from egpu_setup.render.tree import write_links, write_tree
 
     profile = load_profile(profile_name)
     host = open_host(from_dir)
@@ -120,58 +119,3 @@ def command(
     click.echo("\nAn install runs afterwards:")
     for c in result.commands:
         click.echo(f"  {' '.join(c.argv)}    # {c.purpose}")
-
-
-def write_tree(out_dir: Path, files) -> list[Path]:
-    """Write every file at out_dir/<host path>; everything is rendered before this is called."""
-    out_dir = out_dir.absolute()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir}: not a directory", "pass a directory path")
-    targets = [out_dir / f.path.lstrip("/") for f in files]
-    for f, target in zip(files, targets, strict=False):
-        if out_dir not in target.parents:  # host paths are ours, but never write outside --out
-            raise UsageError(
-                f"refusing to write {f.path} outside {out_dir}", "report this as a bug"
-            )
-    written = []
-    try:
-        for f, target in zip(files, targets, strict=False):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.egpu-setup-tmp")
-            tmp.write_text(f.content, encoding="utf-8")
-            os.chmod(tmp, f.mode)
-            os.replace(tmp, target)
-            written.append(target)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write under {out_dir}: {exc.strerror or exc}",
-            "choose a directory you can write to",
-        ) from exc
-    return written
-
-
-def write_links(out_dir: Path, links) -> list[Path]:
-    """Create each symlink at out_dir/<host path>, pointing to its host target (which need not
-    exist here: the Xorg link's target appears on the host at boot)."""
-    out_dir = out_dir.absolute()
-    made = []
-    try:
-        for ln in links:
-            target = out_dir / ln.path.lstrip("/")
-            if out_dir not in target.parents:
-                raise UsageError(
-                    f"refusing to link {ln.path} outside {out_dir}", "report this as a bug"
-                )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.egpu-setup-tmp")
-            if tmp.is_symlink() or tmp.exists():
-                tmp.unlink()
-            os.symlink(ln.target, tmp)
-            os.replace(tmp, target)
-            made.append(target)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write under {out_dir}: {exc.strerror or exc}",
-            "choose a directory you can write to",
-        ) from exc
-    return made

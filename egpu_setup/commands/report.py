@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -59,17 +57,12 @@ def command(
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write via a temp file in the same folder, so a reader never sees half a page."""
+    from egpu_setup.state.atomic import atomic_write
+
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise UsageError(f"--html {path}: folder {folder} does not exist", "create it first")
-    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        atomic_write(path, text.encode("utf-8"), 0o644)
     except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         raise UsageError(f"--html {path}: {exc.strerror or exc}", "choose a writable path") from exc

@@ -44,7 +44,7 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
     import os
 
     from egpu_setup.errors import EgpuSetupError
-    from egpu_setup.execute.files import apply_undo, plan_undo
+    from egpu_setup.execute.undo import apply_undo, plan_undo
     from egpu_setup.host.machine import LiveHost, RootHost
     from egpu_setup.state.journal import Journal, new_run_id
     from egpu_setup.state.lock import RunLock
@@ -288,15 +288,16 @@ def _disarm_verify(host: Any, changed: list[str]) -> None:
 def _remove_packages(host: Any, manifest: Any, pkgs: list[str], venvs: list[str]) -> None:
     import os
 
-    from egpu_setup.execute.apt import APT_ENV, run_checked
+    from egpu_setup.execute.apt import APT_ENV
+    from egpu_setup.execute.console import show_line
     from egpu_setup.execute.executor import SIMULATE_ENV
-    from egpu_setup.execute.files import remove_tree
+    from egpu_setup.execute.undo import remove_tree
 
     if pkgs:
         argv = ["apt-get", "-y", "-o", "DPkg::Lock::Timeout=600", "remove", *pkgs]
         if os.environ.get(SIMULATE_ENV) == "1":
             argv.insert(1, "-s")
-        run_checked(host, argv, env=APT_ENV)
+        host.run_checked(argv, env=APT_ENV, on_line=show_line)
         if "-s" not in argv:
             manifest.packages = []
     for v in venvs:

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html.parser import HTMLParser
@@ -22,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 from egpu_setup.compat.overlay import OVERLAY_SCHEMA, STATE_ENV, overlay_path, state_dir
 from egpu_setup.errors import EgpuSetupError, UsageError
+from egpu_setup.state.atomic import atomic_write
 
 log = logging.getLogger("egpu_setup.matrix")
 
@@ -215,20 +215,6 @@ def _fetch(
         raise EgpuSetupError(f"could not read {url}: {type(exc).__name__}", hint) from exc
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def update_matrix(
     state: str | os.PathLike[str] | None = None,
     index_url: str | None = None,
@@ -257,8 +243,8 @@ def update_matrix(
         ) from exc
     try:
         if status == "fetched":
-            _atomic_write(cache / "torch.html", text)
-            _atomic_write(cache / "torch.meta.json", json.dumps(validators))
+            atomic_write(cache / "torch.html", text.encode(), 0o644)
+            atomic_write(cache / "torch.meta.json", json.dumps(validators).encode(), 0o644)
         fetched_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         overlay = {
             "schema": OVERLAY_SCHEMA,
@@ -268,7 +254,7 @@ def update_matrix(
             "releases": parsed,
         }
         path = overlay_path(root)
-        _atomic_write(path, json.dumps(overlay, indent=1, sort_keys=True))
+        atomic_write(path, json.dumps(overlay, indent=1, sort_keys=True).encode(), 0o644)
     except OSError as exc:
         raise EgpuSetupError(
             f"cannot write the matrix cache under {root}: {exc.strerror}",

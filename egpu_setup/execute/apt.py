@@ -9,21 +9,13 @@ we name it (§6.7).
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import logging
-import os
-import selectors
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError
 from egpu_setup.execute.apt_key import fetch_verified_key
+from egpu_setup.execute.console import show_line
 from egpu_setup.execute.dpkg_lock import lock_holder, wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
 from egpu_setup.plan.installed import installed_packages
@@ -47,124 +39,6 @@ _LOCK_MESSAGES = (
 )
 
 
-def stream(
-    host: Any,
-    argv: Sequence[str],
-    *,
-    env: dict[str, str] | None = None,
-    timeout: float | None = None,
-    keep: str | None = None,
-    kept: list[str] | None = None,
-) -> tuple[int, str]:
-    """Run argv on the target (chroot under --root), its output streamed to our stderr.
-
-    Returns (exit status, the last 60 lines of its output) so a failure can quote them. With a
-    `timeout` the deadline holds whether or not the child prints: a child that hangs silently
-    (or leaves a grandchild holding its output open) is killed with its whole process group and
-    ExecutionError names it."""
-    full = list(argv)
-    if host.kind == "root":
-        full = ["chroot", str(host.root), *full]
-    elif host.kind != "live":
-        raise ExecutionError(
-            f"cannot run {argv[0]} on a recorded host", "use --dry-run with --from", argv=argv
-        )
-    tail: collections.deque[str] = collections.deque(maxlen=60)
-    log.info("run: %s", " ".join(full))
-    try:
-        proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
-            full,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            # its own process group, so a timeout kills what it started too; without a timeout
-            # it stays in ours and a Ctrl-C reaches it as before
-            start_new_session=timeout is not None,
-        )
-    except FileNotFoundError as exc:
-        raise ExecutionError(
-            f"command not found: {full[0]}", "install it", argv=full, rc=127
-        ) from exc
-    deadline = None if timeout is None else time.monotonic() + timeout
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    partial = b""
-
-    def emit(raw: bytes) -> None:
-        line = raw.decode("utf-8", errors="replace").rstrip("\n")
-        tail.append(line)
-        if keep is not None and kept is not None and line.startswith(keep):
-            kept.append(line)
-        sys.stderr.write("  " + line + "\n")
-        sys.stderr.flush()
-
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while True:
-                wait = None if deadline is None else deadline - time.monotonic()
-                if wait is not None and wait <= 0:
-                    _kill_group(proc)
-                    raise _timed_out(full, timeout, tail)
-                if not sel.select(wait):
-                    continue  # the deadline check above ends it
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                partial += chunk
-                *lines, partial = partial.split(b"\n")
-                for raw in lines:
-                    emit(raw)
-        if partial:
-            emit(partial)
-        try:
-            rc = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise _timed_out(full, timeout, tail) from None
-    except BaseException:
-        if proc.poll() is None and timeout is not None:
-            _kill_group(proc)  # interrupted (Ctrl-C, a timeout): nothing of it keeps running
-        raise
-    finally:
-        proc.stdout.close()
-    return rc, "\n".join(tail)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    proc.wait()
-
-
-def _timed_out(full: list[str], timeout: float | None, tail: Sequence[str]) -> ExecutionError:
-    return ExecutionError(
-        f"`{' '.join(full)}` did not finish within {timeout:g} s and was killed",
-        "the output above (if any) shows where it stopped; fix the cause and run again",
-        argv=full,
-        rc=None,
-        stderr_tail="\n".join(tail),
-    )
-
-
-def run_checked(
-    host: Any, argv: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None
-) -> str:
-    rc, tail = stream(host, argv, env=env, timeout=timeout)
-    if rc != 0:
-        raise ExecutionError(
-            f"`{' '.join(argv)}` exited with {rc}",
-            "the output above says why; fix it and run the same command again",
-            argv=argv,
-            rc=rc,
-            stderr_tail=tail,
-        )
-    return tail
-
-
 def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     host = ctx.host
     wait_for_dpkg_lock(host, step.lock_timeout)
@@ -173,7 +47,14 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     # ours to remove, even on an upgrade that names it (rollback --packages)
     before = installed_packages(host)
     planned: list[str] = []
-    rc, tail = stream(host, argv, env=APT_ENV, timeout=None, keep="Inst ", kept=planned)
+
+    def line(text: str) -> None:
+        show_line(text)
+        if text.startswith("Inst "):  # apt-get -s: one line per package it would install
+            planned.append(text)
+
+    res = host.stream(argv, env=APT_ENV, on_line=line)
+    rc, tail = res.rc, res.tail()
     if rc != 0:
         if any(m in tail for m in _LOCK_MESSAGES):
             raise BusyError(
@@ -220,12 +101,14 @@ def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[s
         # refresh this source only: a stale third-party repository elsewhere must not fail
         # (exit 100) and take our good source down with it
         only = bundle_apt_options(step.sources_path)
-        run_checked(
-            ctx.host, ["apt-get", *only, "-o", "DPkg::Lock::Timeout=60", "update"], env=APT_ENV
+        ctx.host.run_checked(
+            ["apt-get", *only, "-o", "DPkg::Lock::Timeout=60", "update"],
+            env=APT_ENV,
+            on_line=show_line,
         )
     except BaseException:
         # a source apt cannot use must not stay behind: undo this step's files
-        from egpu_setup.execute.files import apply_undo, plan_undo
+        from egpu_setup.execute.undo import apply_undo, plan_undo
 
         new = [u for u in plan_undo(ctx.host, ctx.manifest) if u.path not in before]
         apply_undo(ctx.host, ctx.manifest, new)

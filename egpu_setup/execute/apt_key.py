@@ -8,11 +8,11 @@ GNUPGHOME) before anything is written; it is then written for Signed-By, never t
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 from egpu_setup.errors import EgpuSetupError
+from egpu_setup.host.machine import LiveHost
 
 KEY_MAX_BYTES = 1024 * 1024
 
@@ -57,15 +57,11 @@ def fetch_verified_key(url: str, fingerprint: str) -> bytes:
 
 
 def _gpg(home: str, args: list[str]) -> str:
-    proc = subprocess.run(  # noqa: S603 - argv list
-        ["gpg", "--homedir", home, "--batch", "--no-tty", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
+    """gpg on this machine (the key is checked here, whatever the target), in `home` only."""
+    res = LiveHost().run(["gpg", "--homedir", home, "--batch", "--no-tty", *args], timeout=120)
+    if res.rc != 0:
         raise EgpuSetupError(
-            f"gpg {' '.join(args[:1])} failed: {proc.stderr.strip()[-300:]}",
+            f"gpg {' '.join(args[:1])} failed: {res.err.strip()[-300:]}",
             "is this a PGP public key?",
         )
-    return proc.stdout
+    return res.out

@@ -28,6 +28,7 @@ from egpu_setup.errors import EgpuSetupError, ExecutionError
 from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute import files as execute_files
 from egpu_setup.execute import pip as execute_pip
+from egpu_setup.execute.console import show_line
 from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
@@ -98,7 +99,7 @@ def kill_hook(index: int, where: str) -> None:
         return
     at, _, point = spec.partition(":")
     if at == str(index) and (point or "begin") == where:
-        os.kill(os.getpid(), signal.SIGKILL)
+        signal.raise_signal(signal.SIGKILL)
 
 
 def boot_id(host: Any) -> str | None:
@@ -264,7 +265,7 @@ def _apply(
             raise ExecutionError(f"{step.argv[0]} not found", "install it", argv=step.argv, rc=127)
         if options.simulate_apt and step.for_part == "driver":
             return "simulated", "not run: apt steps are simulated"
-        execute_apt.run_checked(host, list(step.argv), timeout=1800)
+        host.run_checked(step.argv, timeout=1800, on_line=show_line)
         undo = undo_argv(step.argv)
         if undo is not None:  # rollback takes it back (`boltctl forget`, `grubby --remove-args`)
             ctx.manifest.add_command(list(step.argv), undo, ctx.run_id)

@@ -13,13 +13,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
-from egpu_setup.execute.apt import run_checked
+from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context
 from egpu_setup.plan.steps import PipInstall
 
@@ -113,7 +112,7 @@ def choose_installer(host: Any, wanted: str) -> str | None:
     """Path of uv to use, or None for the venv's pip."""
     if wanted == "pip":
         return None
-    uv = host.which("uv") if host.kind != "live" else shutil.which("uv")
+    uv = host.which("uv")
     if uv is None and wanted == "uv":
         raise EgpuSetupError("uv is not on PATH", "install uv, or drop EGPU_SETUP_INSTALLER=uv")
     return uv
@@ -201,5 +200,6 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
         ctx.manifest.save()
     env = installer_env(account(host, step.run_as) if step.run_as else None)
     for argv in commands(step, uv):
-        run_checked(host, argv, env=env)
+        # the whole environment, not added to ours: the source variables it drops stay dropped
+        host.run_checked(argv, env=env, replace_env=True, on_line=show_line)
     return "done", f"with {'uv' if uv else 'pip'}"

@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
+from egpu_setup.host import process
+from egpu_setup.host.process import Result
 
 log = logging.getLogger("egpu_setup")
 
@@ -31,20 +31,6 @@ log = logging.getLogger("egpu_setup")
 MAX_READ = 64 * 1024 * 1024
 _MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
 _C_LOCALE = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a finished command left behind."""
-
-    argv: tuple[str, ...]
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
 
 
 class Host:
@@ -165,19 +151,47 @@ class Host:
                 "run as root; see dmesg for what the kernel refused",
             ) from exc
 
+    def free_bytes(self, path: str) -> int | None:
+        """Bytes a normal process may still write on the filesystem that would hold `path`
+        (its nearest existing ancestor); None when that cannot be told."""
+        real = self.real_path(path)
+        while not real.exists() and real != real.parent:
+            real = real.parent
+        try:
+            st = os.statvfs(real)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
     def uname(self) -> tuple[str | None, str | None]:
         """(kernel release, machine) of the running kernel."""
         u = os.uname()
         return u.release, u.machine
 
-    # -- commands -------------------------------------------------------------------------------
+    # -- commands: every process egpu-setup starts goes through one of these -------------------
 
     def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
         """The text a diagnostic command prints (stdout, else stderr), or None if unavailable.
 
         `name` is the bundle's file name (commands/<name>.txt); `argv` is what a live host runs.
         """
-        raise NotImplementedError
+        if self.which(argv[0]) is None:
+            log.debug("%s: not installed", argv[0])
+            return None
+        try:
+            res = self.run(argv, timeout=timeout)
+        except ExecutionError as exc:
+            log.debug("%s", exc.message)
+            return None
+        return res.out if res.out.strip() else (res.err or None)
+
+    def argv_for(self, argv: Sequence[str]) -> list[str]:
+        """How `argv` runs on this host (through chroot under --root); a recording runs nothing."""
+        raise ExecutionError(
+            f"a recorded host cannot run commands: {' '.join(argv)}",
+            "use --from only with read-only commands or --dry-run",
+            argv=argv,
+        )
 
     def run(
         self,
@@ -185,10 +199,80 @@ class Host:
         *,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
-        input: str | None = None,
     ) -> Result:
-        """Run argv (a list, never a shell string) and return its result."""
-        raise NotImplementedError
+        """Run argv (a list, never a shell string) to its end, its output captured, in the C
+        locale (parsers read it). ExecutionError when it cannot start or misses the deadline."""
+        full = self.argv_for(argv)
+        log.debug("run: %s", full)
+        res = process.spawn(full, env={**_C_LOCALE, **(env or {})}, timeout=timeout)
+        if res.timed_out:
+            raise ExecutionError(
+                f"`{' '.join(argv)}` did not finish within {timeout:g} s",
+                "see the log above; re-run when the machine is idle",
+                argv=argv,
+            )
+        return res
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        replace_env: bool = False,
+        cwd: str | os.PathLike[str] | None = None,
+        run_as: tuple[int, int] | None = None,
+        term_grace: float = 0.0,
+    ) -> Result:
+        """Run argv with each line of its output (stderr merged in) passed to `on_line` as it
+        comes; stdin closed; on timeout its whole session is ended (host/process.py).
+
+        Never raises for an exit status or a timeout (Result.rc, Result.timed_out), only when the
+        program cannot be started. env is added to this process's environment, or is the whole
+        environment with replace_env; cwd is a directory of this machine."""
+        full = self.argv_for(argv)
+        log.info("run: %s", " ".join(full))
+        return process.spawn(
+            full,
+            env=env,
+            replace_env=replace_env,
+            cwd=cwd,
+            timeout=timeout,
+            on_line=on_line,
+            merge_stderr=True,
+            run_as=run_as,
+            term_grace=term_grace,
+        )
+
+    def run_checked(
+        self,
+        argv: Sequence[str],
+        *,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        replace_env: bool = False,
+    ) -> Result:
+        """`stream`, and ExecutionError (quoting the output's last lines) unless it exits 0."""
+        res = self.stream(argv, on_line=on_line, timeout=timeout, env=env, replace_env=replace_env)
+        if res.timed_out:
+            raise ExecutionError(
+                f"`{' '.join(res.argv)}` did not finish within {timeout:g} s and was killed",
+                "the output above (if any) shows where it stopped; fix the cause and run again",
+                argv=res.argv,
+                rc=None,
+                stderr_tail=res.tail(),
+            )
+        if res.rc != 0:
+            raise ExecutionError(
+                f"`{' '.join(argv)}` exited with {res.rc}",
+                "the output above says why; fix it and run the same command again",
+                argv=argv,
+                rc=res.rc,
+                stderr_tail=res.tail(),
+            )
+        return res
 
     def which(self, name: str) -> str | None:
         for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
@@ -216,38 +300,6 @@ def check_platform(platform: str) -> None:
         )
 
 
-def _spawn(
-    argv: Sequence[str],
-    timeout: float | None,
-    env: Mapping[str, str] | None,
-    input: str | None,
-) -> Result:
-    full_env = {**os.environ, **_C_LOCALE, **(env or {})}
-    try:
-        proc = subprocess.run(  # noqa: S603 - argv list, never a shell
-            list(argv),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            env=full_env,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            check=False,
-        )
-    except FileNotFoundError as exc:
-        raise ExecutionError(
-            f"command not found: {argv[0]}", "install it or check PATH", argv=argv, rc=127
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ExecutionError(
-            f"`{' '.join(argv)}` did not finish within {timeout:g} s",
-            "see the log above; re-run when the machine is idle",
-            argv=argv,
-        ) from exc
-    return Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
-
-
 class LiveHost(Host):
     """This machine."""
 
@@ -263,20 +315,8 @@ class LiveHost(Host):
     def which(self, name: str) -> str | None:
         return shutil.which(name)
 
-    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
-        if self.which(argv[0]) is None:
-            log.debug("%s: not installed", argv[0])
-            return None
-        try:
-            res = self.run(argv, timeout=timeout)
-        except ExecutionError as exc:
-            log.debug("%s", exc.message)
-            return None
-        return res.out if res.out.strip() else (res.err or None)
-
-    def run(self, argv, *, timeout=None, env=None, input=None) -> Result:
-        log.debug("run: %s", argv)
-        return _spawn(argv, timeout, env, input)
+    def argv_for(self, argv: Sequence[str]) -> list[str]:
+        return list(argv)
 
 
 class RecordedHost(Host):
@@ -329,13 +369,6 @@ class RecordedHost(Host):
     def write_attr(self, path: str, value: str) -> None:
         raise UsageError("a recorded host cannot be changed", "run this on the machine itself")
 
-    def run(self, argv, *, timeout=None, env=None, input=None) -> Result:
-        raise ExecutionError(
-            f"a recorded host cannot run commands: {' '.join(argv)}",
-            "use --from only with read-only commands or --dry-run",
-            argv=argv,
-        )
-
 
 def _read_meta(path: Path) -> dict:
     """meta.json of a bundle as a dict; {} when missing or malformed (soft, like every source)."""
@@ -360,18 +393,8 @@ class RootHost(Host):
             raise UsageError(f"--root {root}: no such directory", "create the image root first")
         super().__init__(root)
 
-    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
-        if self.which(argv[0]) is None:
-            return None
-        try:
-            res = self.run(argv, timeout=timeout)
-        except ExecutionError:
-            return None
-        return res.out if res.out.strip() else (res.err or None)
-
-    def run(self, argv, *, timeout=None, env=None, input=None) -> Result:
-        log.debug("run in %s: %s", self.root, argv)
-        return _spawn(["chroot", str(self.root), *argv], timeout, env, input)
+    def argv_for(self, argv: Sequence[str]) -> list[str]:
+        return ["chroot", str(self.root), *argv]
 
 
 def open_host(from_dir: str | os.PathLike[str] | None = None, root: str | None = None) -> Host:

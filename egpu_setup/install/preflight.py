@@ -66,17 +66,6 @@ def _check_venv(plan: Plan, host: Any) -> None:
             )
 
 
-def _free_bytes(host: Any, path: str) -> int | None:
-    real = host.real_path(path)
-    while not real.exists() and real != real.parent:
-        real = real.parent
-    try:
-        st = os.statvfs(real)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
 def _check_space(plan: Plan, host: Any) -> None:
     needs: list[tuple[str, int]] = []
     for step in plan.steps:
@@ -86,7 +75,7 @@ def _check_space(plan: Plan, host: Any) -> None:
             cpu = all("+cpu" in r or not r.startswith("torch") for r in step.requirements)
             needs.append((step.venv, TORCH_CPU_BYTES if cpu else TORCH_CUDA_BYTES))
     for path, need in needs:
-        free = _free_bytes(host, path)
+        free = host.free_bytes(path)
         if free is not None and free < need:
             raise EgpuSetupError(
                 f"{free / 1024**3:.1f} GiB free for {path}, about {need / 1024**3:.0f} GiB needed",

@@ -104,15 +104,13 @@ class RenderSet:
 
 
 def _environment() -> Any:
-    # Imported here: jinja2 stays off the CLI startup path (brief, "Speed").
+    # Imported here: jinja2 stays off the CLI startup path (tests/test_startup.py).
     from importlib.resources import files
 
     import jinja2
 
-    root = files("egpu_setup.templates")
-
     def load(name: str) -> str:
-        return root.joinpath(name).read_text(encoding="utf-8")
+        return files("egpu_setup.templates").joinpath(name).read_text(encoding="utf-8")
 
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(load),

@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 TMP_MARK = ".egpu-setup-tmp-"  # temp files carry this in their name so a later run can find them
 
@@ -34,13 +36,38 @@ def atomic_write(
     data: bytes,
     mode: int | None = None,
     *,
-    before_rename: Any = None,
+    before_rename: Callable[[Path], None] | None = None,
 ) -> None:
     """Replace `path` with `data` so a reader or a crash sees the old or the new file, never half.
 
     Temp file in the target directory (same filesystem, so the rename is atomic), fsync, mode kept
-    from the existing file unless `mode` is given (owner kept too), rename, fsync the directory.
+    from the existing file unless `mode` is given (0644 for a new one; owner kept too), rename,
+    fsync the directory. `before_rename` sees the temp file, written and fsync'ed (a test hook).
     """
+    _replace(path, lambda f: f.write(data), mode, before_rename)
+
+
+def atomic_copy(source: Path, path: Path, mode: int | None = None) -> None:
+    """`atomic_write` of a file's content, streamed (a .deb of a few hundred MB)."""
+    with open(source, "rb") as src:
+        _replace(path, lambda f: shutil.copyfileobj(src, f, 4 * 1024 * 1024), mode, None)
+
+
+def atomic_symlink(path: Path, target: str) -> None:
+    """Make `path` the symlink -> `target` in one rename (a reader never sees it missing)."""
+    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+
+
+def _replace(
+    path: Path,
+    write: Callable[[BinaryIO], object],
+    mode: int | None,
+    before_rename: Callable[[Path], None] | None,
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     old = None
     with contextlib.suppress(FileNotFoundError):
@@ -48,7 +75,7 @@ def atomic_write(
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         final_mode = mode if mode is not None else (old.st_mode & 0o7777 if old else 0o644)

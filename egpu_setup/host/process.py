@@ -1,0 +1,251 @@
+"""Child processes: the one place egpu-setup starts a program, always from an argv list.
+
+Every process goes through a Host (host/machine.py), which adds the chroot of `--root` and refuses
+a recording; this module does the spawning for all of them:
+
+- `spawn(argv, on_line=...)` passes each line of output to `on_line` as it comes (apt, pip,
+  `egpu-setup verify`'s child), keeps the output, and holds a deadline whether or not the child
+  prints. stdin is closed: nothing ever waits for an answer from a terminal.
+- The child leads a session of its own (start_new_session=True: a new session and process group,
+  both numbered by its pid). On timeout, or when this process is interrupted, the whole session
+  is ended: the process group, and every process still in the session after moving to a group
+  of its own (the session id is field 6 of /proc/PID/stat, proc(5)). SIGTERM first when a grace
+  period is given (on Ctrl-C: SIGINT, what a terminal would have sent), then SIGKILL.
+- Limits, said plainly: a descendant that called setsid() itself has left the session and is out
+  of reach; a process in uninterruptible sleep (D state, e.g. stuck in a GPU driver) ignores even
+  SIGKILL, so it is reported (`Result.stuck`), not waited for; after the child exits, output a
+  grandchild still writes to the inherited pipe is read for DRAIN_S seconds at most.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from egpu_setup.errors import ExecutionError
+
+MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the oldest go first
+DRAIN_S = 2.0  # after the child exited: how long output still arriving is read
+KILL_WAIT_S = 5.0  # after SIGKILL: how long to wait before calling the child stuck
+INTERRUPT_GRACE_S = 5.0  # Ctrl-C: SIGINT to the session, then SIGKILL after this
+_POLL_S = 0.25  # how often a silent child is checked on
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished command left behind.
+
+    rc: the exit status, or minus the signal that ended it (-9 when it was killed); out/err: its
+    output (err is empty when stderr went to out); timed_out: the deadline ended it; stuck: it
+    was still there after SIGKILL (uninterruptible sleep)."""
+
+    argv: tuple[str, ...]
+    rc: int
+    out: str
+    err: str
+    timed_out: bool = False
+    stuck: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out
+
+    def tail(self, lines: int = 60) -> str:
+        """The last `lines` lines of the output (stdout, then stderr), for an error message."""
+        text = (self.out + ("\n" + self.err if self.err else "")).strip("\n")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class _Buffer:
+    """One stream's output: kept (bounded) and cut into lines for the callback."""
+
+    def __init__(self, on_line: Callable[[str], None] | None) -> None:
+        self.data = bytearray()
+        self.partial = b""
+        self.on_line = on_line
+
+    def feed(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > MAX_OUTPUT:
+            del self.data[: len(self.data) - MAX_OUTPUT]
+        if self.on_line is None:
+            return
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        for raw in lines:
+            self.on_line(raw.decode("utf-8", errors="replace"))
+
+    def close(self) -> str:
+        if self.partial and self.on_line is not None:
+            self.on_line(self.partial.decode("utf-8", errors="replace"))
+        self.partial = b""
+        return self.data.decode("utf-8", errors="replace")
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    replace_env: bool = False,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float | None = None,
+    on_line: Callable[[str], None] | None = None,
+    merge_stderr: bool = False,
+    run_as: tuple[int, int] | None = None,
+    term_grace: float = 0.0,
+) -> Result:
+    """Run `argv` to its end (or its deadline) in a session of its own; never raises on a
+    non-zero exit or a timeout (see Result), only when the program cannot be started.
+
+    env: added to this process's environment, or the whole environment with replace_env.
+    on_line: called with each line of stdout (and of stderr with merge_stderr) as it arrives.
+    run_as: (uid, gid) to run as, with no supplementary groups (root starting a user's Python).
+    term_grace: on timeout, seconds between SIGTERM and SIGKILL (0: SIGKILL at once)."""
+    full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+            user=run_as[0] if run_as else None,
+            group=run_as[1] if run_as else None,
+            extra_groups=[] if run_as else None,
+        )
+    except FileNotFoundError as exc:
+        raise ExecutionError(
+            f"command not found: {argv[0]}", "install it or check PATH", argv=argv, rc=127
+        ) from exc
+    except PermissionError as exc:
+        raise ExecutionError(
+            f"cannot run {argv[0]}: {exc.strerror or exc}",
+            "check its permissions",
+            argv=argv,
+            rc=126,
+        ) from exc
+    out, err = _Buffer(on_line), _Buffer(on_line if merge_stderr else None)
+    deadline = None if timeout is None else started + timeout
+    try:
+        timed_out = _pump(proc, out, err, deadline)
+    except BaseException:
+        _interrupt(proc)  # Ctrl-C or an error in on_line: nothing of it keeps running
+        raise
+    finally:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    stuck = False
+    if timed_out:
+        stuck = end_session(proc, term_grace)
+    rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    return Result(
+        tuple(argv),
+        rc,
+        out.close(),
+        err.close(),
+        timed_out=timed_out,
+        stuck=stuck,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _pump(
+    proc: subprocess.Popen[bytes], out: _Buffer, err: _Buffer, deadline: float | None
+) -> bool:
+    """Read the child's output until it ends; True when the deadline came first."""
+    buffers = {}
+    with selectors.DefaultSelector() as sel:
+        for pipe, buf in ((proc.stdout, out), (proc.stderr, err)):
+            if pipe is not None:
+                sel.register(pipe.fileno(), selectors.EVENT_READ)
+                buffers[pipe.fileno()] = buf
+        exited_at: float | None = None
+        while buffers:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline and proc.poll() is None:
+                return True
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > DRAIN_S:
+                break  # a grandchild holds the pipe open: what it writes later is not ours
+            wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - now))
+            for key, _ in sel.select(wait):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    buffers[key.fd].feed(chunk)
+                else:
+                    sel.unregister(key.fd)
+                    del buffers[key.fd]
+    remaining = None if deadline is None else deadline - time.monotonic()
+    try:
+        proc.wait(None if remaining is None else max(0.0, remaining))
+    except subprocess.TimeoutExpired:
+        return True
+    return False
+
+
+def session_members(sid: int) -> dict[int, int]:
+    """pid -> process group of every process whose session id is `sid` (proc(5): /proc/PID/stat,
+    fields 5 and 6)."""
+    members = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        # the command name (field 2) is in parentheses and may itself hold spaces or ")"
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 3 and fields[3] == str(sid):
+            members[int(name)] = int(fields[2])
+    return members
+
+
+def _signal_session(sid: int, sig: int) -> None:
+    """`sig` to the session's own process group, and once to each member that left it (a
+    process must not get the signal twice: a handler that exits may be gone by the second)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, sig)
+    for pid, group in session_members(sid).items():
+        if group != sid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+
+def end_session(proc: subprocess.Popen[bytes], term_grace: float = 0.0) -> bool:
+    """End the child's whole session (SIGTERM, after `term_grace` SIGKILL); True when the child
+    is still there after SIGKILL (stuck in the kernel), so nobody waits on it forever."""
+    steps = [(signal.SIGTERM, term_grace)] if term_grace > 0 else []
+    steps.append((signal.SIGKILL, KILL_WAIT_S))
+    for sig, wait in steps:
+        _signal_session(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        _signal_session(proc.pid, signal.SIGKILL)  # what is left of the session, in any group
+        return False
+    return True
+
+
+def _interrupt(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        _signal_session(proc.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=INTERRUPT_GRACE_S)
+    if proc.poll() is None:
+        end_session(proc)
+    else:
+        _signal_session(proc.pid, signal.SIGKILL)
