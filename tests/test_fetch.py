@@ -197,6 +197,28 @@ def test_bad_index_url_is_usage_error(tmp_path: Path) -> None:
         fetch.update_matrix(tmp_path, "ftp://example.invalid/whl/")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://mirror.example/whl/",  # plain http off this machine
+        "https://user:secret@mirror.example/whl/",  # credentials end up in reports
+        "https://mirror.example/whl/ --extra-index-url https://x/",  # two URLs in one
+        "file:///srv/whl/",  # allowed for pip, not readable by this fetcher
+    ],
+)
+def test_matrix_update_refuses_the_urls_install_refuses(tmp_path: Path, url: str) -> None:
+    from egpu_setup.compat.index_url import check_index_url
+    from egpu_setup.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        fetch.update_matrix(tmp_path, url)
+    assert info.value.message.startswith("--index-url")
+    if not url.startswith("file:"):
+        with pytest.raises(UsageError):
+            check_index_url(url)  # the same rule install and bundle apply
+    assert not (tmp_path / overlay_mod.OVERLAY_NAME).exists()
+
+
 def test_corrupt_overlay_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / overlay_mod.OVERLAY_NAME
     path.parent.mkdir(parents=True)

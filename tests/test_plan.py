@@ -13,12 +13,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import _install_values as values
+from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.apt_sources import parse_deb822_sources
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.installed import installed_packages
-from egpu_setup.plan.options import PlanOptions, check_index_url, parse_only
+from egpu_setup.plan.options import PlanOptions, parse_only
 from egpu_setup.plan.steps import AptInstall, AptRepository
 
 REPO = Path(__file__).resolve().parent.parent

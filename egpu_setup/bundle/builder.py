@@ -226,7 +226,7 @@ class Builder:
         return args
 
     def _wheels(self, python: str, group: list[Target]) -> None:
-        from egpu_setup.plan.options import check_index_url
+        from egpu_setup.compat.index_url import check_index_url
 
         rel_pool = group[0].pool
         pool_dir = self.out / rel_pool

@@ -83,9 +83,9 @@ def command(
     """
     from egpu_setup.bundle.builder import Builder, BuildOptions
     from egpu_setup.bundle.targets import host_distro, resolve_targets
+    from egpu_setup.compat.index_url import check_index_url
     from egpu_setup.errors import UsageError
     from egpu_setup.host.machine import LiveHost
-    from egpu_setup.plan.options import check_index_url
     from egpu_setup.profile.load import load_profile
 
     parts = _parts_of(only)

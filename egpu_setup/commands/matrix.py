@@ -16,7 +16,7 @@ Examples:
   egpu-setup matrix show
   egpu-setup matrix show --json | jq '.torch[0]'
   egpu-setup matrix update
-  egpu-setup matrix update --index-url http://mirror.lab.example/whl/
+  egpu-setup matrix update --index-url https://mirror.lab.example/whl/
 """
 )
 def command() -> None:

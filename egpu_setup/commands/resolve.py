@@ -61,6 +61,7 @@ def command(
 ) -> None:
     """Show what would be installed (driver, CUDA variant, torch wheel) and why."""
     from egpu_setup.resolve.constraints import constraints_from_profile
+    from egpu_setup.resolve.resolution import format_resolution
     from egpu_setup.resolve.resolver import resolve
 
     profile = None
@@ -92,49 +93,3 @@ def _facts(from_dir: str | None):  # -> HostFacts
     from egpu_setup.host.machine import open_host
 
     return detect_host(open_host(from_dir))
-
-
-def format_resolution(r) -> str:  # r: Resolution
-    """The human view: three lines of answer, then why, then warnings."""
-    d, t = r.driver, r.torch
-    lines = []
-    if r.gpu is None:
-        lines.append("GPU      none known")
-    else:
-        ident = f" [{r.gpu.pci_id}]" if r.gpu.pci_id else ""
-        lines.append(
-            f"GPU      {r.gpu.name}{ident}, {r.gpu.architecture or 'architecture unknown'}, "
-            f"compute capability {r.gpu.compute_capability or 'unknown'}"
-        )
-    if d.action == "keep":
-        drv = f"keep {d.installed} ({d.flavour or 'unknown'} modules)"
-    elif d.action == "host-managed":
-        who = "the Windows host" if r.platform == "wsl" else "you"
-        drv = f"managed by {who}" + (f", installed {d.installed}" if d.installed else "")
-        if d.branch and r.platform != "wsl":
-            drv += f", suggested branch {d.branch}"
-    else:
-        where = "NVIDIA CUDA repo" if d.source == "nvidia-repo" else f"{r.archive} archive"
-        drv = f"{d.action} branch {d.branch} ({d.flavour} modules) from the {where}"
-        if d.installed:
-            drv += f", replacing {d.installed}"
-    if d.minimum:
-        drv += f"; needs >= {d.minimum}"
-    lines.append(f"Driver   {drv}")
-    if d.packages:
-        lines.append(f"         apt install {' '.join(d.packages)}")
-    if d.apt_components:
-        lines.append(f"         apt components: {' '.join(d.apt_components)}")
-    if d.repo is not None:
-        lines.append(f"         repo {d.repo.url} (key {d.repo.fingerprint})")
-    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({r.platform})")
-    lines.append(f"         pip install --index-url {t.index_url} {' '.join(t.requirements)}")
-    if r.reasons:
-        lines.append("")
-        lines.append("Why")
-        lines.extend(f"  - {reason}" for reason in r.reasons)
-    if r.warnings:
-        lines.append("")
-        lines.append("Warnings")
-        lines.extend(f"  ! {w}" for w in r.warnings)
-    return "\n".join(lines)

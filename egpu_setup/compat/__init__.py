@@ -2,5 +2,6 @@
 
 Modules: `versions` (driver, CUDA, Python and compute-capability values), `matrix` (the shipped
 snapshot, plus the overlay), `overlay` (the cached `matrix update` result), `fetch` (`matrix
-update`: the PyTorch wheel index, read and validated), `gpus` (the GPU table).
+update`: the PyTorch wheel index, read and validated), `index_url` (the one rule for an index
+URL), `gpus` (the GPU table).
 """

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.compat.overlay import OVERLAY_SCHEMA, STATE_ENV, overlay_path, state_dir
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.state.atomic import atomic_write
@@ -59,17 +60,19 @@ FIRST_MAJOR = 2  # the matrix starts at torch 2.0; 1.x wheels on the index are i
 
 
 def index_base(explicit: str | None = None) -> str:
-    """The PyTorch wheel index root ('…/whl/'): --index-url, EGPU_SETUP_TORCH_INDEX or the data."""
+    """The PyTorch wheel index root ('…/whl/'): --index-url, EGPU_SETUP_TORCH_INDEX or the data.
+
+    The same rule as every other index URL (compat/index_url.py); this reader speaks http(s)."""
     base = explicit or os.environ.get(INDEX_ENV)
     if not base:
         from egpu_setup.compat.matrix import load_snapshot
 
         base = load_snapshot().index_url.split("{variant}")[0]
-    parts = urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    check_index_url(base)
+    if urlsplit(base).scheme not in ("http", "https"):
         raise UsageError(
-            f"--index-url {base!r} is not an http(s) URL",
-            "e.g. --index-url http://127.0.0.1:8000/whl/",
+            f"--index-url {base!r}: `matrix update` reads the index over https",
+            "pass the https URL of your lab's mirror, e.g. --index-url https://mirror.lab/whl/",
         )
     return base.rstrip("/") + "/"
 

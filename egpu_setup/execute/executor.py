@@ -51,6 +51,7 @@ log = logging.getLogger("egpu_setup.execute")
 
 KILL_ENV = "EGPU_SETUP_TEST_KILL_AT"
 SIMULATE_ENV = "EGPU_SETUP_APT_SIMULATE"  # "1": apt-get -s, for tests in a debootstrap root
+INSTALLER_ENV = "EGPU_SETUP_INSTALLER"  # auto (uv when on PATH) / uv / pip
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,13 @@ class ExecOptions:
     force: bool = False
 
     @classmethod
-    def from_env(cls, **kw: Any) -> ExecOptions:
-        return cls(simulate_apt=os.environ.get(SIMULATE_ENV) == "1", **kw)
+    def from_env(cls, *, force: bool = False) -> ExecOptions:
+        """The test and lab switches read from the environment (SIMULATE_ENV, INSTALLER_ENV)."""
+        return cls(
+            simulate_apt=os.environ.get(SIMULATE_ENV) == "1",
+            installer=os.environ.get(INSTALLER_ENV, "auto"),
+            force=force,
+        )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,12 @@
-"""install: the provisioning pipeline around plan and execute.
+"""install: the provisioning pipeline around plan and execute, and rollback's core.
 
-Modules: `preflight` (checks before anything changes).
+    options  = InstallOptions(...)              # the flags, frozen (the command builds it)
+    prepared = prepare(options)                 # detect -> resolve -> render -> plan
+    show: plan_text(prepared) / plan_json(...)  # --dry-run
+    outcome  = apply(prepared, warn, confirm)   # preflight, lock, plan again, execute, verify
+
+Modules: `options` (InstallOptions), `prepared` (Prepared, Outcome), `pipeline` (prepare and
+apply), `inputs` (what prepare gathers), `offline` (`--bundle DIR`), `show` (the plan and the
+outcome as text and JSON), `report` (the saved install report), `preflight` (checks before
+anything changes), `rollback` (what rollback restores, and doing it).
 """

@@ -6,9 +6,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.errors import UsageError
 from egpu_setup.plan.installed import venv_versions
-from egpu_setup.plan.options import PlanOptions, check_index_url
+from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import PipInstall, Step
 
 

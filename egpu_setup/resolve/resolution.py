@@ -110,3 +110,50 @@ class Resolution:
 class Notes:
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+
+def format_resolution(r: Resolution, *, warnings: bool = True) -> str:
+    """The human view of a Resolution (resolve, and install's plan): three lines of answer, then
+    why, then its warnings (install says those on stderr with the plan's own: warnings=False)."""
+    d, t = r.driver, r.torch
+    lines = []
+    if r.gpu is None:
+        lines.append("GPU      none known")
+    else:
+        ident = f" [{r.gpu.pci_id}]" if r.gpu.pci_id else ""
+        lines.append(
+            f"GPU      {r.gpu.name}{ident}, {r.gpu.architecture or 'architecture unknown'}, "
+            f"compute capability {r.gpu.compute_capability or 'unknown'}"
+        )
+    if d.action == "keep":
+        drv = f"keep {d.installed} ({d.flavour or 'unknown'} modules)"
+    elif d.action == "host-managed":
+        who = "the Windows host" if r.platform == "wsl" else "you"
+        drv = f"managed by {who}" + (f", installed {d.installed}" if d.installed else "")
+        if d.branch and r.platform != "wsl":
+            drv += f", suggested branch {d.branch}"
+    else:
+        where = "NVIDIA CUDA repo" if d.source == "nvidia-repo" else f"{r.archive} archive"
+        drv = f"{d.action} branch {d.branch} ({d.flavour} modules) from the {where}"
+        if d.installed:
+            drv += f", replacing {d.installed}"
+    if d.minimum:
+        drv += f"; needs >= {d.minimum}"
+    lines.append(f"Driver   {drv}")
+    if d.packages:
+        lines.append(f"         apt install {' '.join(d.packages)}")
+    if d.apt_components:
+        lines.append(f"         apt components: {' '.join(d.apt_components)}")
+    if d.repo is not None:
+        lines.append(f"         repo {d.repo.url} (key {d.repo.fingerprint})")
+    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({r.platform})")
+    lines.append(f"         pip install --index-url {t.index_url} {' '.join(t.requirements)}")
+    if r.reasons:
+        lines.append("")
+        lines.append("Why")
+        lines.extend(f"  - {reason}" for reason in r.reasons)
+    if warnings and r.warnings:
+        lines.append("")
+        lines.append("Warnings")
+        lines.extend(f"  ! {w}" for w in r.warnings)
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""What prepare gathers before it plans: the hosts, the flags checked together, the scope the
+facts allow, the resolver's constraints, the rendered set, the manifest, the planner's options."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from egpu_setup.detect.facts import HostFacts
+from egpu_setup.errors import UnsupportedHardware, UsageError
+from egpu_setup.host.machine import Host, LiveHost, RootHost, open_host
+from egpu_setup.install.offline import OfflineBundle
+from egpu_setup.install.options import InstallOptions
+from egpu_setup.plan.options import BundleSource, PlanOptions
+from egpu_setup.profile.types import Profile
+from egpu_setup.render.files import RenderSet
+from egpu_setup.resolve.constraints import Constraints, constraints_from_profile
+from egpu_setup.resolve.resolution import Resolution
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
+
+
+def check_flags(options: InstallOptions, bundle: OfflineBundle | None) -> None:
+    """Flags that cannot go together, before anything is read from the machine."""
+    from egpu_setup.compat.index_url import check_index_url
+
+    if not (options.profile or bundle):
+        raise UsageError("--profile is required", "pass --profile NAME (or --bundle DIR)")
+    if options.from_dir and not options.root_dir and not options.dry_run:
+        raise UsageError(
+            "--from describes another machine: a real install there needs --root DIR",
+            "add --dry-run to see the plan for that machine, or --root DIR to build an image",
+        )
+    if options.index_url:
+        check_index_url(options.index_url)
+
+
+def hosts(options: InstallOptions) -> tuple[Host, Host]:
+    """(the host the plan lands on, the host the facts come from).
+
+    --root: an image (facts from --from when given, else the image itself); --from alone: a dry
+    run against the recording's files; otherwise this machine for both."""
+    target: Host
+    if options.root_dir:
+        target = RootHost(options.root_dir)
+    elif options.from_dir:
+        target = open_host(options.from_dir)
+    else:
+        target = LiveHost()
+    return target, open_host(options.from_dir) if options.from_dir else target
+
+
+def refuse_non_nvidia_egpu(facts: HostFacts) -> None:
+    """CUDA needs NVIDIA: an AMD or Intel eGPU alone is outside what egpu-setup provisions."""
+    if facts.nvidia_gpus:
+        return
+    other = [g for g in facts.gpus if g.external]
+    if other:
+        g = other[0]
+        what = g.name or ":".join(i for i in (g.vendor_id, g.device_id) if i)
+        raise UnsupportedHardware(
+            f"the external GPU at {g.pci_address} ({what}) is {g.vendor or 'not NVIDIA'}: "
+            "egpu-setup provisions NVIDIA GPUs for CUDA",
+            "connect an NVIDIA eGPU and run again (`egpu-setup detect` shows what is seen)",
+        )
+
+
+def scope(
+    facts: HostFacts, profile: Profile, only: frozenset[str]
+) -> tuple[frozenset[str], list[str]]:
+    """The parts the facts allow (WSL2: torch only), and what to say about the GPUs seen."""
+    warnings: list[str] = []
+    if facts.os.wsl:
+        # The Windows host owns the driver and the device: nothing to render or apt-install.
+        if only - {"torch"}:
+            warnings.append("WSL2: the Windows driver serves the GPU; planning the torch part only")
+        only = only & frozenset({"torch"})
+    external = [g.pci_address for g in facts.nvidia_gpus if g.external]
+    if len(external) > 1:
+        warnings.append(
+            f"{len(external)} external NVIDIA GPUs ({', '.join(external)}): the rules match them "
+            "by device id; pin hotplug.enclosure_unique_id to say which enclosure to authorize"
+        )
+    elif facts.egpu is None and len(facts.nvidia_gpus) != 1:
+        warnings.append(
+            f"no external NVIDIA GPU detected: planning for the profile's GPU ({profile.gpu.name})"
+        )
+    return only, warnings
+
+
+def constraints(options: InstallOptions, profile: Profile) -> Constraints:
+    """The resolver's Constraints: the profile's, with our flags winning."""
+    return constraints_from_profile(
+        profile,
+        torch_spec=options.torch_spec,
+        cuda=options.cuda,
+        driver_branch=options.driver_branch,
+    )
+
+
+def render(
+    options: InstallOptions,
+    facts: HostFacts,
+    profile: Profile,
+    resolution: Resolution,
+    target: Host,
+    only: frozenset[str],
+) -> RenderSet:
+    """The configuration files, when the plan has a driver or config part."""
+    from egpu_setup.render.files import entry_point_path, render_set
+
+    if not only & {"driver", "config"}:
+        return RenderSet(files=(), commands=(), notes=())
+    return render_set(
+        facts,
+        profile,
+        resolution,
+        options.mode or profile.mode,
+        venv=options.venv_path,
+        tool_path=entry_point_path(sys.argv[0]),
+        bolt_available=bolt_usable(target),
+    )
+
+
+def bolt_usable(target: Host) -> bool | None:
+    """Whether `boltctl enroll` can authorize the enclosure; else the one-UUID udev rule does.
+
+    An image (--root) cannot enroll: boltd is not running in a chroot, so the rule it carries
+    must authorize the enclosure on first boot, bolt or not. A recording cannot say (None:
+    inferred from its facts)."""
+    if target.kind == "root":
+        return False
+    if target.kind == "recorded":
+        return None
+    return target.which("boltctl") is not None
+
+
+def manifest(paths: StatePaths) -> tuple[Manifest, list[str]]:
+    """The manifest the plan diffs against; a normal user's dry run goes on without root's."""
+    try:
+        return Manifest.load(paths), []
+    except PermissionError:
+        return Manifest(paths), [
+            f"cannot read {paths.manifest} (not root): edits to our files not checked"
+        ]
+
+
+def pending_reboot(paths: StatePaths, target: Host) -> str | None:
+    """The reboot the previous run asked for, when this machine has not booted since."""
+    from egpu_setup.execute.executor import boot_id
+    from egpu_setup.state.journal import Journal
+
+    last = Journal(paths).last_run() if os.access(paths.state_dir, os.R_OK) else None
+    if last is None or last.status != "reboot" or target.kind != "live":
+        return None
+    if last.boot_id and last.boot_id == boot_id(target):
+        return "the previous run installed changes that need a reboot"
+    return None
+
+
+def plan_options(
+    options: InstallOptions,
+    target: Host,
+    paths: StatePaths,
+    only: frozenset[str],
+    bundle: BundleSource | None,
+) -> PlanOptions:
+    sudo_uid = target.getenv("SUDO_UID")
+    return PlanOptions(
+        only=only,
+        venv=options.venv_path,
+        index_url=options.index_url,
+        force=options.force,
+        apt_lock_timeout=options.lock_timeout,
+        # A recording is planned as the live machine it describes (it can never execute).
+        target="root" if target.kind == "root" else "live",
+        pending_reboot=pending_reboot(paths, target),
+        sudo_user=target.getenv("SUDO_USER"),
+        sudo_uid=int(sudo_uid) if sudo_uid and sudo_uid.isdigit() else None,
+        bundle=bundle,
+    )
+
+
+def stale_warning(paths: StatePaths) -> str | None:
+    """Another run holds the lock: what it changes may make this plan stale."""
+    from egpu_setup.state.lock import RunLock
+
+    holder = RunLock(paths.lock).holder()
+    if holder:
+        return f"another run is in progress ({holder}): this plan may already be stale"
+    return None

@@ -1,0 +1,121 @@
+"""`install --bundle DIR`: the bundle opened and checked, the resolution narrowed to what it holds.
+
+The bundle decides what is installed (torch, its variant, the driver packages), so the flags that
+would choose differently are refused; every file the plan will use is checked against the
+bundle's manifest (size and sha256) before anything is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from egpu_setup.bundle.format import PROFILE_FILE, Manifest, load_manifest
+from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import Host
+from egpu_setup.install.options import InstallOptions
+from egpu_setup.plan.options import BundleSource
+from egpu_setup.resolve.resolution import Resolution, TorchPlan
+
+log = logging.getLogger("egpu_setup.install")
+
+
+@dataclass(frozen=True)
+class OfflineBundle:
+    directory: Path
+    manifest: Manifest
+
+    @property
+    def profile_file(self) -> str:
+        """The profile the bundle was resolved for: the default of `--profile`."""
+        return str(self.directory / PROFILE_FILE)
+
+
+def open_bundle(options: InstallOptions) -> OfflineBundle:
+    """The bundle's manifest, validated; UsageError for flags the bundle decides."""
+    clash = [
+        flag
+        for flag, value in (
+            ("--index-url", options.index_url),
+            ("--torch", options.torch_spec),
+            ("--cuda", options.cuda),
+        )
+        if value
+    ]
+    if clash:
+        raise UsageError(
+            f"{clash[0]} cannot be combined with --bundle: the bundle fixes what is installed",
+            f"pass {clash[0]} to `egpu-setup bundle` when building it",
+        )
+    path = Path(options.bundle_dir or "").resolve()
+    if not path.is_dir():
+        raise UsageError(f"--bundle {options.bundle_dir}: no such directory", "pass a bundle DIR")
+    return OfflineBundle(path, load_manifest(path))
+
+
+def narrow_to_bundle(
+    bundle: OfflineBundle, resolution: Resolution, only: frozenset[str], target: Host
+) -> tuple[Resolution, BundleSource]:
+    """This machine's target in the bundle, its files verified; the resolution narrowed to it."""
+    from egpu_setup.bundle.format import find_target, repository_files, verify_files
+
+    manifest, directory = bundle.manifest, bundle.directory
+    wants_torch = "torch" in only and resolution.torch is not None
+    wants_driver = "driver" in only and resolution.driver.action in ("install", "upgrade")
+    distro = resolution.archive or resolution.distro
+    entry = find_target(
+        manifest, resolution.python if wants_torch else None, distro if wants_driver else None
+    )
+    torch, driver = entry.get("torch"), entry.get("driver")
+    _check_parts(directory, entry, (wants_torch, torch, "torch"), (wants_driver, driver, "driver"))
+    if wants_torch and target.kind != "live":
+        raise UsageError(
+            "--bundle with --root installs the driver and configuration; torch into an image "
+            "from a bundle is not supported",
+            "pass --only driver,config (install torch on the running machine)",
+        )
+    prefixes = []
+    if wants_torch:
+        prefixes += [torch["wheels"], torch["requirements_file"]]
+    if wants_driver:
+        prefixes.append(driver["repository"])
+    checked = verify_files(directory, manifest, prefixes)
+    log.warning("bundle %s: %s verified (%.1f MB)", directory, entry["name"], checked / 1e6)
+    if wants_torch:
+        resolution = dataclasses.replace(
+            resolution,
+            torch=TorchPlan(
+                torch["version"], torch["variant"], torch["index_url"], tuple(torch["requirements"])
+            ),
+        )
+    if wants_driver:
+        resolution = dataclasses.replace(
+            resolution,
+            driver=dataclasses.replace(resolution.driver, packages=tuple(driver["packages"])),
+        )
+    packages = manifest.files().get(f"{driver['repository']}/Packages") if driver else None
+    source = BundleSource(
+        directory=str(directory),
+        target=entry["name"],
+        distro=entry["distro"] if wants_driver else None,
+        find_links=str(directory / torch["wheels"]) if wants_torch else None,
+        requirements_file=str(directory / torch["requirements_file"]) if wants_torch else None,
+        repository=str(directory / driver["repository"]) if wants_driver else None,
+        packages_sha256=packages["sha256"] if packages else None,
+        repository_sha256=repository_files(manifest, driver["repository"]) if wants_driver else (),
+    )
+    return resolution, source
+
+
+def _check_parts(
+    directory: Path, entry: dict[str, Any], *parts: tuple[bool, dict[str, Any] | None, str]
+) -> None:
+    for wanted, part, name in parts:
+        if wanted and not part:
+            raise UsageError(
+                f"bundle {directory} target {entry['name']} has no {name} part",
+                f"rebuild it with `egpu-setup bundle` including {name}, or pass --only",
+            )

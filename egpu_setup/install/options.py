@@ -1,0 +1,40 @@
+"""What `egpu-setup install` was asked for: its flags, as one frozen value built by the command."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from egpu_setup.plan.options import DEFAULT_VENV
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    """The install flags, read by every stage and changed by none (DESIGN.md: the flags).
+
+    profile None means the bundle's profile (`--bundle DIR`); `only` is the raw `--only` text,
+    parsed (and refused when wrong) by prepare, so errors come in the order the flags are checked.
+    """
+
+    profile: str | None = None
+    dry_run: bool = False
+    yes: bool = False
+    as_json: bool = False
+    only: str | None = None
+    venv: str | None = None
+    torch_spec: str | None = None
+    cuda: str | None = None
+    driver_branch: int | None = None
+    mode: str | None = None
+    index_url: str | None = None
+    bundle_dir: str | None = None
+    root_dir: str | None = None
+    from_dir: str | None = None
+    force: bool = False
+    lock_timeout: int = 600
+    run_verify: bool = True
+
+    @property
+    def venv_path(self) -> str:
+        """The torch venv, absolute (`--venv ~/torch` as the shell would not expand it)."""
+        return os.path.abspath(os.path.expanduser(self.venv)) if self.venv else DEFAULT_VENV

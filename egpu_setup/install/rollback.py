@@ -1,0 +1,360 @@
+"""Rollback's core: what the manifest says egpu-setup did, undone, and only that.
+
+    plan    = plan_rollback(options)     # read-only: the files, packages, venvs, commands
+    outcome = apply_rollback(plan)       # under the run lock; or preview(plan) without --yes
+
+Files edited by someone after egpu-setup wrote them are kept (with a warning) unless forced. What
+the restored files feed is rebuilt: the initramfs (modprobe.d), the GRUB config (grub.d); a
+Thunderbolt device egpu-setup enrolled in bolt is forgotten again (the undo recorded with it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from egpu_setup.errors import EgpuSetupError
+from egpu_setup.execute.undo import Undo, apply_undo, plan_undo
+from egpu_setup.host.machine import Host, LiveHost, RootHost
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths, can, denied
+
+log = logging.getLogger("egpu_setup.rollback")
+
+CHANGED = ("removed", "restored", "unlinked")
+
+
+@dataclass(frozen=True)
+class RollbackOptions:
+    yes: bool = False  # do it; without, only say what would happen
+    root_dir: str | None = None
+    packages: bool = False  # also remove the apt packages and venvs egpu-setup installed
+    force: bool = False  # also restore files edited after egpu-setup wrote them
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A command rollback owes after the files changed back; argv () when none is known."""
+
+    argv: tuple[str, ...]
+    reason: str
+    status: str  # would-run / done / not-run / failed
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "reason": self.reason,
+            "status": self.status,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    options: RollbackOptions
+    host: Host
+    paths: StatePaths
+    manifest: Manifest
+    undo: tuple[Undo, ...]
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return tuple(p["name"] for p in self.manifest.packages)
+
+    @property
+    def venvs(self) -> tuple[str, ...]:
+        return tuple(v["path"] for v in self.manifest.venvs)
+
+    @property
+    def recorded(self) -> tuple[list[str], ...]:
+        """The undo commands recorded with commands a run ran (`boltctl forget UUID`)."""
+        return tuple(c["undo"] for c in self.manifest.commands)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.undo or self.packages or self.venvs or self.recorded)
+
+
+@dataclass(frozen=True)
+class RollbackOutcome:
+    plan: RollbackPlan
+    applied: bool
+    files: tuple[Undo, ...]  # what was done (applied) or would be done
+    followups: tuple[FollowUp, ...]
+
+    @property
+    def failed(self) -> bool:
+        """A follow-up failed: reported, the rollback itself is not undone; exit 1."""
+        return self.applied and any(f.status == "failed" for f in self.followups)
+
+    @property
+    def kept_edits(self) -> bool:
+        return self.applied and any(u.action == "kept-edited" for u in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "schema": "egpu-setup/rollback/1",
+            "applied": self.applied,
+            "files": [u.to_json() for u in self.files],
+            "packages": list(plan.packages),
+            "venvs": list(plan.venvs),
+            "packages_removed": bool(self.applied and plan.options.packages),
+            "commands": [f.to_json() for f in self.followups],
+        }
+
+
+def sudo_hint(root_dir: str | None) -> str:
+    return "sudo egpu-setup rollback" + (f" --root {shlex.quote(root_dir)}" if root_dir else "")
+
+
+# -- what to roll back -----------------------------------------------------------------------------
+
+
+def plan_rollback(options: RollbackOptions) -> RollbackPlan:
+    """Read-only: the state of the target, and what rollback would do to each managed path."""
+    host: Host = RootHost(options.root_dir) if options.root_dir else LiveHost()
+    paths, manifest = _load(StatePaths.for_root(host.root), host)
+    return RollbackPlan(options, host, paths, manifest, tuple(plan_undo(host, manifest)))
+
+
+def _load(paths: StatePaths, host: Host) -> tuple[StatePaths, Manifest]:
+    """(state paths, manifest) to roll back; for a normal user, also say where root's record is.
+
+    A normal user's rollback reads their own state (a venv they installed torch into). When that
+    is empty and root's record exists, what is to roll back is root's: `error: … needs root to
+    read` with the sudo hint, never an empty "nothing to roll back" (nor a traceback).
+    """
+    manifest = Manifest.load(paths)  # raises StateAccessError (`error:`/`hint:`) when unreadable
+    system = StatePaths.system(host.root)
+    if paths != StatePaths.for_user() or not os.path.lexists(system.manifest):
+        return paths, manifest  # root's own state, a --root image, or EGPU_SETUP_STATE_DIR
+    if manifest.empty:
+        if not can(system.manifest, os.R_OK):
+            raise denied(system.manifest, "read")
+        return system, Manifest.load(system)  # readable: shown; --yes still needs root
+    log.warning(
+        "this rolls back what you installed as %s (%s); root's changes are recorded in %s: "
+        "roll those back with sudo egpu-setup rollback",
+        os.environ.get("USER") or os.geteuid(),
+        paths.state_dir,
+        system.manifest,
+    )
+    return paths, manifest
+
+
+def preview(plan: RollbackPlan) -> RollbackOutcome:
+    """What --yes would do, and the commands that would follow; nothing changes."""
+    would_change = [u.path for u in plan.undo if u.action in CHANGED]
+    followups = follow_ups(plan.host, plan.manifest, would_change)
+    return RollbackOutcome(plan, False, plan.undo, tuple(followups))
+
+
+# -- doing it --------------------------------------------------------------------------------------
+
+
+def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
+    """Restore and remove under the run lock, then run what the restored files feed."""
+    from egpu_setup.state.journal import Journal, new_run_id
+    from egpu_setup.state.lock import RunLock
+
+    options, host, manifest = plan.options, plan.host, plan.manifest
+    if not (plan.undo or plan.recorded or (options.packages and (plan.packages or plan.venvs))):
+        return RollbackOutcome(plan, True, (), ())  # nothing it may do: said, not done
+    _require_root(plan)
+    with RunLock(plan.paths.lock):
+        journal = Journal(plan.paths)
+        run = new_run_id()
+        journal.append(
+            {"event": "rollback-begin", "run": run, "paths": [u.path for u in plan.undo]}
+        )
+        try:
+            done = apply_undo(host, manifest, list(plan.undo), force=options.force)
+        except PermissionError as exc:
+            raise EgpuSetupError(
+                f"cannot restore {exc.filename}: permission denied", sudo_hint(options.root_dir)
+            ) from exc
+        if options.packages:
+            _remove_packages(host, manifest, plan.packages, plan.venvs)
+        changed = [u.path for u in done if u.action in CHANGED]
+        followups = _run_follow_ups(host, manifest, follow_ups(host, manifest, changed))
+        # What an interrupted install still owed was for files that are now gone or restored;
+        # the follow-ups above are rollback's own.
+        if manifest.pending:
+            manifest.pending = []
+            manifest.save()
+        _disarm_verify(host, changed)
+        journal.append({"event": "rollback-end", "run": run})
+        if host.kind == "live" and changed:
+            for argv in (["systemctl", "daemon-reload"], ["udevadm", "control", "--reload"]):
+                if host.which(argv[0]):
+                    host.run(argv, timeout=60)
+    return RollbackOutcome(plan, True, tuple(done), tuple(followups))
+
+
+def _require_root(plan: RollbackPlan) -> None:
+    """A user's own record (a venv in their home) needs no root; system files and apt do."""
+    options = plan.options
+    foreign_venv = options.packages and any(not _can_remove(plan.host, v) for v in plan.venvs)
+    needs_root = plan.undo or plan.recorded or (options.packages and plan.packages)
+    if (needs_root or foreign_venv) and os.geteuid() != 0:
+        raise EgpuSetupError(
+            "rollback changes system files and needs root", sudo_hint(options.root_dir)
+        )
+
+
+def _can_remove(host: Host, venv: str) -> bool:
+    return can(host.real_path(venv).parent, os.W_OK | os.X_OK)
+
+
+def _os_family(host: Host) -> str | None:
+    """The distro family of the target (the renderer's table: render.context.distro_family)."""
+    from egpu_setup.detect.facts import HostFacts, OsFacts
+    from egpu_setup.detect.osrelease import parse_os_release
+    from egpu_setup.render.context import distro_family
+
+    text = host.read("/etc/os-release") or host.read("/usr/lib/os-release") or ""
+    rel = parse_os_release(text)
+    os_facts = OsFacts(id=rel.get("ID"), id_like=tuple(rel.get("ID_LIKE", "").split()))
+    return distro_family(HostFacts(os=os_facts))
+
+
+def follow_ups(host: Host, manifest: Manifest, changed: Sequence[str]) -> list[FollowUp]:
+    """What must run after these files changed back, and the recorded undo commands."""
+    from egpu_setup.render.context import GRUB_DROPIN_DISTROS, INITRAMFS_COMMANDS
+
+    out: list[FollowUp] = []
+
+    def add(argv: Sequence[str], reason: str, detail: str = "") -> None:
+        out.append(FollowUp(tuple(argv), reason, "would-run" if argv else "not-run", detail))
+
+    modprobe = any(p.startswith("/etc/modprobe.d/") for p in changed)
+    grub = any(p.startswith("/etc/default/grub.d/") for p in changed)
+    family = _os_family(host) if modprobe or grub else None
+    if modprobe:
+        argv = INITRAMFS_COMMANDS.get(family or "")
+        add(
+            argv or (),
+            "the initramfs still holds the modprobe.d files egpu-setup wrote",
+            "" if argv else "unknown distribution: rebuild the initramfs with its own tool",
+        )
+    if grub:
+        # only Debian's grub-mkconfig reads grub.d drop-ins (render.context.GRUB_DROPIN_DISTROS)
+        known = family in GRUB_DROPIN_DISTROS
+        add(
+            ["update-grub"] if known else [],
+            "the boot menu still has the kernel parameters egpu-setup added",
+            "" if known else "regenerate the GRUB configuration with this distribution's tool",
+        )
+    for c in manifest.commands:
+        add(c["undo"], f"undo `{' '.join(c['argv'])}`")
+    return out
+
+
+def _run_follow_ups(host: Host, manifest: Manifest, todo: list[FollowUp]) -> list[FollowUp]:
+    """Run what the restored files feed, on the target; say what to run where we cannot.
+
+    Under --root a command runs through chroot only when the image has the tool; otherwise the
+    line says what to run there. A failure does not undo the rollback: it is reported, exit 1.
+    """
+    results = [_run_one(host, manifest, f) if f.argv else f for f in todo]
+    for r in results:
+        if r.status != "done":
+            log.warning("%s: %s: %s", " ".join(r.argv) or r.reason, r.status, r.detail)
+    return results
+
+
+def _run_one(host: Host, manifest: Manifest, f: FollowUp) -> FollowUp:
+    argv = list(f.argv)
+    inside = f" in {host.root}" if host.kind == "root" else ""
+    if argv[0] == "boltctl" and host.kind != "live":
+        return dataclasses.replace(
+            f, status="not-run", detail="boltd's database is changed on the running system"
+        )
+    if host.which(argv[0]) is None:
+        run_it = f"chroot {host.root} {' '.join(argv)}" if inside else " ".join(argv)
+        return dataclasses.replace(
+            f,
+            status="not-run",
+            detail=f"{argv[0]} is not installed{inside or ' here'}: run `{run_it}` once it is",
+        )
+    try:
+        res = host.run(argv, timeout=1800)
+    except EgpuSetupError as exc:
+        return dataclasses.replace(f, status="failed", detail=exc.message)
+    if res.rc != 0:
+        tail = ((res.err or res.out).strip().splitlines() or [""])[-1]
+        return dataclasses.replace(f, status="failed", detail=f"exit {res.rc}: {tail[:200]}")
+    _forget_command(manifest, argv)
+    return dataclasses.replace(f, status="done")
+
+
+def _forget_command(manifest: Manifest, argv: list[str]) -> None:
+    before = len(manifest.commands)
+    manifest.commands = [c for c in manifest.commands if c["undo"] != argv]
+    if len(manifest.commands) != before:
+        manifest.save()
+
+
+def _disarm_verify(host: Host, changed: Sequence[str]) -> None:
+    """The verify-after-reboot marker goes with the unit that consumes it."""
+    from egpu_setup.state.verify_marker import remove_verify_marker
+
+    unit_gone = any(p.endswith("/egpu-setup-verify.service") for p in changed)
+    if unit_gone and remove_verify_marker(host):
+        log.warning("removed the verify-after-reboot marker with its unit")
+
+
+def _remove_packages(
+    host: Host, manifest: Manifest, pkgs: Sequence[str], venvs: Sequence[str]
+) -> None:
+    from egpu_setup.execute.apt import APT_ENV
+    from egpu_setup.execute.console import show_line
+    from egpu_setup.execute.executor import SIMULATE_ENV
+    from egpu_setup.execute.undo import remove_tree
+
+    if pkgs:
+        argv = ["apt-get", "-y", "-o", "DPkg::Lock::Timeout=600", "remove", *pkgs]
+        if os.environ.get(SIMULATE_ENV) == "1":
+            argv.insert(1, "-s")
+        host.run_checked(argv, env=APT_ENV, on_line=show_line)
+        if "-s" not in argv:
+            manifest.packages = []
+    for v in venvs:
+        remove_tree(host, v)
+    manifest.venvs = []
+    manifest.save()
+
+
+# -- in words --------------------------------------------------------------------------------------
+
+
+def rollback_text(outcome: RollbackOutcome) -> str:
+    """One line per path, the packages and venvs, the follow-up commands."""
+    plan = outcome.plan
+    if plan.empty:
+        return "Nothing to roll back: egpu-setup has no record of changes here."
+    verb = "" if outcome.applied else "would be "
+    lines = []
+    for u in outcome.files:
+        what = {"kept-edited": "kept (edited since egpu-setup wrote it)"}.get(
+            u.action, verb + u.action
+        )
+        lines.append(f"{u.path}: {what}")
+    state = (
+        "removed" if outcome.applied and plan.options.packages else "kept (remove with --packages)"
+    )
+    if plan.packages:
+        lines.append(f"apt packages installed by egpu-setup, {state}: {' '.join(plan.packages)}")
+    if plan.venvs:
+        lines.append(f"venvs created by egpu-setup, {state}: {' '.join(plan.venvs)}")
+    for f in outcome.followups:
+        line = f"{' '.join(f.argv) or 'by hand'}: {f.status.replace('-', ' ')}"
+        lines.append(f"{line} ({f.reason})" + (f": {f.detail}" if f.detail else ""))
+    return "\n".join(lines)
