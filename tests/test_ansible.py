@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.source import copy_buildable_source
+
 REPO = Path(__file__).resolve().parent.parent
 ANSIBLE = REPO / "ansible"
 PLAYBOOK = ANSIBLE / "site.yml"
@@ -129,12 +131,7 @@ def _task_results(out: dict, name: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This repo as a wheel, built from a copy so the shared tree gets no build/ folder."""
-    src = tmp_path_factory.mktemp("src")
-    for name in ("egpu_setup", "templates", "profiles"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", src / "pyproject.toml")
-    readme = REPO / "README.md"
-    (src / "README.md").write_text(readme.read_text() if readme.is_file() else "egpu-setup\n")
+    src = copy_buildable_source(tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",

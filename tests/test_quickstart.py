@@ -90,7 +90,10 @@ def test_readme_first_command_installs_a_root_owned_tool_and_plans(
     page = os.readlink(root / "usr/local/share/man/man1/egpu-setup.1")
     assert page == "/opt/egpu-setup/tool/share/man/man1/egpu-setup.1"
     assert (root / page.lstrip("/")).read_text().startswith(".TH EGPU-SETUP 1")
-    assert "_egpu_setup_completion" in (root / "usr/local/share/bash-completion/completions/egpu-setup").read_text()
+    assert (
+        "_egpu_setup_completion"
+        in (root / "usr/local/share/bash-completion/completions/egpu-setup").read_text()
+    )
     # The tool was copied into the venv: editing the checkout changes nothing root runs.
     assert (
         "/src/"

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.source import copy_buildable_source
+
 REPO = Path(__file__).resolve().parent.parent
 VAGRANT_DIR = REPO / "vagrant"
 VAGRANTFILE = VAGRANT_DIR / "Vagrantfile"
@@ -139,12 +141,7 @@ def test_provision_script_shellcheck(tmp_path: Path) -> None:
 def test_provision_script_runs_here(tmp_path: Path) -> None:
     """The guest script on this Debian machine: a real venv with this checkout in it, then
     `install --dry-run` (the default), which must change nothing."""
-    src = tmp_path / "src"
-    for name in ("egpu_setup", "templates", "profiles"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", src)
-    readme = REPO / "README.md"
-    (src / "README.md").write_text(readme.read_text() if readme.is_file() else "egpu-setup\n")
+    src = copy_buildable_source(tmp_path / "src")
     script = tmp_path / "provision.sh"
     script.write_text(_provision_script())
     tool = tmp_path / "tool"
