@@ -24,7 +24,9 @@ VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
 # SMBIOS chassis types that are portable (DMTF DSP0134 §7.4.1): Portable, Laptop, Notebook,
 # Sub Notebook, Convertible, Detachable.
 LAPTOP_CHASSIS = {"8", "9", "10", "14", "31", "32"}
-_MOBILE_NAME = re.compile(r"\b(Laptop|Mobile|Max-Q)\b", re.IGNORECASE)
+# NVIDIA's laptop markers ("Laptop GPU", "Mobile", "Max-Q") and laptop-only numbering ("940MX",
+# "MX150", "GT 750M"), as in egpu_setup/compat/gpus.py.
+_MOBILE_NAME = re.compile(r"\b(?:Laptop|Mobile|Max-Q|\d{3,4}MX?|MX\d{3})\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
