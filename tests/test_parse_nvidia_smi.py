@@ -140,6 +140,8 @@ def test_query_550_rtx4090_on_thunderbolt() -> None:
                 link_width_max=16,
                 persistence_mode=True,
                 throttle_reasons=("Idle",),
+                pci_bus="0x2F",
+                pci_device_id="0x268410DE",
             ),
         ),
     )

@@ -30,6 +30,7 @@ __all__ = [
     "arch_from_codename",
     "arch_from_device_id",
     "arch_from_text",
+    "canonical_name",
     "gpu_by_id",
     "gpu_by_name",
     "is_mobile_name",
@@ -114,6 +115,12 @@ def _canonical(text: str) -> str:
     if "laptop" in words:  # position-independent: "Max-Q / Mobile" vs "Mobile / Max-Q"
         words = [w for w in words if w != "laptop"] + ["laptop"]
     return " ".join(words)
+
+
+def canonical_name(text: str) -> str:
+    """The comparable form of a GPU name: "NVIDIA GeForce RTX 3060 Laptop GPU" and pci.ids'
+    "GeForce RTX 3060 Mobile / Max-Q" are both "rtx 3060 laptop"."""
+    return _canonical(text) if isinstance(text, str) else ""
 
 
 # Words that may follow a model name without naming another model ("RTX 3080 Lite Hash Rate",
