@@ -11,10 +11,11 @@ Inputs (all in scripts/gpu_table/):
     python scripts/gen_gpu_table.py           # rewrite egpu_setup/data/gpus.yaml
     python scripts/gen_gpu_table.py --check   # exit 1 when the committed table is stale
 
-Every GPU row (Fermi and newer, the GPU function only: no HDMI audio, USB-C, NVSwitch or bridge
-ids) becomes one row per device id; a Maxwell-or-newer row whose codename no rule maps fails the
-run unless architectures.yaml lists the codename as unresolved. Id ranges for ids newer than the
-snapshot are derived from the rows: consecutive ids of one architecture and compute capability.
+Every GPU row (the Tesla architecture's G80 and newer; the GPU function only: no HDMI audio,
+USB-C, NVSwitch or bridge ids) becomes one row per device id; a Maxwell-or-newer row whose
+codename no rule maps fails the run unless architectures.yaml lists the codename as unresolved.
+Id ranges for ids newer than the snapshot are derived from the rows: consecutive ids of one
+architecture and compute capability.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from egpu_setup.compat.gpus import _canonical as canonical  # noqa: E402  (the l
 INPUTS = ROOT / "scripts" / "gpu_table"
 OUTPUT = ROOT / "egpu_setup" / "data" / "gpus.yaml"
 
-# Chip families with a CUDA compute capability the table covers: Fermi (GF) and newer. Older ids
-# (NV, G8x/G9x, GT2xx) predate every CUDA toolkit torch 2.x supports.
-GPU_FAMILY = re.compile(r"^(?:GF|GK|GM|GP|GV|TU|GA|AD|GH|GB|GN|GR)\d")
+# Chip families with a CUDA compute capability: Tesla (G8x, G9x, GT2xx) and newer. The NV-era
+# chips before them have none; torch 2.x itself runs on Maxwell (5.0) and newer.
+GPU_FAMILY = re.compile(r"^(?:G[89]\d|GT2\d\d|(?:GF|GK|GM|GP|GV|TU|GA|AD|GH|GB|GN|GR)\d)")
 MAXWELL_AND_NEWER = re.compile(r"^(?:GM|GP|GV|TU|GA|AD|GH|GB|GN|GR)\d")
 _DEVICE = re.compile(r"^\t([0-9a-f]{4})  (.+?)\s*$")
 # "Laptop GPU", "Mobile", "Max-Q", and the laptop-only numbering: "940MX", "MX150", "GT 750M".

@@ -26,7 +26,16 @@ import yaml
 
 REAL = Path(__file__).parent / "data" / "real"
 # cuda/ holds values of real GPUs for another part of the suite (its own README and values.yaml).
-KINDS = ("lspci-names", "gpu-ids", "nvidia-smi", "boltctl", "kernel-log", "connection", "glibc")
+KINDS = (
+    "lspci-names",
+    "lspci-wrapped",
+    "gpu-ids",
+    "nvidia-smi",
+    "boltctl",
+    "kernel-log",
+    "connection",
+    "glibc",
+)
 
 # How a user hands each sample to egpu-setup when it is not `lspci` output (the default): the
 # bundle file it becomes. Samples whose GPUs carry no PCI address (a Windows device list, an
@@ -309,6 +318,7 @@ def check_glibc(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
 
 CHECKS: dict[str, Callable[[str, str, dict, Path], list[Fact]]] = {
     "lspci-names": check_gpus,
+    "lspci-wrapped": check_gpus,
     "gpu-ids": check_gpus,
     "nvidia-smi": check_nvidia_smi,
     "boltctl": check_boltctl,

@@ -44,7 +44,9 @@ _HEX4 = re.compile(r"^[0-9a-f]{4}$")
 # numbering: "GeForce 940MX", "GeForce MX150", "GeForce GT 750M", "GeForce GTX 960M".
 _MOBILE_RE = re.compile(r"\b(?:laptop|mobile|max[\s-]?q|\d{3,4}MX?|MX\d{3})\b", re.I)
 _CODENAME_RE = re.compile(
-    r"\b(?P<code>(?:G[FKMPVAHBNR]\d{2,3}[A-Z]*|TU\d{3}[A-Z]*|AD\d{3}[A-Z]*)(?:-[A-Z0-9]+)?)", re.I
+    r"\b(?P<code>(?:G[FKMPVAHBNR]\d{2,3}[A-Z]*|GT2\d\d[A-Z]*|G[89]\d[A-Z]*|TU\d{3}[A-Z]*|AD\d{3}[A-Z]*)"
+    r"(?:-[A-Z0-9]+)?)",
+    re.I,
 )
 # A codename as pci.ids and inxi print it before the bracketed product name: "AD102", "GA104GLM",
 # "GA107BM / GN20-P0-R-K2", AMD's "Navi 31", Intel's "CometLake-H GT2" (anything before the
@@ -374,7 +376,7 @@ def split_name(text: str | None) -> tuple[str | None, str | None]:
     m = _BRACKETED_RE.match(text)
     if m:
         return m.group("code").strip() or None, m.group("name").strip()
-    if re.fullmatch(r"(?:G[FKMPVAHBNR]|TU|AD)\d{2,3}[A-Z]*", text):
+    if re.fullmatch(r"(?:G[FKMPVAHBNR]\d{2,3}|GT2\d\d|G[89]\d|TU\d{3}|AD\d{3})[A-Z]*", text):
         return text, None
     return None, text
 

@@ -417,7 +417,8 @@ def parse_lspci(text: str) -> tuple[LspciEntry, ...]:
             entries.append(current.build())
         current = None
 
-    for line in _unwrap([_clean(raw) for raw in text.splitlines()]):
+    lines = _unwrap([_clean(raw) for raw in text.splitlines()])
+    for i, line in enumerate(lines):
         stripped = line.strip()
         if not stripped or stripped == "--":
             flush()
@@ -449,11 +450,25 @@ def parse_lspci(text: str) -> tuple[LspciEntry, ...]:
             continue
         if _apply_detail(current, stripped):
             continue
-        if line[:1] not in (" ", "\t"):
+        if line[:1] not in (" ", "\t") and not _wrapped_detail(lines, i):
             # An unindented line we do not know (a prompt, a comment): the entry is over.
             flush()
     flush()
     return tuple(entries)
+
+
+_INDENTED_DETAIL_RE = re.compile(
+    r"^[ \t]+(?:Subsystem|Kernel driver in use|Kernel modules|Capabilities|Flags|Control|Status|"
+    r"Region \d+|Memory at|I/O ports at|Expansion ROM|LnkSta|LnkCap|Physical Slot|Latency|"
+    r"Interrupt|NUMA node|IOMMU group|Bus):"
+)
+
+
+def _wrapped_detail(lines: list[str], i: int) -> bool:
+    """An unindented line between two indented details is the tail of the first one, wrapped
+    onto column 0 by an email client ("... ID=0001 Rev=1" / "Len=024 <?>")."""
+    following = next((x for x in lines[i + 1 :] if x.strip()), "")
+    return bool(_INDENTED_DETAIL_RE.match(following)) and not _HEADER_RE.match(lines[i].strip())
 
 
 # -- GPUs named in text that is not lspci ---------------------------------------------------------
