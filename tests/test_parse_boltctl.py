@@ -221,3 +221,29 @@ def test_truncated_device_keeps_what_is_there() -> None:
         " ● Razer Core X\n   ├─ type:          peripheral\n   ├─ status:    auth"
     )
     assert (dev.type, dev.status, dev.authorized, dev.uuid) == ("peripheral", "auth", False, None)
+
+
+def test_hollow_bullet_elision_and_a_disconnected_device() -> None:
+    text = (
+        "○ Lenovo ThinkPad Thunderbolt 3 Dock\n"
+        "   ├─ name:          ThinkPad Thunderbolt 3 Dock\n"
+        "   ├─ vendor:        Lenovo\n"
+        "[...]\n"
+        "   ├─ generation:    Thunderbolt 3\n"
+        "   ├─ status:        disconnected\n"
+        "   └─ stored:        Wed 08 Sep 2021 07:09:28 AM UTC\n"
+        "`● ASMedia 246x`\n"
+        "`   ├─ name:          246x`\n"
+        "`   ├─ vendor:        ASMedia`\n"
+        "`   ├─ generation:    USB4`\n"
+        "`   └─ status:        authorized`\n"
+    )
+    dock, asm = parse_boltctl_list(text)
+    assert (dock.label, dock.name, dock.generation, dock.generation_name) == (
+        "Lenovo ThinkPad Thunderbolt 3 Dock",
+        "ThinkPad Thunderbolt 3 Dock",
+        3,
+        "Thunderbolt 3",
+    )
+    assert dock.status == "disconnected" and dock.authorized is None and dock.stored
+    assert (asm.name, asm.vendor, asm.generation, asm.authorized) == ("246x", "ASMedia", 4, True)

@@ -419,3 +419,27 @@ if __name__ == "__main__":
     right = sum(r[3] for r in rows)
     total = sum(r[4] for r in rows)
     print(f"{'all':<12} {n:>7} {ok:>5} {right:>10}/{total:<7} {100 * right / total:.0f}%")
+
+
+@pytest.mark.parametrize("kind", ["lspci-names", "lspci-wrapped", "gpu-ids"])
+def test_no_known_nvidia_gpu_is_left_without_its_architecture(kind: str) -> None:
+    """Whatever a paste shows of an NVIDIA GPU (its id, an old pci.ids' "Device 2684", its chip
+    codename, its model name), if our table knows it, detect's answer carries the architecture
+    and compute capability: beyond the oracle, which omits them where the paste prints only an id."""
+    from egpu_setup.compat import gpus
+    from egpu_setup.detect import gpus_in_text
+
+    nvidia = 0
+    for path in samples(kind):
+        for g in gpus_in_text(paste(path)):
+            if g.vendor != "nvidia":
+                continue
+            nvidia += 1
+            known = (
+                (g.device_id and gpus.arch_from_device_id(g.device_id))
+                or gpus.arch_from_codename(g.codename)
+                or (g.name and gpus.arch_from_text(g.name))
+            )
+            assert known, (path.name, g)  # every NVIDIA GPU these pastes show is in the table
+            assert (g.architecture, g.compute_capability) == known, (path.name, g)
+    assert nvidia, kind

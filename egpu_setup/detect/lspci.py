@@ -468,7 +468,13 @@ def _wrapped_detail(lines: list[str], i: int) -> bool:
     """An unindented line between two indented details is the tail of the first one, wrapped
     onto column 0 by an email client ("... ID=0001 Rev=1" / "Len=024 <?>")."""
     following = next((x for x in lines[i + 1 :] if x.strip()), "")
-    return bool(_INDENTED_DETAIL_RE.match(following)) and not _HEADER_RE.match(lines[i].strip())
+    line = lines[i].strip()
+    prompt = _PROMPT_RE.match(line) is not None
+    return bool(_INDENTED_DETAIL_RE.match(following)) and not prompt and not _HEADER_RE.match(line)
+
+
+# A shell prompt or command a poster left in: "$ lspci -k", "# dmesg", "user@host:~$ ...".
+_PROMPT_RE = re.compile(r"^(?:[$#%]\s|\S+@\S+?[:~]\S*\s*[$#%]\s?)")
 
 
 # -- GPUs named in text that is not lspci ---------------------------------------------------------
