@@ -162,7 +162,12 @@ def build(section: str, arch: dict[str, Any], overlay: dict[str, Any]) -> dict[s
             row.src.append(f"overlay-{source}")
     if problems:
         raise ValueError("\n".join(problems))
-    ordered = [rows[k] for k in sorted(rows, key=lambda k: int(k, 16))]
+    codename_only = set(arch.get("codename_only") or ())
+    ordered = [
+        rows[k]
+        for k in sorted(rows, key=lambda k: int(k, 16))
+        if rows[k].architecture not in codename_only
+    ]
     return {
         "models": [r for r in ordered if r.architecture],
         "ranges": _ranges(ordered),

@@ -151,11 +151,12 @@ def test_a_laptop_name_is_never_the_desktop_card() -> None:
 
 
 def test_a_name_shared_by_two_architectures_names_neither() -> None:
-    # pci.ids has "GeForce GT 730" for a Fermi GF108 (2.1) and a Kepler GK208 (3.5) board: only the
-    # id (or the codename printed with the name) can tell them apart.
-    assert {gpu_by_id(i).compute_capability for i in ("0f02", "1287")} == {"2.1", "3.5"}  # type: ignore[union-attr]
-    assert gpu_by_name("GeForce GT 730") is None
+    # pci.ids has "GeForce GT 730" for a GK107 (3.0) and a GK208B (3.5) board, "GeForce GT 1030"
+    # for a GK107 and a GP108: only the id (or the codename printed with the name) tells them apart.
+    assert {gpu_by_id(i).compute_capability for i in ("0fc9", "1287")} == {"3.0", "3.5"}  # type: ignore[union-attr]
+    assert gpu_by_name("GeForce GT 730") is None and gpu_by_name("GeForce GT 1030") is None
     assert arch_from_text("GK208B [GeForce GT 730]") == ("Kepler", "3.5")
+    assert arch_from_text("GP108 [GeForce GT 1030]") == ("Pascal", "6.1")
 
 
 @pytest.mark.parametrize(
@@ -245,7 +246,8 @@ def test_arch_from_text_unknown(text: str) -> None:
         pytest.param("1287", ("Kepler", "3.5"), id="row-kepler-gk208b"),
         pytest.param("1001", ("Kepler", "3.5"), id="row-kepler-gk110b"),
         pytest.param("0fc6", ("Kepler", "3.0"), id="row-kepler-gk107"),
-        pytest.param("0400", ("Tesla", "1.1"), id="tesla-architecture-g84"),
+        pytest.param("0400", None, id="tesla-architecture-by-codename-only"),
+        pytest.param("0dfc", None, id="fermi-by-codename-only"),
         pytest.param("0100", None, id="nv10-no-cuda"),
         pytest.param("3201", None, id="gb112-compute-capability-unknown"),
         pytest.param("1002:73bf", None, id="range-not-nvidia"),
@@ -407,6 +409,13 @@ def test_every_maxwell_and_newer_gpu_id_in_pciids_resolves() -> None:
     # Every reason-less gap would fail above; the unresolved ones are few and listed with reasons.
     assert checked > 600 and unresolved < 20, (checked, unresolved)
     assert all(u.get("reason") for u in arch["unresolved"])
+
+
+def test_tesla_and_fermi_are_known_by_codename_not_listed() -> None:
+    # No driver branch egpu-setup plans drives them (drivers.yaml starts at Kepler).
+    assert arch_from_text("GF108GLM [NVS 5200M]") == ("Fermi", "2.1")
+    assert arch_from_text("GT218M [NVS 3100M]") == ("Tesla", "1.2")
+    assert {m.architecture for m in all_gpus()}.isdisjoint({"Fermi", "Tesla"})
 
 
 def test_the_pciids_section_keeps_its_licence_and_source() -> None:
