@@ -469,7 +469,7 @@ def egpu_elsewhere(ctx: Scenarios, d: Path) -> Run:
     )
     target = {"pci_address": "0000:0a:00.0", "connection": "thunderbolt", "external": True}
     skip = ("allocation", "bandwidth", "matmul", "amp", "ddp")
-    return ctx.child(d, sc, VerifyOptions(device="cuda", skip=skip), overrides={"target": target})
+    return ctx.child(d, sc, VerifyOptions(device="cuda:0", skip=skip), overrides={"target": target})
 
 
 def no_bus_ids(ctx: Scenarios, d: Path) -> Run:
@@ -880,6 +880,9 @@ def test_pure_judges() -> None:
     assert child.compare_cuda(None, "12.4")[0] == "fail"
     assert child.arch_covers(["sm_90a"], (9, 0))[0] == "pass"
     assert child.arch_covers(["sm_50"], (8, 9))[0] == "fail"
+    assert child.arch_covers(["sm_90a", "compute_90"], (8, 9))[0] == "fail"  # neither runs 8.9
+    child.Out(None, stream=out_text).step("import")  # no progress file: the record only
+    assert json.loads(out_text.getvalue().splitlines()[-1]) == {"kind": "step", "step": "import"}
     assert child.judge_ratio(10.0, 82.6, 0.25, 0.5) == "fail"
     assert child.judge_ratio(40.0, 82.6, 0.25, 0.5) == "warn"
     assert child.read_link(None) == {}
