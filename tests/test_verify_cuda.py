@@ -158,20 +158,30 @@ def recorded(host: str):
     return h, detect_host(h, run_smi=True)
 
 
-def tb4_rtx4090(ctx: Scenarios, d: Path) -> Run:
-    """An RTX 4090 (deviceQuery, torch.matmul TFLOPS at 8192) in the recorded TB4 laptop."""
-    host, facts = recorded("tb4-rtx4090-ubuntu2404")
+def in_enclosure(host_name: str, card: str, driver_cuda: int, branch: int, samples: list):
+    """A recorded card in the eGPU slot of a recorded laptop: (host, facts, scenario). No CUDA
+    bandwidthTest over Thunderbolt/USB4 exists, so data moves at the tunnel's link rate."""
+    host, facts = recorded(host_name)
     egpu = facts.egpu
-    rate = rec.link_rate("thunderbolt", 4, egpu.link.speed_gts, egpu.link.width)
+    tb_gen = min((d.generation for d in facts.thunderbolt.devices if d.generation), default=None)
+    rate = rec.link_rate(egpu.connection, tb_gen, egpu.link.speed_gts, egpu.link.width)
     sc = rec.Scenario(
-        title="RTX 4090 over Thunderbolt 4",
-        gpus=[rec.gpu("rtx4090", address=egpu.pci_address)],
-        driver_cuda=12040,
+        title=f"{card} in {host_name}",
+        gpus=[rec.gpu(card, address=egpu.pci_address)],
+        driver_cuda=driver_cuda,
         h2d_gbps=rate,
         d2h_gbps=rate,
-        modelled_bandwidth="no CUDA bandwidthTest over Thunderbolt exists: the link's rate",
-        tflops=rec.tflops("rtx4090"),
-        smi={"buses": [egpu.pci_address], "driver_branch": 550, "samples": [rec.sample("rtx4090")]},
+        modelled_bandwidth=f"no CUDA bandwidthTest over {egpu.connection}: the link's rate",
+        tflops=rec.tflops(card),
+        smi={"buses": [egpu.pci_address], "driver_branch": branch, "samples": samples},
+    )
+    return host, facts, sc
+
+
+def tb4_rtx4090(ctx: Scenarios, d: Path) -> Run:
+    """An RTX 4090 (deviceQuery, torch.matmul TFLOPS at 8192) in the recorded TB4 laptop."""
+    host, facts, sc = in_enclosure(
+        "tb4-rtx4090-ubuntu2404", "rtx4090", 12040, 550, [rec.sample("rtx4090")]
     )
     options = VerifyOptions(venv=str(ctx.venv), profile="rtx4090", burn_in_minutes=0.05)
     return ctx.verify(d, sc, options, host=host, facts=facts)
@@ -200,19 +210,7 @@ def server_rtx5090(ctx: Scenarios, d: Path) -> Run:
 def usb4_rtx5090(ctx: Scenarios, d: Path) -> Run:
     """The same card in the recorded USB4 dock, against the server run as its reference."""
     ref_run = ctx.get("server-rtx5090")
-    host, facts = recorded("usb4-rtx5090-fedora")
-    egpu = facts.egpu
-    rate = rec.link_rate("usb4", None, egpu.link.speed_gts, egpu.link.width)
-    sc = rec.Scenario(
-        title="RTX 5090 over USB4",
-        gpus=[rec.gpu("rtx5090", address=egpu.pci_address)],
-        driver_cuda=12080,
-        h2d_gbps=rate,
-        d2h_gbps=rate,
-        modelled_bandwidth="no CUDA bandwidthTest over USB4 exists: the link's rate",
-        tflops=rec.tflops("rtx5090"),
-        smi={"buses": [egpu.pci_address], "driver_branch": 570, "samples": []},
-    )
+    host, facts, sc = in_enclosure("usb4-rtx5090-fedora", "rtx5090", 12080, 570, [])
     reference = ThroughputReference(
         name="NVIDIA GeForce RTX 5090",
         pci_ids=("2b85",),
@@ -332,122 +330,68 @@ def unavailable(ctx: Scenarios, d: Path) -> Run:
     return ctx.child(d, sc, VerifyOptions())
 
 
+def failing(
+    ctx: Scenarios, d: Path, title: str, faults: dict, options: VerifyOptions, **overrides: Any
+) -> Run:
+    """The recorded RTX 3090 (two of them for DDP) with scripted faults; its link moves a round
+    10 GB/s, a rate none of these runs judges."""
+    gpus = [rec.gpu("rtx3090")]
+    if faults.get("ddp"):
+        gpus.append(rec.gpu("rtx3090", address="0000:42:00.0"))
+    sc = rec.Scenario(title=title, gpus=gpus, h2d_gbps=10.0, d2h_gbps=10.0, faults=faults)
+    return ctx.child(d, sc, options, overrides={"budgets": SHORT, **overrides})
+
+
+TRAINING_ONLY = ("bandwidth", "matmul")
+DDP_ONLY = ("allocation", "bandwidth", "matmul", "amp")
+
+
 def faults(ctx: Scenarios, d: Path) -> Run:
     """An allocation, a device-to-host copy and every matmul fail with real CUDA errors."""
-    sc = rec.Scenario(
-        title="RTX 3090, failing",
-        gpus=[rec.gpu("rtx3090")],
-        h2d_gbps=10.0,
-        d2h_gbps=10.0,
-        faults={
-            "alloc": {"error": ERR["out_of_memory_4090"]},
-            "copy_d2h": {"error": ERR["unspecified_launch_failure"]},
-            "matmul": {"error": ERR["unspecified_launch_failure"]},
-        },
-    )
-    return ctx.child(
-        d,
-        sc,
-        VerifyOptions(quick=True, skip=("amp",)),
-        overrides={"budgets": SHORT, "driver_cuda": None},
-    )
+    launch = {"error": ERR["unspecified_launch_failure"]}
+    spec = {"alloc": {"error": ERR["out_of_memory_4090"]}, "copy_d2h": launch, "matmul": launch}
+    options = VerifyOptions(quick=True, skip=("amp",))
+    return failing(ctx, d, "failing RTX 3090", spec, options, driver_cuda=None)
 
 
 def garbage(ctx: Scenarios, d: Path) -> Run:
     """A GPU computing garbage (the loss cannot fall), then slowing down in the burn-in."""
-    sc = rec.Scenario(
-        title="RTX 3090 computing garbage",
-        gpus=[rec.gpu("rtx3090")],
-        h2d_gbps=10.0,
-        d2h_gbps=10.0,
-        faults={
-            "conv2d": {"runs": [1], "result": "garbage"},
-            "linear": {"runs": [2], "sleep_per_call_s": 0.002},
-        },
-    )
-    return ctx.child(
-        d,
-        sc,
-        VerifyOptions(quick=True, burn_in_minutes=0.05, skip=("bandwidth", "matmul")),
-        overrides={"budgets": SHORT, "expect": {"amp_steps": 40}},
-    )
+    spec = {
+        "conv2d": {"runs": [1], "result": "garbage"},
+        "linear": {"runs": [2], "sleep_per_call_s": 0.005},
+    }
+    options = VerifyOptions(quick=True, burn_in_minutes=0.05, skip=TRAINING_ONLY)
+    return failing(ctx, d, "garbage", spec, options, expect={"amp_steps": 40})
 
 
 def nan(ctx: Scenarios, d: Path) -> Run:
     """NaN from the second convolution on, in the smoke and in the burn-in."""
-    sc = rec.Scenario(
-        title="RTX 3090 returning NaN",
-        gpus=[rec.gpu("rtx3090")],
-        h2d_gbps=10.0,
-        d2h_gbps=10.0,
-        faults={"conv2d": {"after": 1, "result": "nan"}},
-    )
-    return ctx.child(
-        d,
-        sc,
-        VerifyOptions(quick=True, burn_in_minutes=0.02, skip=("bandwidth", "matmul")),
-        overrides={"budgets": SHORT},
-    )
+    spec = {"conv2d": {"after": 1, "result": "nan"}}
+    options = VerifyOptions(quick=True, burn_in_minutes=0.02, skip=TRAINING_ONLY)
+    return failing(ctx, d, "NaN", spec, options)
 
 
 def no_autocast(ctx: Scenarios, d: Path) -> Run:
     """autocast has no effect (the logits stay float32): the smoke and the burn-in raise."""
-    sc = rec.Scenario(
-        title="autocast broken",
-        gpus=[rec.gpu("rtx3090")],
-        h2d_gbps=10.0,
-        d2h_gbps=10.0,
-        faults={"autocast": "ignored"},
-    )
-    return ctx.child(
-        d,
-        sc,
-        VerifyOptions(quick=True, burn_in_minutes=0.02, skip=("bandwidth", "matmul")),
-        overrides={"budgets": SHORT},
-    )
+    options = VerifyOptions(quick=True, burn_in_minutes=0.02, skip=TRAINING_ONLY)
+    return failing(ctx, d, "autocast broken", {"autocast": "ignored"}, options)
 
 
 def late_errors(ctx: Scenarios, d: Path) -> Run:
     """The smoke passes; the AMP/FP32 timing run and the throughput runs hit a launch failure."""
-    sc = rec.Scenario(
-        title="RTX 3090 failing after the smoke",
-        gpus=[rec.gpu("rtx3090")],
-        h2d_gbps=10.0,
-        d2h_gbps=10.0,
-        faults={"conv2d": {"runs": [2, 3], "error": ERR["unspecified_launch_failure"]}},
-    )
-    return ctx.child(
-        d,
-        sc,
-        VerifyOptions(quick=True, skip=("bandwidth", "matmul")),
-        overrides={"budgets": SHORT},
-    )
+    spec = {"conv2d": {"runs": [2, 3], "error": ERR["unspecified_launch_failure"]}}
+    return failing(ctx, d, "late errors", spec, VerifyOptions(quick=True, skip=TRAINING_ONLY))
 
 
 def ddp_error(ctx: Scenarios, d: Path) -> Run:
-    sc = rec.Scenario(
-        title="two RTX 3090, rank 1 fails",
-        gpus=[rec.gpu("rtx3090"), rec.gpu("rtx3090", address="0000:42:00.0")],
-        h2d_gbps=10.0,
-        d2h_gbps=10.0,
-        faults={"ddp": {"rank": 1, "error": ERR["unspecified_launch_failure"]}},
-    )
-    skip = ("allocation", "bandwidth", "matmul", "amp")
-    return ctx.child(d, sc, VerifyOptions(quick=True, skip=skip), overrides={"budgets": SHORT})
+    spec = {"ddp": {"rank": 1, "error": ERR["unspecified_launch_failure"]}}
+    return failing(ctx, d, "rank 1 fails", spec, VerifyOptions(quick=True, skip=DDP_ONLY))
 
 
 def ddp_hang(ctx: Scenarios, d: Path) -> Run:
-    sc = rec.Scenario(
-        title="two RTX 3090, both ranks hang",
-        gpus=[rec.gpu("rtx3090"), rec.gpu("rtx3090", address="0000:42:00.0")],
-        h2d_gbps=10.0,
-        d2h_gbps=10.0,
-        faults={"ddp": {"rank": "all", "hang": True}},  # every rank: no collective times out
-    )
-    skip = ("allocation", "bandwidth", "matmul", "amp")
-    return ctx.child(
-        d, sc, VerifyOptions(quick=True, skip=skip), overrides={"budgets": {**SHORT, "ddp": 20}}
-    )
+    spec = {"ddp": {"rank": "all", "hang": True}}  # every rank: no collective times out
+    options = VerifyOptions(quick=True, skip=DDP_ONLY)
+    return failing(ctx, d, "both ranks hang", spec, options, budgets={**SHORT, "ddp": 20})
 
 
 def no_such_index(ctx: Scenarios, d: Path) -> Run:
@@ -889,10 +833,26 @@ def test_pure_judges() -> None:
     assert child.cpu_native_bf16(object()) in (True, False, None)  # no probes: /proc/cpuinfo
 
 
-def test_from_report_replays_a_report(tmp_path: Path) -> None:
-    """A verify report of a real GPU (issue 18 commits one) becomes a stand-in scenario; every
-    committed one replays here."""
-    reports = sorted((REPO / "docs" / "reports").glob("verify-*.json"))
+REPORTS = sorted((REPO / "docs" / "reports").glob("verify-*.json"))
+
+
+@pytest.mark.skipif(not REPORTS, reason="no verify report of a real GPU is committed yet")
+@pytest.mark.parametrize("path", REPORTS, ids=[p.name for p in REPORTS])
+def test_a_committed_report_replays(runs: Scenarios, path: Path) -> None:
+    """Each report of a real GPU under docs/reports/ runs again through the child, on the
+    stand-in: the child's arithmetic gives back the GB/s and TFLOPS that GPU measured."""
+    report = json.loads(path.read_text())
+    sc = rec.from_report(report, path.name)
+    options = VerifyOptions(quick=report["options"]["quick"], skip=("amp", "ddp"))
+    checks = runs.child(runs.root / path.stem, sc, options, overrides={"budgets": SHORT}).checks
+    measured = {c["id"]: c for c in report["checks"]}
+    for cid in ("h2d-bandwidth", "d2h-bandwidth", "matmul-fp32", "matmul-fp16", "matmul-bf16"):
+        if measured.get(cid, {}).get("status") not in (None, "skip", "fail"):
+            assert checks[cid]["value"] == pytest.approx(measured[cid]["value"], rel=1e-2), cid
+
+
+def test_from_report_makes_a_scenario() -> None:
+    """A verify report of a real GPU (issue 18 commits one) becomes a stand-in scenario."""
     report = {
         "device": {
             "name": "NVIDIA H200",
@@ -911,9 +871,6 @@ def test_from_report_replays_a_report(tmp_path: Path) -> None:
             {"id": "gpu-temperature", "status": "pass", "value": 40.0},
         ],
     }
-    for path in reports:  # the real ones, once they exist
-        sc = rec.from_report(json.loads(path.read_text()), path.name)
-        assert sc.gpus[0]["total_memory"] > 0 and sc.h2d_gbps
     sc = rec.from_report(report, "shape")
     assert sc.gpus[0]["pci"] == {"domain": 0, "bus": 0x18, "device": 0}
     assert (sc.driver_cuda, sc.tflops) == (12080, {"4096": {"fp32": 51.0}})

@@ -114,6 +114,7 @@ class Replay:
         self.autocast = None  # the dtype of an active autocast("cuda") region
         self.faults = scenario.get("faults") or {}
         self.calls: dict[str, int] = {}
+        self.fired: dict[str, int] = {}  # calls a fault has hit so far
         self.runs = 0  # training runs started: each draws its data with a seeded generator
         self.mode = _mode_class(torch)(self)
 
@@ -189,9 +190,10 @@ class Replay:
         if not spec:
             return None
         n = self.calls[op] = self.calls.get(op, 0) + 1
-        if "runs" in spec and self.runs not in spec["runs"]:
+        if ("runs" in spec and self.runs not in spec["runs"]) or n <= int(spec.get("after", 0)):
             return None
-        return spec if n > int(spec.get("after", 0)) else None
+        self.fired[op] = self.fired.get(op, 0) + 1
+        return spec
 
 
 def _mode_class(torch):
@@ -448,8 +450,8 @@ def _lower_precision(st: Replay, func, args, kwargs):
             out = out * float("nan")
         elif fault.get("result") == "garbage":
             out = out * 0 + torch.randn_like(out)
-        if fault.get("sleep_per_call_s"):
-            time.sleep(fault["sleep_per_call_s"] * st.calls[name])
+        if fault.get("sleep_per_call_s"):  # slower with every call: a GPU clocking down
+            time.sleep(fault["sleep_per_call_s"] * st.fired[name])
     index = next(st.kinds[a.untyped_storage()][1] for a in args if st.on_device(a))
     st.tag(out, "device", index)
     return out
