@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Full `egpu-setup verify` on a machine with an NVIDIA GPU and a CUDA build of torch; writes the
-# JSON report (named after the GPU) to $OUT, else docs/reports/, plus the table and the stderr.
+# JSON report (named after the GPU) to $OUT, else docs/reports/, plus the table, the stderr and
+# the machine's nvidia-smi / torch facts.
 #
 #   scripts/gpu_verify.sh [--python PATH] [extra verify options...]
 #
 # Target Python: --python PATH, else $EGPU_SETUP_PYTHON, else /opt/egpu-setup/venv/bin/python,
 # else python3. It needs torch with CUDA (e.g. torch from https://download.pytorch.org/whl/cu128).
-# The full run takes under a minute on a desktop-class GPU; the hard timeout is 300 s.
+# Profile: $EGPU_SETUP_PROFILE, else generic-nvidia, unless the options name one: it fits any
+# card, an eGPU or a datacenter GPU in a server slot (the link and bandwidth checks judge a card
+# in a slot against that slot's own link; the identity check needs the detected GPU, not an
+# external one). The tool runs from this checkout with $EGPU_SETUP_TOOL_PYTHON, else a python3
+# that has its dependencies, else a throwaway venv (that needs a package index).
+# The full run takes about a minute; each step has a time budget, the hard timeout is 300 s.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,14 +32,26 @@ if [[ -z $python ]]; then
     fi
 fi
 
-# The tool itself runs from this checkout with whatever Python has click/pyyaml/jinja2; install
-# them into a throwaway venv when the system one lacks them.
-tool_py=python3
-if ! "$tool_py" -c 'import click, yaml, jinja2, distro, packaging' 2>/dev/null; then
-    tool_venv=$(mktemp -d)/venv
-    python3 -m venv "$tool_venv"
-    "$tool_venv/bin/pip" install -q click pyyaml jinja2 distro packaging requests
-    tool_py=$tool_venv/bin/python
+profile=()
+if [[ " $* " != *" --profile "* && " $* " != *" --profile="* ]]; then
+    profile=(--profile "${EGPU_SETUP_PROFILE:-generic-nvidia}")
+fi
+
+deps='import click, yaml, jinja2, distro, packaging, requests'
+tool_py=${EGPU_SETUP_TOOL_PYTHON:-python3}
+if ! "$tool_py" -c "$deps" 2>/dev/null; then
+    if "$python" -c "$deps" 2>/dev/null; then
+        tool_py=$python  # the target venv has them too
+    else
+        tool_venv=$(mktemp -d)/venv
+        python3 -m venv "$tool_venv"
+        if ! "$tool_venv/bin/pip" install -q click pyyaml jinja2 distro packaging requests; then
+            echo "error: no Python here has egpu-setup's dependencies, and pip cannot fetch them" >&2
+            echo "hint: set EGPU_SETUP_TOOL_PYTHON to a python3 with click, pyyaml, jinja2, distro, packaging, requests" >&2
+            exit 2
+        fi
+        tool_py=$tool_venv/bin/python
+    fi
 fi
 
 state=$(mktemp -d)
@@ -48,11 +66,12 @@ base=$out_dir/verify-$slug-$stamp
 {
     echo "# $(date -u) on $(hostname)"
     nvidia-smi || true
+    nvidia-smi -q -d PCIE,TEMPERATURE,POWER,PERFORMANCE || true
     "$python" -c 'import torch, sys; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' || true
 } >"$base.env.txt" 2>&1
 
 rc=0
-"$tool_py" -m egpu_setup -v verify --python "$python" --timeout 300 "$@" --json \
+"$tool_py" -m egpu_setup -v verify --python "$python" --timeout 300 "${profile[@]}" "$@" --json \
     >"$base.json" 2>"$base.stderr.txt" || rc=$?
 # the human table too, from the saved report (no second GPU run)
 "$tool_py" - "$base.json" >"$base.txt" <<'PY' || true

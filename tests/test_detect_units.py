@@ -259,11 +259,18 @@ def test_tunnel_by_id_and_by_name() -> None:
         **{**bridge.__dict__, "vendor_id": "8086", "device_id": "15ea", "class_id": "060400"}
     )
     assert tunnel_of(titan, None).connection == "thunderbolt"
+    assert tunnel_of(titan, None).generation == "TB3"  # JHL7540 Thunderbolt 3 Bridge
     other = PciFunction(
         **{**bridge.__dict__, "vendor_id": "1b21", "device_id": "9999", "class_id": "060400"}
     )
     assert tunnel_of(other, "ASM4242 USB4 PCIe Downstream Port") == Tunnel(
-        "usb4", "ASM4242 USB4 PCIe Downstream Port"
+        "usb4", "ASM4242 USB4 PCIe Downstream Port", "USB4"
+    )
+    new_intel = PciFunction(
+        **{**bridge.__dict__, "vendor_id": "8086", "device_id": "f000", "class_id": "060400"}
+    )
+    assert tunnel_of(new_intel, "Panther Lake Thunderbolt 5 PCI Express Root Port #0") == Tunnel(
+        "thunderbolt", "Panther Lake Thunderbolt 5 PCI Express Root Port #0", "TB5"
     )
     assert tunnel_of(other, "ASM1182e 2-Port PCIe x1 Gen2 Packet Switch") is None
 

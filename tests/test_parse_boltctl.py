@@ -107,8 +107,8 @@ stored: no
             OLD_08_RAZER_CORE_X,
             (
                 BoltDevice(
-                    name="Razer Core X",
-                    device_name="Core X",
+                    label="Razer Core X",
+                    name="Core X",
                     vendor="Razer",
                     type="peripheral",
                     uuid="00a8a5b4-b4d9-d400-ffff-ffffffffffff",
@@ -126,11 +126,12 @@ stored: no
             NEW_09_AKITIO_USB4,
             (
                 BoltDevice(
-                    name="AKiTiO Node Titan",
-                    device_name="Node Titan",
+                    label="AKiTiO Node Titan",
+                    name="Node Titan",
                     vendor="AKiTiO",
                     type="peripheral",
                     generation=3,
+                    generation_name="Thunderbolt 3",
                     uuid="c5010000-0070-740e-0311-9d1c0a80e921",
                     status="authorized",
                     authorized=True,
@@ -144,11 +145,12 @@ stored: no
                     tx_lanes=2,
                 ),
                 BoltDevice(
-                    name="ASUS ROG XG Mobile",
-                    device_name="ROG XG Mobile",
+                    label="ASUS ROG XG Mobile",
+                    name="ROG XG Mobile",
                     vendor="ASUS",
                     type="peripheral",
                     generation=4,
+                    generation_name="USB4",
                     uuid="9b0a8f00-0000-0000-ffff-ffffffffffff",
                     status="connected",
                     authorized=False,
@@ -170,7 +172,7 @@ def test_layouts(text: str, expected: tuple[BoltDevice, ...]) -> None:
 
 def test_ascii_glyphs_colours_and_host_entry() -> None:
     host, box = parse_boltctl_list(ASCII_COLOUR_LIST_A)
-    assert (host.name, host.type, host.authorized, host.stored, host.generation) == (
+    assert (host.label, host.type, host.authorized, host.stored, host.generation) == (
         "Lenovo ThinkPad X1 Carbon 7th",
         "host",
         True,
@@ -190,8 +192,9 @@ def test_ascii_glyphs_colours_and_host_entry() -> None:
 
 def test_tree_characters_lost_in_paste() -> None:
     (dev,) = parse_boltctl_list(TREE_LOST_IN_PASTE)
-    assert (dev.name, dev.vendor, dev.status, dev.authorized, dev.stored) == (
+    assert (dev.label, dev.name, dev.vendor, dev.status, dev.authorized, dev.stored) == (
         "Razer Core X Chroma",
+        "Core X Chroma",
         "Razer",
         "authorized",
         True,
@@ -218,3 +221,29 @@ def test_truncated_device_keeps_what_is_there() -> None:
         " ● Razer Core X\n   ├─ type:          peripheral\n   ├─ status:    auth"
     )
     assert (dev.type, dev.status, dev.authorized, dev.uuid) == ("peripheral", "auth", False, None)
+
+
+def test_hollow_bullet_elision_and_a_disconnected_device() -> None:
+    text = (
+        "○ Lenovo ThinkPad Thunderbolt 3 Dock\n"
+        "   ├─ name:          ThinkPad Thunderbolt 3 Dock\n"
+        "   ├─ vendor:        Lenovo\n"
+        "[...]\n"
+        "   ├─ generation:    Thunderbolt 3\n"
+        "   ├─ status:        disconnected\n"
+        "   └─ stored:        Wed 08 Sep 2021 07:09:28 AM UTC\n"
+        "`● ASMedia 246x`\n"
+        "`   ├─ name:          246x`\n"
+        "`   ├─ vendor:        ASMedia`\n"
+        "`   ├─ generation:    USB4`\n"
+        "`   └─ status:        authorized`\n"
+    )
+    dock, asm = parse_boltctl_list(text)
+    assert (dock.label, dock.name, dock.generation, dock.generation_name) == (
+        "Lenovo ThinkPad Thunderbolt 3 Dock",
+        "ThinkPad Thunderbolt 3 Dock",
+        3,
+        "Thunderbolt 3",
+    )
+    assert dock.status == "disconnected" and dock.authorized is None and dock.stored
+    assert (asm.name, asm.vendor, asm.generation, asm.authorized) == ("246x", "ASMedia", 4, True)

@@ -442,3 +442,104 @@ def test_truncated_bracket_keeps_what_is_there() -> None:
 )
 def test_normalize_pci_address(raw: str, expected: str | None) -> None:
     assert normalize_pci_address(raw) == expected
+
+
+# -- what pasting does to lspci (the real pastes are in tests/data/real/lspci-*) ------------------
+
+NN = "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3080]"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(f"{NN} [10de:2206] (rev a1)", id="one-line"),
+        pytest.param(f"{NN}\n[10de:2206] (rev a1)", id="ids-on-the-next-line"),
+        pytest.param(f"{NN} [10de:22\n06] (rev a1)", id="wrapped-inside-the-id"),
+        pytest.param(f"{NN} [10\nde:2206] (rev a1)", id="wrapped-inside-the-vendor"),
+        pytest.param(
+            "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce\n"
+            "RTX 3080] [10de:2206] (rev a1)",
+            id="wrapped-inside-the-name",
+        ),
+        pytest.param(
+            "> 01:00.0 VGA compatible controller [0300]: NVIDIA Corporation\n"
+            "> GA102 [GeForce RTX 3080]\n> [10de:2206] (rev a1)",
+            id="email-quoted-three-pieces",
+        ),
+        pytest.param(f"`{NN} [10de:2206] (rev a1)`", id="markdown-backticks"),
+        pytest.param(f"  > {NN}\n  > [10de:2206] (rev a1)", id="indented-quote"),
+    ],
+)
+def test_wrapped_nn_lines_are_joined(text: str) -> None:
+    (e,) = parse_lspci(text + "\n\tKernel driver in use: nvidia\n")
+    assert (e.vendor_id, e.device_id, e.device_name, e.revision) == (
+        "10de",
+        "2206",
+        "GA102 [GeForce RTX 3080]",
+        "a1",
+    )
+    assert e.driver == "nvidia"
+
+
+def test_a_complete_header_is_never_joined_with_what_follows() -> None:
+    text = f"{NN} [10de:2206] (rev a1)\nSubsystem: foo\n$ lspci -k\n02:00.0 USB controller: x"
+    entries = parse_lspci(text)
+    assert [e.address for e in entries] == ["0000:01:00.0", "0000:02:00.0"]
+    assert entries[0].device_name == "GA102 [GeForce RTX 3080]"
+
+
+def test_a_detail_wrapped_to_column_0_keeps_the_entry() -> None:
+    text = (
+        "01:00.0 VGA compatible controller: NVIDIA Corporation GT218M [NVS 3100M] (rev a2)\n"
+        "        Capabilities: [600] Vendor Specific Information: ID=0001 Rev=1\n"
+        "Len=024 <?>\n"
+        "        Kernel driver in use: nouveau\n"
+    )
+    assert parse_lspci(text)[0].driver == "nouveau"
+    # ... but a prompt between two entries still ends the first one.
+    after_prompt = "01:00.0 VGA compatible controller: NVIDIA Corporation X\n$ true\n\tKernel driver in use: y\n"
+    assert parse_lspci(after_prompt)[0].driver is None
+
+
+def test_nvidia_by_vendor_name_and_bar_problems() -> None:
+    (e,) = parse_lspci(
+        "01:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000]\n"
+        "\tRegion 0: Memory at 618000000 (32-bit, non-prefetchable) [disabled] [size=16M]\n"
+        "\tRegion 1: Memory at <unassigned> (64-bit, prefetchable)\n"
+        "\tRegion 5: I/O ports at <unassigned> [disabled]\n"
+    )
+    assert e.vendor_id is None and e.is_nvidia
+    assert e.bar_problems == ("Region 1: Memory at <unassigned> (64-bit, prefetchable)",)
+    assert len(e.unassigned_bars) == 3  # what lspci printed, as before
+    (amd,) = parse_lspci(
+        "06:00.0 VGA compatible controller: Advanced Micro Devices, Inc. [AMD/ATI] X"
+    )
+    assert not amd.is_nvidia
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "[ 1.0] NVRM: The NVIDIA GPU 0000:b3:00.0\n        NVRM: (PCI ID: 10de:26b5) installed",
+            [("0000:b3:00.0", "10de", "26b5", None)],
+            id="nvrm-over-two-lines",
+        ),
+        pytest.param(
+            "NVIDIA GeForce RTX 4090   PCI\\VEN_10DE&DEV_2684&SUBSYS_16F310DE&REV_A1\\4&1",
+            [(None, "10de", "2684", "NVIDIA GeForce RTX 4090")],
+            id="windows-pnp",
+        ),
+        pytest.param(
+            "the card (`3D controller: NVIDIA Corporation GA100 [A100 PCIe 40GB] [10de:20f1]`)",
+            [(None, "10de", "20f1", "GA100 [A100 PCIe 40GB]")],
+            id="inline-lspci",
+        ),
+        pytest.param("nothing about GPUs\n", [], id="nothing"),
+    ],
+)
+def test_parse_gpu_mentions(text: str, expected: list) -> None:
+    from egpu_setup.detect.lspci import parse_gpu_mentions
+
+    got = [(m.address, m.vendor_id, m.device_id, m.device_name) for m in parse_gpu_mentions(text)]
+    assert got == expected

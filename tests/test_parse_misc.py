@@ -1,4 +1,5 @@
-"""lookup_pciids and parse_os_release, plus a property test: no parser raises on any text."""
+"""lookup_pciids and parse_os_release, plus a property test: no parser raises on any text (the
+lspci, nvidia-smi, boltctl, GPU-mention, connection, glibc and kernel-log parsers)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from egpu_setup.compat.glibc import parse_glibc_report
 from egpu_setup.detect.boltctl import parse_boltctl_list
-from egpu_setup.detect.lspci import parse_lspci
+from egpu_setup.detect.lspci import parse_gpu_mentions, parse_lspci
 from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
 from egpu_setup.detect.osrelease import parse_os_release
+from egpu_setup.detect.pci import connection_in_text
 from egpu_setup.detect.pciids import lookup_pciids
+from egpu_setup.detect.probe import gpus_in_text
+from egpu_setup.doctor.dmesg import scan_dmesg
 
 PCIIDS = (Path(__file__).parent / "data" / "text" / "pci.ids-excerpt.txt").read_text(
     encoding="utf-8"
@@ -183,6 +188,35 @@ _ALPHABET = st.sampled_from(
         "index, name",
         "\x00",
         "\udcff",
+        "○",
+        "[10de:",
+        "10de:2191",
+        "chip-ID: ",
+        "bus-ID: 01:00.0",
+        "  Device-1: NVIDIA ",
+        "NVIDIA GPU 0000:01:00.0 ",
+        "(PCI ID: 10de:1d16)",
+        "PCI\\VEN_10DE&DEV_2C58",
+        "Checking card: ",
+        " with ID: ",
+        "KMD Version: ",
+        "CUDA UMD Version: ",
+        "--query-gpu=name,pci.device_id --format=csv,noheader",
+        "0x232110DE",
+        "couldn‘t communicate with the NVIDIA driver",
+        "No devices were found",
+        "ldd (Ubuntu GLIBC 2.27-3ubuntu1.6) 2.27",
+        "version `GLIBC_2.28' not found",
+        "-cp310-cp310-manylinux_2_28_x86_64.whl",
+        "NVRM: Xid (PCI:0000:01:00): 79, ",
+        "Lockdown: modprobe: unsigned module loading is restricted",
+        "could not insert 'nvidia': Key was rejected by service",
+        "BAR 15: failed to assign [mem size 0x00200000 64bit pref]",
+        "available PCIe bandwidth, limited by 2.5 GT/s PCIe x4 link at ",
+        "Thunderbolt 4 ",
+        "USB4 ",
+        "kwi 15 07:56:59 host kernel: ",
+        "#012",
     ]
 )
 _TEXT = st.lists(_ALPHABET, max_size=80).map("".join)
@@ -196,3 +230,9 @@ def test_parsers_never_raise(text: str) -> None:
     assert isinstance(parse_boltctl_list(text), tuple)
     assert isinstance(parse_os_release(text), dict)
     assert isinstance(lookup_pciids(text, "10de", "2684", "10de", "167c"), tuple)
+    assert isinstance(parse_gpu_mentions(text), tuple)
+    assert isinstance(gpus_in_text(text), tuple)
+    assert isinstance(connection_in_text(text).evidence, tuple)
+    assert isinstance(parse_glibc_report(text).distro, (str, type(None)))
+    assert isinstance(scan_dmesg(text).xid_codes, tuple)
+    assert isinstance(parse_nvidia_smi(text).error_kind, (str, type(None)))

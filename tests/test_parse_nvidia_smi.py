@@ -140,6 +140,8 @@ def test_query_550_rtx4090_on_thunderbolt() -> None:
                 link_width_max=16,
                 persistence_mode=True,
                 throttle_reasons=("Idle",),
+                pci_bus="0x2F",
+                pci_device_id="0x268410DE",
             ),
         ),
     )
@@ -322,3 +324,83 @@ def test_garbage_never_raises(text: str) -> None:
     assert report.error is None
     for gpu in report.gpus:
         assert gpu.name is None or isinstance(gpu.name, str)
+
+
+# -- variants users paste (the real pastes are in tests/data/real/nvidia-smi) ---------------------
+
+
+def test_r610_header_kmd_and_cuda_umd_versions() -> None:
+    text = (
+        "| NVIDIA-SMI 610.43.02              KMD Version: 610.43.02     CUDA UMD Version: 13.3     |\n"
+        "|   0  NVIDIA B200                    On  |   00000000:63:00.0 Off |                    0 |\n"
+        "| N/A   26C    P0            139W / 1000W |       0MiB / 183359MiB |      0%      Default |\n"
+    )
+    r = parse_nvidia_smi(text)
+    assert (r.driver_version, r.cuda_version, r.layout) == ("610.43.02", "13.3", "table")
+    assert r.gpus[0].memory_total_mib == 183359
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+            "driver-not-loaded",
+        ),
+        (
+            "NVIDIA-SMI has failed because it couldn’t communicate with the NVIDIA driver.",
+            "driver-not-loaded",
+        ),
+        (
+            "> NVIDIA-SMI has failed because it couldn't communicate\n> with the NVIDIA driver. Make sure",
+            "driver-not-loaded",
+        ),
+        (
+            "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 550.144",
+            "driver-library-mismatch",
+        ),
+        ("No devices were found  ", "no-devices"),
+        ("$ nvidia-smi\nNo devices found\n", "no-devices"),
+        ("Unable to determine the device handle for GPU0000:3C:00.0: Unknown Error", "gpu-lost"),
+        ("bash: nvidia-smi: command not found", "not-installed"),
+        ("| NVIDIA-SMI 550.40.07   Driver Version: 550.40.07   CUDA Version: 12.4 |", None),
+    ],
+)
+def test_error_kinds(text: str, kind: str | None) -> None:
+    r = parse_nvidia_smi(text)
+    assert r.error_kind == kind
+    assert (r.error is None) == (kind is None)
+
+
+def test_csv_noheader_reads_its_columns_from_the_pasted_command() -> None:
+    text = (
+        "$ nvidia-smi --query-gpu=name,memory.total,pci.device_id --format=csv,noheader\n"
+        "Tesla PG500-216, 32768 MiB, 0x1DF010DE\n"
+    )
+    (g,) = parse_nvidia_smi(text).gpus
+    assert (g.name, g.memory_total_mib, g.pci_device_id, g.device_id) == (
+        "Tesla PG500-216",
+        32768,
+        "0x1DF010DE",
+        "1df0",
+    )
+
+
+def test_csv_noheader_without_its_command_is_read_by_cell_shape() -> None:
+    (g,) = parse_nvidia_smi("NVIDIA H100 NVL, 0x232110DE\n").gpus
+    assert (g.name, g.device_id) == ("NVIDIA H100 NVL", "2321")
+    (g,) = parse_nvidia_smi("NVIDIA GeForce RTX 4090, 00000000:01:00.0, 24564 MiB\n").gpus
+    assert (g.name, g.pci_bus_id) == ("NVIDIA GeForce RTX 4090", "0000:01:00.0")
+    # Nothing that can only be one field: not guessed.
+    assert parse_nvidia_smi("8.9, Default\n").gpus == ()
+
+
+def test_query_excerpt_without_its_gpu_header() -> None:
+    text = (
+        "    PCI\n"
+        "        Bus                               : 0x01\n"
+        "        Device Id                         : 0x140110DE\n"
+        "        Bus Id                            : 00000000:01:00.0\n"
+    )
+    (g,) = parse_nvidia_smi(text).gpus
+    assert (g.pci_bus, g.device_id, g.pci_bus_id) == ("0x01", "1401", "0000:01:00.0")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.source_tree import copy_source
+from helpers.source import copy_buildable_source
 
 REPO = Path(__file__).resolve().parent.parent
 VAGRANT_DIR = REPO / "vagrant"
@@ -141,7 +141,7 @@ def test_provision_script_shellcheck(tmp_path: Path) -> None:
 def test_provision_script_runs_here(tmp_path: Path) -> None:
     """The guest script on this Debian machine: a real venv with this checkout in it, then
     `install --dry-run` (the default), which must change nothing."""
-    src = copy_source(tmp_path / "src")
+    src = copy_buildable_source(tmp_path / "src")
     script = tmp_path / "provision.sh"
     script.write_text(_provision_script())
     tool = tmp_path / "tool"

@@ -4,13 +4,15 @@ The child runs for real here (torch 2.13.0 CPU build, `pip install torch==2.13.0
 end to end, and every failure path with a real process: torch missing in the target venv, a
 CPU-only torch while the host has an NVIDIA GPU, a child that hangs (killed on timeout, its step
 reported, and the marker read on the next run), a child that crashes, an interpreter that does
-not exist. Only the GPU itself cannot exist here; its branches run in scripts/gpu_verify.sh.
+not exist. The GPU branches run against recorded GPUs in test_verify_cuda.py, and on a real GPU
+in scripts/gpu_verify.sh.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -271,6 +273,15 @@ def test_bad_input_exits_2(args, message):
     assert not (state() / "reports").exists()  # nothing written
 
 
+def test_a_relative_python_path_works(tmp_path):
+    """The child starts in its scratch directory: a relative --python must still name the
+    interpreter it named in the caller's directory."""
+    rel = os.path.relpath(PY)
+    res = run_cli("--python", rel, "--device", "cpu", "--quick", "--skip", "matmul,amp")
+    assert res.returncode == 0, res.stderr
+    assert os.path.abspath(rel) in res.stdout.splitlines()[0]
+
+
 def test_python_bare_name_is_looked_up():
     import shutil
 
@@ -284,14 +295,12 @@ def test_python_bare_name_is_looked_up():
 
 
 def test_cpu_quick_end_to_end():
-    t0 = time.monotonic()
     res = run_cli("--python", PY, "--device", "cpu", "--quick", "--json")
-    elapsed = time.monotonic() - t0
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     assert report["schema"] == "egpu-setup/verify/1"
     assert report["ok"] is True
-    assert report["device"]["type"] == "cpu"
+    assert report["device"]["type"] == report["device_kind"] == "cpu"
     assert report["device"]["torch"] == torch.__version__
     checks = ids(report)
     assert list(checks) == [
@@ -302,10 +311,13 @@ def test_cpu_quick_end_to_end():
         "amp-speedup",
     ]
     amp = checks["amp-training"]
-    assert amp["ok"] is True
+    assert amp["ok"] is True and amp["status"] == "pass"
     assert amp["value"]["loss_last"] <= 0.5 * amp["value"]["loss_first"]
-    assert "bfloat16 autocast" in amp["detail"]
+    assert "bfloat16 autocast" in amp["detail"] or "float32 (no native bf16" in amp["detail"]
     assert checks["matmul-fp32"]["value"] > 0
+    # on a CPU, throughput and the AMP speedup are measurements, not verdicts
+    for cid in ("matmul-fp32", "matmul-bf16", "amp-speedup"):
+        assert (checks[cid]["status"], checks[cid]["informational"]) == ("info", True)
     for c in report["checks"]:
         assert set(c) >= {"id", "ok", "detail", "value", "expected", "seconds"}
     saved = list((state() / "reports").glob("verify-*.json"))
@@ -322,7 +334,6 @@ def test_cpu_quick_end_to_end():
         "amp",
         "done",
     ]
-    assert elapsed < 30
 
 
 def test_cpu_table_and_burn_in():
@@ -330,12 +341,13 @@ def test_cpu_table_and_burn_in():
         "--python", PY, "--device", "cpu", "--quick", "--burn-in", "0.05", "--skip", "matmul"
     )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("egpu-setup verify · CPU · torch ")
+    assert res.stdout.startswith("egpu-setup verify · device: cpu (no GPU is verified) · torch ")
     # pass, or warn when other jobs on this shared CPU slowed the last quarter down
     assert "PASS  burn-in" in res.stdout or "WARN  burn-in" in res.stdout
-    assert "burn-in       3 s, " in res.stdout
+    assert re.search(r"burn-in +3 s, ", res.stdout)
     assert "matmul" not in res.stdout
-    assert "OK: " in res.stdout
+    assert "\nOK (device: cpu): " in res.stdout
+    assert res.stderr.strip().splitlines()[-1].startswith("report: ")
 
 
 def test_auto_without_a_cuda_device_fails():
@@ -420,6 +432,8 @@ def test_hanging_child_is_killed_and_reported():
     child_check = ids(report)["verify-child"]
     assert child_check["detail"] == "did not finish within 8 s in step `matmul`: killed"
     assert "--skip matmul" in child_check["hint"]
+    # a CPU run has no GPU that could have stopped answering: the hint says what fits
+    assert "GPU" not in child_check["hint"] and "CPU run was too slow" in child_check["hint"]
     assert ids(report)["torch-import"]["ok"] is True  # what ran before the hang is kept
     assert elapsed < 8 + 2 + 20  # timeout + SIGTERM grace + startup
     events = [
@@ -469,6 +483,7 @@ def test_lockup_is_reported_on_the_next_run():
     prev = ids(json.loads(res.stdout))["previous-run"]
     assert prev["status"] == "warn"
     assert "stopped at step `amp` and never finished" in prev["detail"]
+    assert "CPU run" in prev["hint"] and "hard-lock" not in prev["hint"]
     assert (state() / "verify/progress.prev.jsonl").exists()
 
 

@@ -77,9 +77,13 @@ def format_facts(facts: HostFacts) -> str:
         where = {True: "EXTERNAL", False: "internal", None: "placement unknown"}[g.external]
         ids = ":".join(i for i in (g.vendor_id, g.device_id) if i) or "ids unknown"
         lines.append(f"GPU {g.pci_address}  {_v(g.name)} [{ids}]")
-        lines.append(f"    {where} via {g.connection}, driver {_v(g.driver)}, link {_link(g)}")
+        via = g.connection + (f" ({g.connection_generation})" if g.connection_generation else "")
+        lines.append(f"    {where} via {via}, driver {_v(g.driver)}, link {_link(g)}")
         if g.architecture:
-            lines.append(f"    {g.architecture}, compute capability {_v(g.compute_capability)}")
+            chip = f" ({g.codename})" if g.codename else ""
+            lines.append(
+                f"    {g.architecture}{chip}, compute capability {_v(g.compute_capability)}"
+            )
         for why in g.evidence:
             lines.append(f"    - {why}")
     tb = facts.thunderbolt

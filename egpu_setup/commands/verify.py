@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
@@ -42,7 +43,7 @@ def _split_skip(
     metavar="auto|cuda|cuda:N|cpu",
     help="auto: the eGPU; cuda: any CUDA GPU; cpu: the CPU path (bf16 autocast).",
 )
-@click.option("--quick", is_flag=True, help="Shorter runs, smaller sizes.")
+@click.option("--quick", is_flag=True, help="Shorter budgets, smaller sizes.")
 @click.option(
     "--timeout", "timeout_s", type=float, metavar="S", help="Hard limit for the torch child."
 )
@@ -60,7 +61,7 @@ def _split_skip(
     multiple=True,
     callback=_split_skip,
     metavar="STEP[,STEP]",
-    help="Skip steps: allocation, bandwidth, matmul, amp, burn-in, ddp.",
+    help="Skip steps: allocation, bandwidth, matmul, amp, throughput, burn-in, ddp.",
 )
 def command(
     as_json: bool,
@@ -77,12 +78,14 @@ def command(
 
     torch runs in the target venv as a child process with a hard timeout, so a GPU that hangs
     cannot hang this command; the step it hung in is reported, also on the next run after a
-    lock-up. The report is saved under the state directory (/var/lib/egpu-setup/reports/).
-    Exit 0 when every check passed (warnings allowed), 1 when one failed or no CUDA device was
-    verified, 2 for bad options or a missing interpreter, 5 when another verify is running.
+    lock-up. Each check is printed as soon as it is known; every step has a time budget, so a
+    slow machine measures less rather than running longer. The report is saved under the state
+    directory (/var/lib/egpu-setup/reports/) and its path printed on stderr.
+    Exit 0 when every check passed (warnings and info allowed), 1 when one failed or no CUDA
+    device was verified, 2 for bad options or a missing interpreter, 5 when another verify runs.
     """
-    from egpu_setup.verify.report import render_table
-    from egpu_setup.verify.session import VerifyOptions, run_verify, state_dir
+    from egpu_setup.verify.live import LivePrinter
+    from egpu_setup.verify.session import VerifyOptions, run_verify, state_dir, target_python
 
     options = VerifyOptions(
         python=python,
@@ -94,16 +97,23 @@ def command(
         profile=profile,
         skip=skip,
     )
-    report = run_verify(options)
+    printer = None
+    if not as_json:
+        # the interpreter is validated (exit 2) before anything is printed
+        label = _python_label(options, target_python)
+        printer = LivePrinter(label, sys.stdout, sys.stdout.isatty())
+    report = run_verify(options, on_event=printer.on_event if printer else None)
+    path = None
     try:
         path = report.save(state_dir())
-        log.info("report saved: %s", path)
     except OSError as exc:
         log.warning("could not save the report: %s", exc)
-    if as_json:
-        echo_json(report.to_json())
+    if printer is not None:
+        printer.finish(report)
     else:
-        click.echo(render_table(report))
+        echo_json(report.to_json())
+    if path is not None:
+        click.echo(f"report: {path}", err=True)
     if not report.ok:
         fails = report.failures
         what = "; ".join(f"{c.id}: {c.detail}" for c in fails[:3]) or f"the run {report.outcome}"
@@ -113,3 +123,10 @@ def command(
         head = "no CUDA device verified" if gpu_missing else "verify failed"
         hint = next((c.hint for c in fails if c.hint), None)
         raise EgpuSetupError(f"{head}: {what}", hint, exit_code=1)
+
+
+def _python_label(options, target_python) -> str:
+    try:
+        return target_python(options)[0]
+    except EgpuSetupError:
+        return options.python or options.venv or "?"  # run_verify raises it properly

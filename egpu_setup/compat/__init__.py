@@ -3,5 +3,6 @@
 Modules: `versions` (driver, CUDA, Python and compute-capability values), `matrix` (the shipped
 snapshot, plus the overlay), `overlay` (the cached `matrix update` result), `fetch` (`matrix
 update`: the PyTorch wheel index, read and validated), `index_url` (the one rule for an index
-URL), `gpus` (the GPU table).
+URL), `gpus` (the GPU table), `glibc` (each torch release's glibc floor and each distribution's
+glibc).
 """

@@ -61,6 +61,9 @@ class Gpu:
     boot_vga: bool | None = None
     bridges: tuple[str, ...] = ()  # upstream PCI addresses, root port first
     evidence: tuple[str, ...] = ()  # why `external`/`connection` were decided
+    codename: str | None = None  # the chip as pci.ids names it: "AD102", "TU117M"
+    # "TB3" / "TB4" / "TB5" / "USB4" when connection is thunderbolt or usb4 and it is known
+    connection_generation: str | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,13 @@
 Accepted: plain, -k, -n, -nn, -nnk, -D, -v/-vv/-vvv (with or without -nn), -mm / -nnmm,
 -vmm / -vmmk, lines cut by `grep` (with `--` separators from `grep -A`), prompts and other
 garbage between entries (ignored), names an old pci.ids lacks ("NVIDIA Corporation Device
-2b85") and non-zero PCI domains ("0001:00:00.0", "10000:e1:00.0" behind Intel VMD).
+2b85") and non-zero PCI domains ("0001:00:00.0", "10000:e1:00.0" behind Intel VMD). What pasting
+does to it is undone first: markdown backticks and `>` quote marks, and -nn lines a terminal or a
+forum wrapped, with the `[10de:2206]` id (or half of it) pushed onto the next line.
+
+`parse_gpu_mentions` reads GPUs out of text that is not lspci at all but names them with their
+ids: inxi's Graphics section, NVRM's "NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80)", a Windows
+device list ("PCI\\VEN_10DE&DEV_2C58"), an lspci line quoted inline without its address.
 
 The class is read from its own field, never searched for in the whole line: `lspci | grep -i
 3d` also matches a bridge on bus 3d (reference/egpu-tools.md §3, egpu-switcher's legacy bug).
@@ -16,7 +22,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-__all__ = ["LspciEntry", "normalize_pci_address", "parse_lspci"]
+__all__ = ["GpuMention", "LspciEntry", "normalize_pci_address", "parse_gpu_mentions", "parse_lspci"]
 
 # PCI class codes 0x03xx are display controllers (PCI Code and ID Assignment spec, class 03h).
 _DISPLAY_CLASS_NAMES = frozenset(
@@ -59,6 +65,27 @@ class LspciEntry:
         if self.class_id is not None:
             return self.class_id.startswith("03")
         return (self.class_name or "").strip().lower() in _DISPLAY_CLASS_NAMES
+
+    @property
+    def is_nvidia(self) -> bool:
+        """Vendor 10de, or NVIDIA by name where lspci printed no ids ("NVIDIA Corporation")."""
+        if self.vendor_id is not None:
+            return self.vendor_id == "10de"
+        return bool(self.vendor_name and re.match(r"nvidia\b", self.vendor_name, re.I))
+
+    @property
+    def bar_problems(self) -> tuple[str, ...]:
+        """Memory BARs the kernel could not place ("Memory at <unassigned>", "<ignored>").
+
+        Left out: I/O port BARs (a GPU's legacy I/O window "Region 5: I/O ports at <unassigned>"
+        is routinely unassigned on healthy machines, and nothing CUDA uses lives there), and
+        "[disabled]" regions, which only say memory decoding is off, as it is with no driver bound
+        (lspci.c show_bases prints the command register's state, not an allocation failure)."""
+        return tuple(
+            bar
+            for bar in self.unassigned_bars
+            if "Memory at" in bar and ("<unassigned>" in bar or "<ignored>" in bar)
+        )
 
 
 _HEX = "[0-9a-fA-F]"
@@ -335,6 +362,48 @@ def _apply_vmm(b: _Builder, key: str, value: str) -> None:
         b.modules.append(value)
 
 
+# A pasted line: markdown quote marks ("> ", " > ", "+> " of a quoted diff) and the backticks of
+# inline code around it; the indentation after them is kept (it separates details from headers).
+_QUOTE_RE = re.compile(r"^(?:\s{0,3}[+]?>[ ]?)+")
+# An -nn header ("[0300]:" after the class) always ends in "[vvvv:dddd]": one without it was
+# wrapped, by a terminal or a forum, somewhere after the class, maybe inside the id ("[10de:22").
+_NN_HEADER_RE = re.compile(rf"^{_ADDR}\s+[^:\[\]]+ \[{_HEX}{{4}}\]: ")
+_IDS_ANYWHERE_RE = re.compile(rf"\[{_HEX}{{4}}:{_HEX}{{4}}\]")
+_HALF_ID_RE = re.compile(rf"\[{_HEX}{{0,4}}(?::{_HEX}{{0,4}})?$")
+# A line that is itself lspci detail ("Subsystem: ...", "Kernel driver in use: ...").
+_DETAIL_RE = re.compile(r"^[A-Za-z][\w /#-]*:(?:\s|$)")
+
+
+def _clean(raw: str) -> str:
+    line = _ANSI_RE.sub("", raw).replace("\x00", "").rstrip()
+    line = _QUOTE_RE.sub("", line)
+    if line.startswith("`"):
+        line = line[1:]
+    if line.endswith("`"):
+        line = line[:-1]
+    return line
+
+
+def _unwrap(lines: list[str]) -> list[str]:
+    """Join an -nn header with the line(s) its ids were wrapped onto."""
+    out: list[str] = []
+    for line in lines:
+        prev = out[-1] if out else ""
+        body = line.strip()
+        if (
+            body
+            and _NN_HEADER_RE.match(prev.strip())
+            and not _IDS_ANYWHERE_RE.search(prev)
+            and not _HEADER_RE.match(body)
+            and not _DETAIL_RE.match(body)
+        ):
+            glue = "" if _HALF_ID_RE.search(prev.rstrip()) else " "
+            out[-1] = prev.rstrip() + glue + body
+            continue
+        out.append(line)
+    return out
+
+
 def parse_lspci(text: str) -> tuple[LspciEntry, ...]:
     """Every PCI function found in lspci text of any common variant; garbage lines ignored."""
     if not isinstance(text, str):
@@ -348,8 +417,8 @@ def parse_lspci(text: str) -> tuple[LspciEntry, ...]:
             entries.append(current.build())
         current = None
 
-    for raw in text.splitlines():
-        line = _ANSI_RE.sub("", raw).replace("\x00", "")
+    lines = _unwrap([_clean(raw) for raw in text.splitlines()])
+    for i, line in enumerate(lines):
         stripped = line.strip()
         if not stripped or stripped == "--":
             flush()
@@ -381,8 +450,139 @@ def parse_lspci(text: str) -> tuple[LspciEntry, ...]:
             continue
         if _apply_detail(current, stripped):
             continue
-        if line[:1] not in (" ", "\t"):
+        if line[:1] not in (" ", "\t") and not _wrapped_detail(lines, i):
             # An unindented line we do not know (a prompt, a comment): the entry is over.
             flush()
     flush()
     return tuple(entries)
+
+
+_INDENTED_DETAIL_RE = re.compile(
+    r"^[ \t]+(?:Subsystem|Kernel driver in use|Kernel modules|Capabilities|Flags|Control|Status|"
+    r"Region \d+|Memory at|I/O ports at|Expansion ROM|LnkSta|LnkCap|Physical Slot|Latency|"
+    r"Interrupt|NUMA node|IOMMU group|Bus):"
+)
+
+
+def _wrapped_detail(lines: list[str], i: int) -> bool:
+    """An unindented line between two indented details is the tail of the first one, wrapped
+    onto column 0 by an email client ("... ID=0001 Rev=1" / "Len=024 <?>")."""
+    following = next((x for x in lines[i + 1 :] if x.strip()), "")
+    line = lines[i].strip()
+    prompt = _PROMPT_RE.match(line) is not None
+    return bool(_INDENTED_DETAIL_RE.match(following)) and not prompt and not _HEADER_RE.match(line)
+
+
+# A shell prompt or command a poster left in: "$ lspci -k", "# dmesg", "user@host:~$ ...".
+_PROMPT_RE = re.compile(r"^(?:[$#%]\s|\S+@\S+?[:~]\S*\s*[$#%]\s?)")
+
+
+# -- GPUs named in text that is not lspci ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuMention:
+    """A GPU some non-lspci text names with its ids. Unknown fields are None."""
+
+    address: str | None  # "0000:01:00.0" when the text gives it
+    vendor_id: str | None
+    device_id: str | None
+    vendor_name: str | None = None  # "NVIDIA", "Intel"
+    device_name: str | None = None  # "TU116M [GeForce GTX 1660 Ti Mobile]"
+    driver: str | None = None
+
+
+# inxi -G: "  Device-2: NVIDIA TU116M [GeForce GTX 1660 Ti Mobile] vendor: Lenovo" then, on the
+# lines inxi wraps its output onto, "driver: nvidia v: 515.43.04", "bus-ID: 01:00.0",
+# "chip-ID: 10de:2191" (smxi/inxi's -G output; the chip-ID can be several lines down).
+_INXI_DEVICE_RE = re.compile(r"^\s*Device-\d+:\s+(?P<text>.+?)(?:\s+(?:vendor|driver):\s|$)")
+_INXI_FIELD_RE = re.compile(
+    rf"\b(?:(?P<key>bus-ID|chip-ID|driver):\s+(?P<value>(?:{_ADDR})|(?:{_HEX}{{4}}:{_HEX}{{4}})|[\w-]+))"
+)
+# NVRM: "The NVIDIA GPU 0000:2c:00.0 (PCI ID: 10de:1d16)", possibly over two lines.
+_NVRM_GPU_RE = re.compile(
+    rf"NVIDIA GPU (?P<addr>{_ADDR})\s*(?:NVRM:\s*)?"
+    rf"\(PCI ID: (?P<ven>{_HEX}{{4}}):(?P<dev>{_HEX}{{4}})\)"
+)
+# Windows (Get-PnpDevice): "NVIDIA GeForce RTX 5090 Laptop GPU   PCI\VEN_10DE&DEV_2C58&SUBSYS_..."
+_PNP_RE = re.compile(
+    rf"^(?P<name>\S.*?)\s+PCI\\VEN_(?P<ven>{_HEX}{{4}})&DEV_(?P<dev>{_HEX}{{4}})", re.I
+)
+# An lspci line quoted inline, without its address: "3D controller: NVIDIA Corporation GV100GL
+# [Tesla PG500-216] [10de:1df0]".
+_INLINE_RE = re.compile(
+    r"(?P<cls>VGA compatible controller|3D controller|Display controller)(?: \[03\d\d\])?: "
+    rf"(?P<text>[^`\[\]]+(?:\[[^\]]*\][^`\[\]]*)*?)\s*\[(?P<ven>{_HEX}{{4}}):(?P<dev>{_HEX}{{4}})\]"
+)
+# batocera's NVIDIA driver picker logs "Checking card: <name> with ID: <device id>".
+_CARD_ID_RE = re.compile(rf"Checking card:\s+(?P<name>.+?)\s+with ID:\s*(?P<dev>{_HEX}{{4}})\b")
+
+
+def _inxi(lines: list[str]) -> list[GpuMention]:
+    out = []
+    blocks: list[list[str]] = []
+    for line in lines:
+        if _INXI_DEVICE_RE.match(line):
+            blocks.append([line])
+        elif blocks and line.startswith((" ", "\t")) and not re.match(r"^\s*\w[\w-]*:\s*$", line):
+            if re.match(r"^\s*(?:Display|API|Monitor|Audio|Info|Device-\d+):", line):
+                blocks.append([])  # inxi's next item: not this device's lines
+            else:
+                blocks[-1].append(line)
+        elif blocks:
+            blocks.append([])
+    for block in blocks:
+        if not block:
+            continue
+        m = _INXI_DEVICE_RE.match(block[0])
+        if m is None:
+            continue
+        fields: dict[str, str] = {}
+        for line in block:
+            for f in _INXI_FIELD_RE.finditer(line):
+                fields.setdefault(f["key"], f["value"])
+        chip = fields.get("chip-ID", "")
+        ven, _, dev = chip.partition(":")
+        vendor, _, name = m["text"].partition(" ")
+        out.append(
+            GpuMention(
+                address=normalize_pci_address(fields.get("bus-ID", "")),
+                vendor_id=ven.lower() or None,
+                device_id=dev.lower() or None,
+                vendor_name=vendor or None,
+                device_name=name.strip() or None,
+                driver=fields.get("driver"),
+            )
+        )
+    return out
+
+
+def parse_gpu_mentions(text: str) -> tuple[GpuMention, ...]:
+    """GPUs that text other than lspci names with ids (inxi, NVRM, Windows, inline lspci)."""
+    if not isinstance(text, str):
+        return ()
+    lines = [_clean(raw) for raw in text.splitlines()]
+    found = _inxi(lines)
+    joined = re.sub(r"\s+", " ", "\n".join(lines))
+    for m in _NVRM_GPU_RE.finditer(joined):
+        found.append(
+            GpuMention(normalize_pci_address(m["addr"]), m["ven"].lower(), m["dev"].lower())
+        )
+    for line in lines:
+        if (m := _PNP_RE.search(line)) is not None:
+            found.append(
+                GpuMention(None, m["ven"].lower(), m["dev"].lower(), device_name=m["name"].strip())
+            )
+        elif (m := _INLINE_RE.search(line)) is not None and not _HEADER_RE.match(line.strip()):
+            vendor, device = _split_vendor_device(m["text"])
+            found.append(GpuMention(None, m["ven"].lower(), m["dev"].lower(), vendor, device))
+        elif (m := _CARD_ID_RE.search(line)) is not None:
+            found.append(GpuMention(None, None, m["dev"].lower(), device_name=m["name"].strip()))
+    seen: set[tuple[str | None, str | None, str | None]] = set()
+    out = []
+    for g in found:
+        key = (g.address, g.vendor_id, g.device_id)
+        if key not in seen:
+            seen.add(key)
+            out.append(g)
+    return tuple(out)

@@ -3,12 +3,20 @@
 The layout is detected from the text itself:
 - table: the boxed default output, in the 79-column layout of drivers before 530 and the
   91-column layout of 530+ (wider name column, Bus-Id padded), also as printed under WSL,
-  where "Driver Version" is the Windows driver and differs from the NVIDIA-SMI version;
-- query: `nvidia-smi -q` ("==============NVSMI LOG==============", indented "Key : value");
+  where "Driver Version" is the Windows driver and differs from the NVIDIA-SMI version. R610
+  drivers print "KMD Version:" / "CUDA UMD Version:" in place of "Driver Version:" / "CUDA
+  Version:"; drivers before 410 print no CUDA version at all, and a 2014 (331) layout a 4-digit
+  PCI domain;
+- query: `nvidia-smi -q` / `-a` ("==============NVSMI LOG==============", indented "Key : value"),
+  also an excerpt of it that starts below the header (a "Product Name" line, a "PCI" section);
 - csv: `--query-gpu=...` with `--format=csv` (header row names the columns). `csv,noheader`
-  output has no column names, so it is read only when the caller passes `columns=`.
-Failures ("couldn't communicate with the NVIDIA driver", "Driver/library version mismatch",
-"No devices were found", "GPU is lost", command not found) set `error`.
+  output has no column names: they come from `columns=`, else from the `--query-gpu=` command
+  line pasted above it, else from the shape of unambiguous cells (a PCI device id "0x232110DE",
+  a bus id, a UUID, "32768 MiB") with the first text cell as the name.
+Failures set `error` (the line as printed) and `error_kind`: "driver-not-loaded" ("couldn't
+communicate with the NVIDIA driver", whatever apostrophe, wrapped or quoted), "no-devices" ("No
+devices were found" / "No devices found"), "driver-library-mismatch" ("Driver/library version
+mismatch"), "gpu-lost", "not-installed".
 "[N/A]", "N/A", "[Not Supported]" and other bracketed placeholders become None.
 """
 
@@ -44,6 +52,15 @@ class SmiGpu:
     link_width_max: int | None = None
     persistence_mode: bool | None = None
     throttle_reasons: tuple[str, ...] = ()  # active "Clocks Event/Throttle Reasons", -q names
+    pci_bus: str | None = None  # "0x01" as printed (csv pci.bus, -q PCI/Bus)
+    pci_device_id: str | None = None  # "0x1DF010DE" as printed (device id, then vendor 10de)
+    compute_capability: str | None = None  # csv compute_cap: "8.9"
+
+    @property
+    def device_id(self) -> str | None:
+        """The PCI device id "0x1DF010DE" names: "1df0" (NVML packs device << 16 | vendor)."""
+        m = re.fullmatch(r"0x([0-9a-fA-F]{4})10de", (self.pci_device_id or "").strip(), re.I)
+        return m.group(1).lower() if m else None
 
 
 @dataclass(frozen=True)
@@ -56,24 +73,36 @@ class SmiReport:
     error: str | None = None
     nvml_version: str | None = None  # "NVML library version: 550.107" after a mismatch
     layout: str | None = None  # "table" / "query" / "csv" / None
+    error_kind: str | None = None  # "driver-not-loaded" / "no-devices" / ... (module docstring)
 
 
 # --- failures -------------------------------------------------------------------------------
 
-# Lines nvidia-smi (or the shell) prints instead of data. Matched case-insensitively anywhere in
-# a line; the whole line becomes `error`.
-_ERROR_PATTERNS = (
-    re.compile(
-        r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", re.I
+# What nvidia-smi (or the shell) prints instead of data, by kind. Matched case-insensitively in
+# the text with quote marks removed, curly apostrophes made straight and lines joined: pastes
+# wrap "Make sure / that the latest NVIDIA driver ..." and turn "couldn't" into "couldn‘t".
+_ERROR_KINDS = (
+    (
+        "driver-not-loaded",
+        re.compile(
+            r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", re.I
+        ),
     ),
-    re.compile(r"Failed to initialize NVML", re.I),
-    re.compile(r"NVIDIA-SMI couldn't find libnvidia-ml\.so", re.I),
-    re.compile(r"^No devices were found", re.I),
-    re.compile(r"Unable to determine the device handle for GPU", re.I),
-    re.compile(r"GPU is lost", re.I),
-    re.compile(r"nvidia-smi: (?:command )?not found", re.I),
-    re.compile(r"Command 'nvidia-smi' not found", re.I),
+    (
+        "driver-library-mismatch",
+        re.compile(r"Failed to initialize NVML: Driver/library version mismatch", re.I),
+    ),
+    ("not-installed", re.compile(r"NVIDIA-SMI couldn't find libnvidia-ml\.so", re.I)),
+    ("no-devices", re.compile(r"(?:^|\n)\s*No devices (?:were )?found\b", re.I)),
+    ("gpu-lost", re.compile(r"Unable to determine the device handle for GPU|GPU is lost", re.I)),
+    ("nvml-failed", re.compile(r"Failed to initialize NVML", re.I)),
+    (
+        "not-installed",
+        re.compile(r"nvidia-smi: (?:command )?not found|Command 'nvidia-smi' not found", re.I),
+    ),
 )
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "'"})
+_QUOTE_MARK_RE = re.compile(r"^\s*(?:>\s?)+", re.M)
 _NVML_VERSION_RE = re.compile(r"NVML library version:\s*([0-9][0-9.]*)", re.I)
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -146,8 +175,9 @@ def _reasons_from_mask(value: str | None) -> tuple[str, ...]:
 
 # --- default table --------------------------------------------------------------------------
 
-_HEADER_DRIVER_RE = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
-_HEADER_CUDA_RE = re.compile(r"CUDA Version:\s*([0-9][0-9.]*)")
+# R610 and newer print "KMD Version:" (the kernel-mode driver) and "CUDA UMD Version:".
+_HEADER_DRIVER_RE = re.compile(r"(?:Driver|KMD) Version:\s*([0-9][0-9.]*)")
+_HEADER_CUDA_RE = re.compile(r"CUDA (?:UMD )?Version:\s*([0-9][0-9.]*)")
 _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
 # "|   0  NVIDIA GeForce RTX 4090        Off |   00000000:01:00.0  On |    Off |"
 _ROW1_RE = re.compile(
@@ -204,9 +234,23 @@ _Q_KV_RE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:\s][^:]*?)\s+:(?:\s(?P<value>
 _Q_GPU_RE = re.compile(rf"^GPU\s+(?P<bus>{_BUS})\s*$")
 
 
+# Keys only a GPU's block of `-q` has: an excerpt that starts with one of them is a GPU block
+# whose "GPU 00000000:01:00.0" header was not pasted.
+_Q_GPU_KEYS = frozenset({"Product Name", "Product Brand", "GPU UUID", "Bus Id", "Device Id"})
+
+
+def _looks_like_query(lines: list[str]) -> bool:
+    if any("NVSMI LOG" in line for line in lines) or any(_Q_GPU_RE.match(x) for x in lines):
+        return True
+    return any(
+        (kv := _Q_KV_RE.match(line)) is not None and kv.group("key").strip() in _Q_GPU_KEYS
+        for line in lines
+    )
+
+
 def _parse_query(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu, ...]]:
     driver = cuda = None
-    blocks: list[tuple[str, list[tuple[tuple[str, ...], str]]]] = []
+    blocks: list[tuple[str | None, list[tuple[tuple[str, ...], str]]]] = []
     stack: list[tuple[int, str]] = []  # (indent, section name)
     for line in lines:
         if not line.strip():
@@ -217,6 +261,8 @@ def _parse_query(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu
             stack = []
             continue
         indent = len(line) - len(line.lstrip(" "))
+        if not blocks and indent > 0:
+            blocks.append((None, []))  # an excerpt of one GPU's block, below its header
         kv = _Q_KV_RE.match(line)
         while stack and stack[-1][0] >= indent:
             stack.pop()
@@ -245,7 +291,7 @@ def _parse_query(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu
 
 
 def _gpu_from_query(
-    index: int, bus: str, items: list[tuple[tuple[str, ...], str]], driver: str | None
+    index: int, bus: str | None, items: list[tuple[tuple[str, ...], str]], driver: str | None
 ) -> SmiGpu:
     def find(*paths: tuple[str, ...]) -> str | None:
         for want in paths:
@@ -288,6 +334,8 @@ def _gpu_from_query(
         link_width_max=_int(find(("PCI", "GPU Link Info", "Link Width", "Max"))),
         persistence_mode=_bool(find(("Persistence Mode",))),
         throttle_reasons=reasons,
+        pci_bus=_none_if_na(find(("PCI", "Bus"))),
+        pci_device_id=_none_if_na(find(("PCI", "Device Id"))),
     )
 
 
@@ -320,6 +368,9 @@ _CSV_FIELDS = {
     "persistence_mode": "persistence_mode",
     "clocks_throttle_reasons.active": "throttle_reasons",
     "clocks_event_reasons.active": "throttle_reasons",
+    "pci.bus": "pci_bus",
+    "pci.device_id": "pci_device_id",
+    "compute_cap": "compute_capability",
 }
 _INT_FIELDS = frozenset(
     {
@@ -333,6 +384,36 @@ _INT_FIELDS = frozenset(
     }
 )
 _FLOAT_FIELDS = frozenset({"temperature_c", "power_draw_w", "power_limit_w"})
+
+
+_QUERY_CMD_RE = re.compile(r"--query-gpu[= ]([A-Za-z0-9_.,]+)")
+# Cells whose shape says what they are, for `csv,noheader` output pasted without its command.
+_SHAPES = (
+    ("pci.device_id", re.compile(r"0x[0-9A-Fa-f]{4}10[dD][eE]")),
+    ("pci.bus_id", re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")),
+    ("uuid", re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f-]{27}")),
+)
+
+
+def _columns_by_shape(rows: list[str]) -> list[str] | None:
+    """Column names for header-less CSV rows, from cells that can only be one field; the first
+    cell with letters in it is the name. None unless every row has the same shape."""
+    shapes = []
+    for row in csv.reader(rows, skipinitialspace=True):
+        if len(row) < 2:
+            return None
+        cols = []
+        for cell in row:
+            cell = cell.strip()
+            kind = next((k for k, p in _SHAPES if p.fullmatch(cell)), None)
+            if kind is None and re.search(r"[A-Za-z]{2}", cell) and "name" not in cols:
+                kind = "name"
+            cols.append(kind or "")
+        shapes.append(cols)
+    if not shapes or any(s != shapes[0] for s in shapes):
+        return None
+    strong = {"pci.device_id", "pci.bus_id", "uuid"}
+    return shapes[0] if strong & set(shapes[0]) and "name" in shapes[0] else None
 
 
 def _column_key(header: str) -> str:
@@ -384,11 +465,7 @@ def parse_nvidia_smi(text: str, columns: Sequence[str] | str | None = None) -> S
     if not isinstance(text, str):
         return SmiReport()
     lines = [_ANSI_RE.sub("", line).replace("\x00", "").rstrip() for line in text.splitlines()]
-    error = None
-    for line in lines:
-        if any(p.search(line) for p in _ERROR_PATTERNS):
-            error = line.strip()
-            break
+    error, kind = _error(lines)
     nvml = None
     for line in lines:
         if m := _NVML_VERSION_RE.search(line):
@@ -398,14 +475,20 @@ def parse_nvidia_smi(text: str, columns: Sequence[str] | str | None = None) -> S
     content = [line for line in lines if line.strip()]
     if isinstance(columns, str):
         columns = [c for c in columns.split(",") if c.strip()]
+    if not columns:
+        # `csv,noheader` under the command line that asked for it: the columns are on that line.
+        for i, line in enumerate(content):
+            m = _QUERY_CMD_RE.search(line)
+            if m and "noheader" in line:
+                columns = m.group(1).split(",")
+                content = content[i + 1 :]
+                break
     driver = cuda = None
     gpus: tuple[SmiGpu, ...] = ()
     layout = None
     if columns:
         gpus, layout = _parse_csv(content, columns), "csv"
-    elif any("NVSMI LOG" in line for line in content) or any(
-        _Q_GPU_RE.match(line) for line in content
-    ):
+    elif _looks_like_query(content):
         driver, cuda, gpus = _parse_query(content)
         layout = "query"
     elif any(_HEADER_DRIVER_RE.search(line) for line in content) or any(
@@ -419,6 +502,10 @@ def parse_nvidia_smi(text: str, columns: Sequence[str] | str | None = None) -> S
                 header = next(csv.reader([line], skipinitialspace=True))
                 gpus, layout = _parse_csv(content[i + 1 :], header), "csv"
                 break
+        else:
+            shaped = _columns_by_shape(content)
+            if shaped:
+                gpus, layout = _parse_csv(content, shaped), "csv"
     if driver is None:
         versions = {g.driver_version for g in gpus if g.driver_version}
         if len(versions) == 1:
@@ -430,4 +517,19 @@ def parse_nvidia_smi(text: str, columns: Sequence[str] | str | None = None) -> S
         error=error,
         nvml_version=nvml,
         layout=layout,
+        error_kind=kind,
     )
+
+
+def _error(lines: list[str]) -> tuple[str | None, str | None]:
+    """(the failure as printed, its kind), or (None, None)."""
+    text = _QUOTE_MARK_RE.sub("", "\n".join(lines)).translate(_QUOTES)
+    # A sentence a paste wrapped: join lines that do not end one ("... Make sure" / "that ...").
+    joined = re.sub(r"(?<![.!:])\n(?=\s*[a-z])", " ", text)
+    for kind, pattern in _ERROR_KINDS:
+        m = pattern.search(joined)
+        if m:
+            start = joined.rfind("\n", 0, m.start() + 1) + 1
+            end = joined.find("\n", m.end())
+            return re.sub(r"\s+", " ", joined[start : end if end >= 0 else None]).strip(), kind
+    return None, None

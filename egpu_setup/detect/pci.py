@@ -24,7 +24,9 @@ VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
 # SMBIOS chassis types that are portable (DMTF DSP0134 §7.4.1): Portable, Laptop, Notebook,
 # Sub Notebook, Convertible, Detachable.
 LAPTOP_CHASSIS = {"8", "9", "10", "14", "31", "32"}
-_MOBILE_NAME = re.compile(r"\b(Laptop|Mobile|Max-Q)\b", re.IGNORECASE)
+# NVIDIA's laptop markers ("Laptop GPU", "Mobile", "Max-Q") and laptop-only numbering ("940MX",
+# "MX150", "GT 750M"), as in egpu_setup/compat/gpus.py.
+_MOBILE_NAME = re.compile(r"\b(?:Laptop|Mobile|Max-Q|\d{3,4}MX?|MX\d{3})\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,15 @@ class Tunnel:
 
     connection: str
     name: str
+    generation: str | None = None  # "TB3" / "TB4" / "TB5" / "USB4" (data/pcie_tunnels.yaml)
+
+
+# A link through parts of two generations runs at the older one; TB4 and USB4 (40 Gb/s) are
+# one step (Thunderbolt 4 is a USB4 implementation).
+GENERATION_RANK = {"TB1": 1, "TB2": 2, "TB3": 3, "USB4": 4, "TB4": 4, "TB5": 5}
+# Thunderbolt's sysfs `generation` (Documentation/ABI/testing/sysfs-bus-thunderbolt: 1-3 for
+# Thunderbolt 1-3, 4 for USB4) and bolt's generation line ("Thunderbolt 3", "USB4").
+_SYSFS_GENERATION = {1: "TB1", 2: "TB2", 3: "TB3", 4: "USB4"}
 
 
 @functools.cache
@@ -68,9 +79,43 @@ def _tunnel_table() -> dict[tuple[str, str], Tunnel]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     data = yaml.load(text, Loader=loader)
     return {
-        (row["vendor"], row["device"]): Tunnel(row["connection"], row["name"])
+        (row["vendor"], row["device"]): Tunnel(
+            row["connection"], row["name"], row.get("generation")
+        )
         for row in data["bridges"]
     }
+
+
+def generation_from_name(name: str | None) -> str | None:
+    """ "JHL7540 Thunderbolt 3 Bridge" -> "TB3", "PCIe USB4 Bridge" -> "USB4", else None."""
+    if not name:
+        return None
+    if re.search(r"\bUSB ?4\b", name, re.I):
+        return "USB4"
+    m = re.search(r"\bThunderbolt (\d)\b", name, re.I)
+    return f"TB{m.group(1)}" if m else None
+
+
+def oldest_generation(generations) -> str | None:
+    """The generation a chain of tunnel parts runs at: the oldest (the last listed on a tie)."""
+    known = [g for g in generations if g in GENERATION_RANK]
+    if not known:
+        return None
+    low = min(GENERATION_RANK[g] for g in known)
+    return [g for g in known if GENERATION_RANK[g] == low][-1]
+
+
+def generation_from_devices(devices) -> str | None:
+    """The generation of the Thunderbolt/USB4 link from the authorized devices (sysfs or bolt):
+    one 40 Gb/s lane is Thunderbolt 5 / USB4 v2 (80 Gb/s over 2 lanes); else the devices'
+    generation number, when they agree."""
+    authorized = [d for d in devices if d.authorized]
+    for d in authorized:
+        lanes = d.rx_lanes or 0
+        if d.rx_speed_gbps and lanes and d.rx_speed_gbps / lanes >= 40:
+            return "TB5"
+    gens = {_SYSFS_GENERATION.get(d.generation or 0) for d in authorized} - {None}
+    return gens.pop() if len(gens) == 1 else None
 
 
 def probe_function(host: Host, address: str) -> PciFunction | None:
@@ -143,10 +188,19 @@ def tunnel_of(fn: PciFunction, name: str | None) -> Tunnel | None:
     known = _tunnel_table().get((fn.vendor_id or "", fn.device_id or ""))
     if known:
         return known
-    if name and re.search(r"thunderbolt", name, re.IGNORECASE):
-        return Tunnel("thunderbolt", name)
-    if name and re.search(r"\bUSB4\b", name):
-        return Tunnel("usb4", name)
+    return tunnel_by_name(name)
+
+
+def tunnel_by_name(name: str | None) -> Tunnel | None:
+    """A bridge whose name says Thunderbolt or USB4 (a part newer than our id list)."""
+    if (
+        name
+        and re.search(r"thunderbolt", name, re.IGNORECASE)
+        and not re.search(r"\bUSB ?4\b", name, re.I)
+    ):
+        return Tunnel("thunderbolt", name, generation_from_name(name))
+    if name and re.search(r"\bUSB ?4\b", name, re.I):
+        return Tunnel("usb4", name, "USB4")
     return None
 
 
@@ -155,6 +209,7 @@ class Placement:
     external: bool | None
     connection: str
     evidence: tuple[str, ...]
+    generation: str | None = None  # "TB3" / "TB4" / "TB5" / "USB4" for a tunnelled link
 
 
 def decide_placement(
@@ -181,7 +236,8 @@ def decide_placement(
             evidence.append(f"{tb_authorized} authorized Thunderbolt/USB4 device(s)")
         if gpu.removable == "removable":
             evidence.append("sysfs removable=removable")
-        return Placement(True, connection, tuple(evidence))
+        generation = oldest_generation(t.generation for _, t in tunnels)
+        return Placement(True, connection, tuple(evidence), generation)
     if not gpu.bridges:
         # Directly on a root bus, with no port above it: graphics integrated in the CPU/SoC.
         return Placement(False, "pcie", ("on the root bus with no PCIe port above it: integrated",))
@@ -241,6 +297,7 @@ def build_gpu(
     architecture: str | None,
     compute_capability: str | None,
     placement: Placement,
+    codename: str | None = None,
 ) -> Gpu:
     return Gpu(
         pci_address=fn.address,
@@ -262,4 +319,61 @@ def build_gpu(
         boot_vga=fn.boot_vga,
         bridges=fn.bridges,
         evidence=placement.evidence,
+        codename=codename,
+        connection_generation=placement.generation,
+    )
+
+
+# -- the link as pasted text shows it -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """What text about a GPU's link says: the tunnel kind and generation, and the PCIe link."""
+
+    connection: str | None = None  # "thunderbolt" / "usb4" / None (the text does not say)
+    generation: str | None = None  # "TB3" / "TB4" / "TB5" / "USB4"
+    link_speed_gts: float | None = None
+    link_width: int | None = None
+    evidence: tuple[str, ...] = ()
+
+
+_TEXT_IDS_RE = re.compile(r"[\[(](?P<ven>[0-9a-fA-F]{4}):(?P<dev>[0-9a-fA-F]{4})[\])]")
+# lspci's LnkSta, macOS system_profiler's "Link Speed: 16.0 GT/s" / "Link Width: x4".
+_LNKSTA_RE = re.compile(r"LnkSta:\s*Speed (?P<speed>[0-9.]+)\s*GT/s[^,]*,\s*Width x(?P<width>\d+)")
+_MAC_SPEED_RE = re.compile(r"^\s*Link Speed:\s*(?P<speed>[0-9.]+)\s*GT/s", re.M)
+_MAC_WIDTH_RE = re.compile(r"^\s*Link Width:\s*x(?P<width>\d+)", re.M)
+
+
+def connection_in_text(text: str | None) -> ConnectionInfo:
+    """The Thunderbolt/USB4 tunnel and PCIe link that pasted text shows (lspci of the bridges,
+    lshw, a bug report naming the controller, macOS system_profiler's "Slot: Thunderbolt@..."):
+    tunnel parts by PCI id (data/pcie_tunnels.yaml) or by their name; the generation only where
+    an id or a name states it. Pure; an empty ConnectionInfo when the text says nothing."""
+    if not isinstance(text, str):
+        return ConnectionInfo()
+    tunnels: list[Tunnel] = []
+    for line in text.splitlines():
+        by_id = [
+            _tunnel_table().get((m["ven"].lower(), m["dev"].lower()))
+            for m in _TEXT_IDS_RE.finditer(line)
+        ]
+        found = [t for t in by_id if t] or [t for t in [tunnel_by_name(line)] if t]
+        tunnels.extend(found)
+    speed = width = None
+    if (m := _LNKSTA_RE.search(text)) is not None:
+        speed, width = float(m["speed"]), int(m["width"])
+    else:
+        ms, mw = _MAC_SPEED_RE.search(text), _MAC_WIDTH_RE.search(text)
+        speed = float(ms["speed"]) if ms else None
+        width = int(mw["width"]) if mw else None
+    if not tunnels:
+        return ConnectionInfo(None, None, speed, width)
+    connection = "thunderbolt" if any(t.connection == "thunderbolt" for t in tunnels) else "usb4"
+    return ConnectionInfo(
+        connection,
+        oldest_generation(t.generation for t in tunnels),
+        speed,
+        width,
+        tuple(dict.fromkeys(t.name for t in tunnels)),
     )

@@ -6,13 +6,15 @@ with it as evidence."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 
 from egpu_setup.detect.facts import Gpu, HostFacts, Link, ThunderboltFacts
 from egpu_setup.detect.sysfs import pcie_speed
 from egpu_setup.host.machine import Host
 
 log = logging.getLogger("egpu_setup.detect")
+NVIDIA = "10de"
 
 
 def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
@@ -45,9 +47,19 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
     by_addr = {f.address: f for f in functions}
     displays = [f for f in functions if f.is_display]
     # Command text is free in a recording; live, lspci runs only when sysfs shows no GPU.
-    lspci = _lspci_entries(host) if (not displays or host.kind == "recorded") else {}
+    lspci_text = (
+        host.command("lspci", ["lspci", "-Dnnk"])
+        if (not displays or host.kind == "recorded")
+        else None
+    )
+    lspci = _lspci_entries(lspci_text)
     if not displays:
-        return _gpus_from_text(lspci, smi)
+        # A pasted report: what lspci and nvidia-smi name, else GPUs other text mentions with
+        # their ids (inxi pasted as lspci.txt, NVRM lines of a kernel log).
+        texts = (lspci_text or "",)
+        if host.kind == "recorded":
+            texts += (host.command("dmesg", ["dmesg"]) or "",)
+        return _gpus_from_text(lspci, smi, texts)
     pci_ids = pci.pci_ids_text(host)
     chassis = host.read_attr("/sys/class/dmi/id/chassis_type")
     slots = pci.hotplug_slot_buses(host)
@@ -59,7 +71,7 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
         if entry is not None:
             pciids_name = pciids_name or _lspci_name(entry)
             vendor_name = vendor_name or entry.vendor_name
-        name, arch, cc = _identify(fn.vendor_id, fn.device_id, pciids_name)
+        who = _identify(fn.vendor_id, fn.device_id, pciids_name, vendor_name)
         tunnels = []
         for addr in fn.bridges:
             bridge = by_addr.get(addr) or pci.probe_function(host, addr)
@@ -70,16 +82,22 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
             if tunnel:
                 tunnels.append((addr, tunnel))
         placement = pci.decide_placement(
-            fn, name, tunnels, chassis_type=chassis, hotplug_buses=slots, tb_authorized=authorized
+            fn,
+            who.name,
+            tunnels,
+            chassis_type=chassis,
+            hotplug_buses=slots,
+            tb_authorized=authorized,
         )
         out.append(
             pci.build_gpu(
                 fn,
-                name=name,
+                name=who.name,
                 vendor_name=vendor_name,
-                architecture=arch,
-                compute_capability=cc,
+                architecture=who.architecture,
+                compute_capability=who.compute_capability,
                 placement=placement,
+                codename=who.codename,
             )
         )
     return tuple(out)
@@ -93,66 +111,186 @@ def _pciids_names(text: str | None, vendor: str | None, device: str | None):
     return lookup_pciids(text, vendor, device)
 
 
-def _identify(vendor_id: str | None, device_id: str | None, text_name: str | None):
-    """(name, architecture, compute capability): our GPU table first, then names and codenames."""
-    if vendor_id != "10de":
-        return text_name, None, None
+@dataclass(frozen=True)
+class Identity:
+    """What a GPU is: its name, chip codename, architecture and compute capability."""
+
+    name: str | None
+    codename: str | None = None
+    architecture: str | None = None
+    compute_capability: str | None = None
+
+
+_NVIDIA_TEXT = re.compile(r"^(?:nvidia|nVidia)\b", re.I)
+_NVIDIA_PRODUCT = re.compile(r"\b(?:GeForce|Quadro|Tesla|TITAN|NVIDIA|Jetson)\b|\bRTX\b", re.I)
+
+
+def is_nvidia(vendor_id: str | None, vendor_name: str | None, name: str | None = None) -> bool:
+    """Vendor 10de; else, where no id was printed, "NVIDIA Corporation" or an NVIDIA product."""
+    if vendor_id is not None:
+        return vendor_id == NVIDIA
+    if vendor_name:
+        return bool(_NVIDIA_TEXT.match(vendor_name.strip()))
+    return bool(name and _NVIDIA_PRODUCT.search(name))
+
+
+def _identify(
+    vendor_id: str | None,
+    device_id: str | None,
+    text_name: str | None,
+    vendor_name: str | None = None,
+) -> Identity:
+    """Our GPU table by id first, then the codename and product name the text shows.
+
+    pci.ids and lspci print "CODENAME [Product]" ("GA102 [GeForce RTX 3080]"); without numeric
+    ids the vendor is text ("NVIDIA Corporation"), so NVIDIA is recognised by name as well."""
     from egpu_setup.compat import gpus
 
+    codename, product = gpus.split_name(text_name)
+    name = product or text_name
+    if not is_nvidia(vendor_id, vendor_name, text_name):
+        return Identity(name, codename)
     model = gpus.gpu_by_id(device_id) if device_id else None
     if model is not None:
-        return model.name, model.architecture, model.compute_capability
-    found = (gpus.arch_from_text(text_name) if text_name else None) or (
-        gpus.arch_from_device_id(device_id) if device_id else None
+        # The table's spelling of the product the text names; the text's own name where the id
+        # is known under another one (nvidia-smi's "NVIDIA H100 NVL" for pci.ids' "H100L 94GB").
+        spellings = {gpus.canonical_name(n) for n in (model.name, *model.aliases)}
+        same = product is None or gpus.canonical_name(product) in spellings
+        return Identity(
+            model.name if same else product,
+            model.codename or codename,
+            model.architecture,
+            model.compute_capability,
+        )
+    by_name = gpus.gpu_by_name(product) if product else None
+    found = (
+        gpus.arch_from_codename(codename)
+        or ((by_name.architecture, by_name.compute_capability) if by_name else None)
+        or (gpus.arch_from_text(product) if product else None)
+        or (gpus.arch_from_device_id(device_id) if device_id else None)
     )
     arch, cc = found if found else (None, None)
-    return text_name, arch, cc
+    return Identity(
+        name, codename or (by_name.codename if by_name and not product else None), arch, cc
+    )
 
 
 def _lspci_name(entry) -> str | None:
     # An old pci.ids prints "Device 2b85": that is an id, not a name.
     name = entry.device_name
-    if not name or name == "Device" or name.startswith("Device "):
+    if not name or name == "Device" or name.startswith(("Device ", "Unknown device")):
         return None
     return name
 
 
-def _lspci_entries(host: Host) -> dict:
+@dataclass(frozen=True)
+class PastedGpu:
+    """A GPU that pasted text names, identified; `pci_address` is None where the text gives none
+    (a Windows device list, an nvidia-smi CSV without pci.bus_id)."""
+
+    pci_address: str | None
+    vendor: str | None
+    vendor_id: str | None
+    device_id: str | None
+    name: str | None
+    codename: str | None
+    architecture: str | None
+    compute_capability: str | None
+    driver: str | None = None
+
+
+def _vendor_key(vendor_id: str | None, vendor_name: str | None, nvidia: bool) -> str | None:
+    from egpu_setup.detect.pci import VENDORS
+
+    if nvidia:
+        return "nvidia"
+    return VENDORS.get(vendor_id or "") or _vendor_from_name(vendor_name)
+
+
+def gpus_in_text(text: str | None) -> tuple[PastedGpu, ...]:
+    """Every GPU a pasted text names, identified: lspci in any variant, nvidia-smi (table, -q,
+    CSV), or text that only mentions GPUs with their ids (inxi, NVRM lines, a Windows device
+    list). Pure and soft: () for text that names none. detect uses it for command text."""
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    from egpu_setup.detect.lspci import parse_gpu_mentions, parse_lspci
+    from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
+
+    out: list[PastedGpu] = []
+    entries = [e for e in parse_lspci(text) if e.is_display]
+    for e in entries:
+        name = _lspci_name(e)
+        who = _identify(e.vendor_id, e.device_id, name, e.vendor_name)
+        nvidia = is_nvidia(e.vendor_id, e.vendor_name, name)
+        out.append(
+            _pasted(e.address, e.vendor_id, e.device_id, who, e.driver, e.vendor_name, nvidia)
+        )
+    if out:
+        return tuple(out)
+    for g in parse_nvidia_smi(text).gpus:
+        device = g.device_id
+        who = _identify(NVIDIA, device, g.name, "NVIDIA")
+        if device is None and g.name:
+            model = None
+            from egpu_setup.compat import gpus
+
+            model = gpus.gpu_by_name(g.name)
+            if model is not None:
+                who = Identity(g.name, model.codename, model.architecture, model.compute_capability)
+        out.append(_pasted(g.pci_bus_id, NVIDIA, device, who, None, "NVIDIA", True))
+    if out:
+        return tuple(out)
+    for m in parse_gpu_mentions(text):
+        nvidia = is_nvidia(m.vendor_id, m.vendor_name, m.device_name)
+        who = _identify(
+            m.vendor_id or (NVIDIA if nvidia else None), m.device_id, m.device_name, m.vendor_name
+        )
+        out.append(
+            _pasted(m.address, m.vendor_id, m.device_id, who, m.driver, m.vendor_name, nvidia)
+        )
+    return tuple(out)
+
+
+def _pasted(address, vendor_id, device_id, who: Identity, driver, vendor_name, nvidia) -> PastedGpu:
+    return PastedGpu(
+        pci_address=address,
+        vendor=_vendor_key(vendor_id, vendor_name, nvidia),
+        vendor_id=vendor_id or (NVIDIA if nvidia and device_id else None),
+        device_id=device_id,
+        name=who.name,
+        codename=who.codename,
+        architecture=who.architecture,
+        compute_capability=who.compute_capability,
+        driver=driver,
+    )
+
+
+def _lspci_entries(text: str | None) -> dict:
     from egpu_setup.detect.lspci import parse_lspci
 
-    text = host.command("lspci", ["lspci", "-Dnnk"])
     return {e.address: e for e in parse_lspci(text)} if text else {}
 
 
-def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
+def _gpus_from_text(
+    lspci: dict, smi: object | None, texts: tuple[str, ...] = ()
+) -> tuple[Gpu, ...]:
     """GPUs from command text alone (a pasted report, WSL2): ids and names, placement unknown
-    unless the name itself says laptop GPU."""
-    from egpu_setup.detect.pci import VENDORS, is_mobile_name, on_root_bus
-
+    unless the name itself says laptop GPU. `texts` are other pasted outputs (an lspci.txt that is
+    inxi output, a kernel log) whose GPU mentions count when lspci and nvidia-smi name none."""
     out: dict[str, Gpu] = {}
     for entry in lspci.values():
         if not entry.is_display:
             continue
-        name, arch, cc = _identify(entry.vendor_id, entry.device_id, _lspci_name(entry))
-        mobile = is_mobile_name(name)
-        integrated = on_root_bus(entry.address)
-        internal = mobile or integrated
-        why = (
-            f"name {name!r} is a laptop (mobile) GPU"
-            if mobile
-            else "on the root bus with no PCIe port above it: integrated"
-        )
-        out[entry.address] = Gpu(
-            pci_address=entry.address,
-            vendor=VENDORS.get(entry.vendor_id or "") or _vendor_from_name(entry.vendor_name),
+        name = _lspci_name(entry)
+        who = _identify(entry.vendor_id, entry.device_id, name, entry.vendor_name)
+        nvidia = is_nvidia(entry.vendor_id, entry.vendor_name, name)
+        out[entry.address] = _text_gpu(
+            entry.address,
+            vendor=_vendor_key(entry.vendor_id, entry.vendor_name, nvidia),
             vendor_id=entry.vendor_id,
             device_id=entry.device_id,
-            name=name,
-            architecture=arch,
-            compute_capability=cc,
+            who=who,
             driver=entry.driver,
-            external=False if internal else None,
-            connection="pcie" if internal else "unknown",
             link=Link(
                 entry.link_speed_gts,
                 entry.link_width,
@@ -165,23 +303,22 @@ def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
             if entry.class_id and len(entry.class_id) == 4
             else entry.class_id,
             revision=entry.revision,
-            evidence=(why,) if internal else (),
         )
     for g in getattr(smi, "gpus", ()) or ():
         if not g.pci_bus_id or g.pci_bus_id in out:
             continue
         from egpu_setup.compat import gpus
 
-        model = gpus.gpu_by_name(g.name) if g.name else None
-        found = gpus.arch_from_text(g.name) if g.name else None
-        arch, cc = found if found else (None, None)
-        out[g.pci_bus_id] = Gpu(
-            pci_address=g.pci_bus_id,
+        who = _identify(NVIDIA, g.device_id, g.name, "NVIDIA")
+        model = gpus.gpu_by_name(g.name) if g.name and not g.device_id else None
+        if model is not None:
+            who = Identity(model.name, model.codename, model.architecture, model.compute_capability)
+        out[g.pci_bus_id] = _text_gpu(
+            g.pci_bus_id,
             vendor="nvidia",
-            vendor_id="10de",
-            name=model.name if model else g.name,
-            architecture=arch,
-            compute_capability=cc,
+            vendor_id=NVIDIA,
+            device_id=g.device_id,
+            who=who,
             link=Link(
                 pcie_speed(g.link_gen_current),
                 g.link_width_current,
@@ -189,7 +326,44 @@ def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
                 g.link_width_max,
             ),
         )
+    if not out:
+        for text in texts:
+            for p in gpus_in_text(text):
+                if p.pci_address and p.pci_address not in out:
+                    out[p.pci_address] = _text_gpu(
+                        p.pci_address,
+                        vendor=p.vendor,
+                        vendor_id=p.vendor_id,
+                        device_id=p.device_id,
+                        who=Identity(p.name, p.codename, p.architecture, p.compute_capability),
+                        driver=p.driver,
+                    )
     return tuple(out[k] for k in sorted(out))
+
+
+def _text_gpu(address: str, *, who: Identity, **fields) -> Gpu:
+    """A Gpu known from text: placement only where the name or the address decides it."""
+    from egpu_setup.detect.pci import is_mobile_name, on_root_bus
+
+    mobile = is_mobile_name(who.name)
+    integrated = on_root_bus(address)
+    internal = mobile or integrated
+    why = (
+        f"name {who.name!r} is a laptop (mobile) GPU"
+        if mobile
+        else "on the root bus with no PCIe port above it: integrated"
+    )
+    return Gpu(
+        pci_address=address,
+        name=who.name,
+        codename=who.codename,
+        architecture=who.architecture,
+        compute_capability=who.compute_capability,
+        external=False if internal else None,
+        connection="pcie" if internal else "unknown",
+        evidence=(why,) if internal else (),
+        **fields,
+    )
 
 
 def _vendor_from_name(name: str | None) -> str | None:

@@ -43,10 +43,17 @@ class _Context:
     lspci: tuple[Any, ...]
     nvidia_addrs: frozenset[str]
     egpu: Gpu | None
+    smi: Any = None  # the parsed nvidia-smi text (detect.nvidia_smi.SmiReport), None without one
 
     @property
     def nvidia_present(self) -> bool:
         return bool(self.nvidia_addrs)
+
+    @property
+    def blind(self) -> bool:
+        """No GPU known at all: a pasted log without the host's PCI devices. Some signatures are
+        then read on their own (a bridge that got no window, a slow link, nvidia-smi's word)."""
+        return not self.nvidia_addrs and not self.facts.gpus
 
 
 def _context(facts: HostFacts, inputs: DoctorInput) -> _Context:
@@ -55,13 +62,16 @@ def _context(facts: HostFacts, inputs: DoctorInput) -> _Context:
     scan = scan_dmesg(inputs.dmesg)
     entries = parse_lspci(inputs.lspci) if inputs.lspci else ()
     addrs = {g.pci_address.lower() for g in facts.nvidia_gpus}
-    addrs |= {e.address for e in entries if e.vendor_id == "10de" and e.is_display}
+    addrs |= {e.address for e in entries if e.is_nvidia and e.is_display}
     addrs |= set(scan.nvidia_functions)
     egpu = facts.egpu
     if egpu is None:
         external = [g for g in facts.nvidia_gpus if g.external]
         egpu = external[0] if external else None
-    return _Context(facts, inputs, scan, tuple(entries), frozenset(addrs), egpu)
+    from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
+
+    smi = parse_nvidia_smi(inputs.nvidia_smi) if inputs.nvidia_smi else None
+    return _Context(facts, inputs, scan, tuple(entries), frozenset(addrs), egpu, smi)
 
 
 def _bridges_above(ctx: _Context) -> set[str]:
@@ -87,21 +97,32 @@ def _gpu_name(ctx: _Context, address: str | None = None) -> str:
 # -- pci-bar-allocation-failed ---------------------------------------------------------------------
 
 
+def _bridge_window(failure: Any) -> bool:
+    """A bridge's own window: "BAR 13/14/15" of a PCI-PCI bridge or "bridge window" (newer
+    kernels); BAR 0-6 are a device's own registers and ROM."""
+    m = re.match(r"BAR (\d+)", failure.what)
+    return failure.what == "bridge window" or bool(m and int(m.group(1)) >= 13)
+
+
 def check_bar_allocation(ctx: _Context) -> list[Finding]:
     relevant = ctx.nvidia_addrs | _bridges_above(ctx)
-    bars = [b for b in ctx.dmesg.bar_failures if b.kind == "mem" and b.address in relevant]
+    mem = [b for b in ctx.dmesg.bar_failures if b.kind == "mem"]
+    bars = [b for b in mem if b.address in relevant]
+    # No NVIDIA GPU known (a pasted kernel log of a dock or an empty enclosure port): hot-plug
+    # bridges that got no memory window leave none for a GPU plugged in behind them. I/O windows
+    # (BAR 13) are routinely missing and harmless; only memory windows count.
+    orphan = [b for b in mem if _bridge_window(b)] if ctx.blind else []
     unassigned = [
         f"lspci {e.address}: {bar}"
         for e in ctx.lspci
         if e.address in ctx.nvidia_addrs
-        for bar in e.unassigned_bars
-        if "<unassigned>" in bar or "<ignored>" in bar
+        for bar in e.bar_problems
     ]
     invalid = list(ctx.dmesg.nvrm_bar_invalid)
     rebar = list(ctx.dmesg.rebar_fatal)
-    rm_init = list(ctx.dmesg.rm_init_failed)
-    if not (bars or unassigned or invalid or rebar or rm_init):
+    if not (bars or orphan or unassigned or invalid or rebar):
         return []
+    rm_init = list(ctx.dmesg.rm_init_failed)
     cmdline = ctx.inputs.cmdline or ""
     has_realloc = bool(re.search(r"(?:^|\s)pci=\S*realloc(?!=off)", cmdline))
     steps = []
@@ -130,20 +151,23 @@ def check_bar_allocation(ctx: _Context) -> list[Finding]:
         steps.append(
             "enable Above 4G Decoding (and Resizable BAR, if offered) in the laptop firmware"
         )
-    only_rm = rm_init and not (bars or unassigned or invalid or rebar)
+    only_orphan = orphan and not (bars or unassigned or invalid or rebar)
     summary = (
-        "NVIDIA could not initialise the GPU (RmInitAdapter failed); on eGPUs this is most often "
-        "an address-window (BAR) problem"
-        if only_rm
+        "PCIe hot-plug bridges could not get memory windows (BARs): a GPU plugged in behind "
+        "them will get none either"
+        if only_orphan
         else f"{_gpu_name(ctx)}: the kernel could not assign its memory windows (BARs), "
         "so the driver cannot use it"
     )
     lines = [b for hit in (invalid + rebar) for b in hit.lines]
-    lines = [line for b in bars for line in b.hit.lines] + lines + unassigned + _hit_lines(rm_init)
+    failures = bars or orphan
+    lines = (
+        [line for b in failures for line in b.hit.lines] + lines + unassigned + _hit_lines(rm_init)
+    )
     return [
         Finding(
             "pci-bar-allocation-failed",
-            "warning" if only_rm else "error",
+            "warning" if only_orphan else "error",
             summary,
             _evidence(lines),
             "; ".join(steps) + ".",
@@ -163,6 +187,19 @@ def _connection(ctx: _Context, address: str) -> str:
     return "unknown"
 
 
+# PCI base classes that are never a GPU or the way to one (PCI Code and ID Assignment spec):
+# storage, network, serial bus (USB, Thunderbolt NHI), wireless.
+_NOT_A_GPU_PATH = ("01", "02", "0c", "0d")
+
+
+def _maybe_gpu_path(ctx: _Context, address: str) -> bool:
+    """With no NVIDIA GPU known (a pasted kernel log), a link limit counts unless the kernel
+    enumerated the device as something that is no GPU and leads to none (an SSD, a NIC)."""
+    if not ctx.blind:
+        return False
+    return not ctx.dmesg.pci_classes.get(address, "").startswith(_NOT_A_GPU_PATH)
+
+
 def check_link(ctx: _Context) -> list[Finding]:
     lines: list[str] = []
     severity = None
@@ -173,10 +210,13 @@ def check_link(ctx: _Context) -> list[Finding]:
             severity = level
 
     tunnelled = ("thunderbolt", "usb4")
+    on_path = ctx.nvidia_addrs | _bridges_above(ctx)
     for lim in ctx.dmesg.link_limits:
-        if lim.address not in ctx.nvidia_addrs:
+        if lim.address not in on_path and not _maybe_gpu_path(ctx, lim.address):
             continue
         conn = _connection(ctx, lim.address)
+        if conn == "unknown" and "USB4" in " ".join(lim.hit.lines):
+            conn = "usb4"
         expected = 4 if conn in (*tunnelled, "oculink", "unknown") else lim.capable_width
         if lim.width < min(expected, lim.capable_width):
             bump("warning")
@@ -281,33 +321,44 @@ def check_nouveau(ctx: _Context) -> list[Finding]:
     ]
 
 
-_SMI_NO_DRIVER = "couldn't communicate with the NVIDIA driver"
+# nvidia-smi failures that mean the driver drives no GPU (detect.nvidia_smi error kinds): it
+# cannot talk to the driver, or the driver initialised no GPU ("No devices were found").
+_SMI_NO_DRIVER = frozenset({"driver-not-loaded", "no-devices"})
 
 
 def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
+    """The driver is not loaded, or drives no GPU. `suppressed` (a BAR failure, nouveau, Secure
+    Boot, a lost GPU explains it) silences what is only inferred (a module absent, a device with
+    no driver); what the driver or nvidia-smi say outright is still reported, with the cause."""
     # Under WSL2 the Windows host owns the driver: there is no nvidia kernel module to load.
-    if not ctx.nvidia_present or suppressed or ctx.facts.os.wsl:
+    if ctx.facts.os.wsl:
         return []
     nv = ctx.facts.nvidia
-    smi = ctx.inputs.nvidia_smi or ""
-    lines: list[str] = []
-    if nv.module_loaded is False:
-        lines.append("/sys/module/nvidia: absent (the nvidia kernel module is not loaded)")
-    if _SMI_NO_DRIVER in smi:
-        lines += [
-            ln.strip()
-            for ln in smi.splitlines()
-            if "NVIDIA-SMI has failed" in ln or _SMI_NO_DRIVER in ln
-        ]
+    smi_kind = getattr(ctx.smi, "error_kind", None)
+    said: list[str] = []
+    # nvidia-smi's word counts with an NVIDIA GPU present, or with no GPU known at all (a paste);
+    # with the host's GPUs known and none NVIDIA (the eGPU unplugged) it is expected, not a fault.
+    # A root cause found elsewhere (BAR, nouveau, Secure Boot) explains it.
+    smi_counts = ctx.nvidia_present or ctx.blind
+    if smi_kind in _SMI_NO_DRIVER and ctx.smi.error and not suppressed and smi_counts:
+        said.append(f"nvidia-smi: {ctx.smi.error}")
+    said += _hit_lines(ctx.dmesg.driver_unbound)
+    rm_init = _hit_lines(ctx.dmesg.rm_init_failed)
+    inferred: list[str] = []
+    if ctx.nvidia_present and nv.module_loaded is False:
+        inferred.append("/sys/module/nvidia: absent (the nvidia kernel module is not loaded)")
     unbound = [
         g
         for g in ctx.facts.nvidia_gpus
         if g.driver not in ("nvidia", "nvidia-current", "nouveau", "vfio-pci")
     ]
     if nv.module_loaded and unbound:
-        lines += [
+        inferred += [
             f"sysfs {g.pci_address}: no driver bound ({g.name or 'NVIDIA GPU'})" for g in unbound
         ]
+    if suppressed and ctx.dmesg.fallen_off:
+        return []  # the GPU is gone: nothing else about its driver is worth saying
+    lines = said + rm_init + ([] if suppressed else inferred)
     if not lines:
         return []
     lines += _hit_lines(ctx.dmesg.legacy_ignored)
@@ -318,6 +369,24 @@ def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
             "legacy branch it names, e.g. the 580 branch for Maxwell/Pascal/Volta "
             "(egpu-setup install --profile gtx1080ti --only driver)."
         )
+    elif any("not supported by open" in line for line in lines):
+        fix = (
+            "The open kernel module drives only GPUs with a GSP (Turing and newer): install the "
+            "proprietary module of a branch that still supports this GPU (the 580 branch for "
+            "Maxwell/Pascal/Volta), e.g. egpu-setup install --profile NAME --only driver."
+        )
+    elif suppressed:
+        fix = (
+            "The driver is installed but could not take the GPU; fix the cause reported with it "
+            "(the BAR, nouveau or Secure Boot finding above), then reload the module or reboot."
+        )
+    elif rm_init and not said:
+        fix = (
+            "The driver is loaded but could not initialise the GPU (RmInitAdapter failed): check "
+            "the kernel log for a BAR or Xid message just before it, use a driver branch that "
+            "supports the GPU (Blackwell needs the open modules of 570 or newer), and on an eGPU "
+            "reseat the cable and power the enclosure before boot."
+        )
     else:
         fix = (
             "Load it with sudo modprobe nvidia (Debian packages name it nvidia-current); if that "
@@ -325,15 +394,12 @@ def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
             "check `dkms status` and that linux-headers-$(uname -r) is installed, or let "
             "`egpu-setup install --profile NAME --only driver` install a matching driver."
         )
-    return [
-        Finding(
-            "nvidia-driver-not-loaded",
-            "error",
-            "An NVIDIA GPU is present but the NVIDIA driver is not loaded or not bound to it",
-            _evidence(lines),
-            fix,
-        )
-    ]
+    summary = (
+        "The NVIDIA driver is loaded but could not initialise the GPU (RmInitAdapter failed)"
+        if rm_init and not said and not inferred
+        else "An NVIDIA GPU is present but the NVIDIA driver is not loaded or not bound to it"
+    )
+    return [Finding("nvidia-driver-not-loaded", "error", summary, _evidence(lines), fix)]
 
 
 def check_mismatch(ctx: _Context) -> list[Finding]:
@@ -408,15 +474,26 @@ def check_secure_boot(ctx: _Context) -> list[Finding]:
     on, lines = _secure_boot_on(ctx)
     rejected = _hit_lines(ctx.dmesg.key_rejected)
     not_loaded = ctx.nvidia_present and ctx.facts.nvidia.module_loaded is False
-    if not on or not (rejected or not_loaded):
+    # The kernel refusing an unsigned module is itself the proof that signatures are enforced
+    # (Secure Boot lockdown or module.sig_enforce); only an explicit "Secure Boot off" says other.
+    if on is False or not (rejected or (on and not_loaded)):
         return []
     severity = "error" if rejected else "warning"
-    summary = (
-        "Secure Boot rejected the NVIDIA kernel module: its signing key is not enrolled"
-        if rejected
-        else "Secure Boot is on and the NVIDIA module is not loaded: most likely its signing key "
-        "is not enrolled"
-    )
+    modules = ctx.dmesg.refused_modules
+    if rejected:
+        what = (
+            "the NVIDIA kernel module"
+            if "nvidia" in modules or (not modules and ctx.nvidia_present)
+            else f"module {', '.join(repr(m) for m in modules)}"
+            if modules
+            else "an unsigned kernel module (the log does not name it)"
+        )
+        summary = f"Secure Boot rejected {what}: its signing key is not enrolled"
+    else:
+        summary = (
+            "Secure Boot is on and the NVIDIA module is not loaded: most likely its signing key "
+            "is not enrolled"
+        )
     return [
         Finding(
             "secure-boot-unsigned-module",
@@ -774,7 +851,8 @@ def run_checks(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) ->
     out += secure
     # A BAR failure, nouveau or Secure Boot explains an unbound GPU better than "driver missing"
     # (egpu-tools.md §2 item 16: "do not report 'driver missing'").
-    suppressed = any(f.severity == "error" for f in bar) or bool(nouveau) or bool(secure)
+    fallen = [f for f in out if f.id == "gpu-fallen-off-bus"]
+    suppressed = any(f.severity == "error" for f in bar) or bool(nouveau or secure or fallen)
     out += check_driver_loaded(ctx, suppressed)
     out += check_torch(ctx, torch_info)
     out += check_managers(ctx)

@@ -6,8 +6,11 @@ lines around a hit are parsed with regular expressions. A hit's "record" is its 
 continuation lines the kernel printed with it (dmesg and journalctl indent those; syslog joins
 them with #012), which is where NVRM puts the versions and the PCI address.
 
-Accepted prefixes: `[  12.345678] `, `dmesg -T` `[Mon Nov 25 10:12:01 2024] `, `<3>`, `dmesg -x`
-`kern  :err   : `, journalctl/syslog `Nov 25 10:12:01 host kernel: ` and ISO timestamps.
+Accepted prefixes: `[  12.345678] `, `dmesg -T` `[Mon Nov 25 10:12:01 2024] `, `dmesg -H`
+`[  +0.032954] `, `<3>`, `dmesg -x` `kern  :err   : `, journalctl/syslog
+`Nov 25 10:12:01 host kernel: ` in any locale's month ("kwi 15", "gen 12") and without the host or
+the date, ISO timestamps, and a timestamp a paste cut short (`357.664468] `). Markdown around a
+pasted line (backticks, `**bold**`, `>` and `+>` quote marks) is ignored.
 """
 
 from __future__ import annotations
@@ -21,14 +24,19 @@ MAX_HITS = 200
 
 _PREFIX_RE = re.compile(
     r"^(?:"
-    r"<\d+>"  # raw printk level
+    r"[`*+> ]*(?:`|\*\*|>)[`*+> ]*"  # markdown a paste added: `code`, **bold**, > / +> quotes
+    r"|<\d+>"  # raw printk level
     r"|[a-z]+\s*:[a-z]+\s*:\s?"  # dmesg -x: "kern  :err   : "
-    r"|\[\s*\d+\.\d+\]\s?"  # [   12.345678]
+    r"|\[\s*\+?\d+\.\d+\]\s?"  # [   12.345678], dmesg -H [  +0.032954]
+    r"|\d+\.\d{6}\]\s"  # a timestamp whose "[   " a paste cut off
     r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]{8} \d{4}\]\s?"  # dmesg -T
-    r"|[A-Z][a-z]{2} [ \d]\d [\d:]{8} \S+ kernel: "  # syslog / journalctl
+    # syslog / journalctl: "Nov 25 10:12:01 host kernel: ", any locale's month ("kwi", "gen"),
+    # also without the host name or without the date ("kernel: NVRM: ...")
+    r"|(?:[^\W\d]{2,5}\.? +\d{1,2},? [\d:]{8} +)?(?:[\w.-]+ +)??kernel: "
     r"|\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:?\d\d|Z)? \S+ kernel: "  # journalctl -o short-iso
     r")+"
 )
+_MARKDOWN_TAIL_RE = re.compile(r"[`*]+\s*$")
 
 _ADDR = r"(?P<addr>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
 # Old kernels: "pci 0000:3c:00.0: BAR 1: no space for [mem size 0x10000000 64bit pref]"
@@ -36,12 +44,23 @@ _ADDR = r"(?P<addr>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
 #             "pcieport 0000:05:01.0: bridge window [mem size 0x10000000 64bit pref]: can't
 #              assign; no space"
 _BAR_RE = re.compile(
-    rf"^\S+ {_ADDR}: (?P<what>(?:VF )?BAR \d+|bridge window|ROM)\b"
+    rf"^[\w-]+ {_ADDR}: (?P<what>(?:VF )?BAR \d+|bridge window|ROM)\b"
     r"[^\[]*\[(?P<kind>mem|io)\b[^\]]*\]"
 )
 _ENUM_RE = re.compile(
     rf"^pci {_ADDR}: \[(?P<ven>[0-9a-f]{{4}}):(?P<dev>[0-9a-f]{{4}})\] "
     r"type \d+ class 0x(?P<cls>[0-9a-f]{6})"
+)
+# "NVRM: Xid (PCI:0000:01:00): 79, pid=..., GPU has fallen off the bus." (NVIDIA's Xid catalog:
+# https://docs.nvidia.com/deploy/xid-errors/); "caused by previous Xid 149" is not an Xid line.
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:(?P<addr>[0-9a-fA-F:.]+)\): (?P<code>\d+)\b")
+# "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7": the
+# second field is the process that asked (security/lockdown/lockdown.c prints current->comm),
+# not the module; modprobe names the module it could not insert on its own line.
+_LOCKDOWN_RE = re.compile(r"Lockdown: (?P<who>[^:]+): unsigned module loading is restricted")
+_REFUSED_RE = re.compile(
+    r"could not insert '(?P<module>[\w-]+)': "
+    r"(?:Operation not permitted|Key was rejected by service|Required key not available)"
 )
 _BRIDGE_RE = re.compile(
     rf"^\S+ {_ADDR}: PCI bridge to \[bus (?P<lo>[0-9a-f]{{2}})(?:-(?P<hi>[0-9a-f]{{2}}))?\]"
@@ -66,9 +85,10 @@ _NVRM_ADDR_RE = re.compile(
 
 
 def strip_prefix(line: str) -> str:
-    """The kernel message without timestamp, level or syslog header."""
+    """The kernel message without timestamp, level, syslog header or pasted markdown."""
     m = _PREFIX_RE.match(line)
-    return line[m.end() :] if m else line.lstrip()
+    message = line[m.end() :] if m else line.lstrip()
+    return _MARKDOWN_TAIL_RE.sub("", message)
 
 
 @dataclass(frozen=True)
@@ -118,11 +138,24 @@ class DmesgScan:
     unsigned_tainted: tuple[Hit, ...] = ()
     legacy_ignored: tuple[Hit, ...] = ()  # "... will ignore this GPU" (branch dropped the chip)
     nouveau: tuple[Hit, ...] = ()
+    xids: tuple[tuple[str, int, Hit], ...] = ()  # (address "0000:01:00", Xid code, its line)
+    # The driver bound to no GPU, said outright: "None of the NVIDIA devices were initialized",
+    # "No NVIDIA graphics adapter probed!", "probe routine was not called" (another driver owns
+    # the device), the open module refusing a GPU without GSP.
+    driver_unbound: tuple[Hit, ...] = ()
+    lockdown_callers: tuple[str, ...] = ()  # "modprobe", "systemd-udevd"
+    refused_modules: tuple[str, ...] = ()  # "evdi", from "could not insert 'evdi': ..."
+    pci_classes: dict[str, str] = field(default_factory=dict)  # every enumerated address -> class
     nvidia_functions: dict[str, str] = field(default_factory=dict)  # address -> class "030000"
     bridges: dict[str, tuple[str, int, int]] = field(
         default_factory=dict
     )  # bridge -> (domain, lo, hi)
     thunderbolt_seen: bool = False
+
+    @property
+    def xid_codes(self) -> tuple[int, ...]:
+        """The Xid codes in order of first appearance, each once."""
+        return tuple(dict.fromkeys(code for _, code, _ in self.xids))
 
 
 def _is_continuation(line: str) -> bool:
@@ -265,10 +298,26 @@ def scan_dmesg(text: str | None) -> DmesgScan:
             versions.append((m["client_v"], m["kernel_v"]))
 
     functions: dict[str, str] = {}
-    for hit in _hits(text, "[10de:", limit=4096):
+    classes: dict[str, str] = {}
+    for hit in _hits(text, "] type 0", limit=4096):
         m = _ENUM_RE.match(hit.message)
-        if m and m["ven"] == "10de" and m["cls"].startswith("03"):
+        if m is None:
+            continue
+        classes[m["addr"].lower()] = m["cls"]
+        if m["ven"] == "10de" and m["cls"].startswith("03"):
             functions[m["addr"].lower()] = m["cls"]
+    xids = []
+    for hit in _hits(text, "NVRM: Xid", limit=MAX_HITS):
+        for m in _XID_RE.finditer(hit.message):
+            xids.append((m["addr"].lower(), int(m["code"]), hit))
+    lockdown = [
+        m["who"].strip() for h in _hits(text, "Lockdown:") if (m := _LOCKDOWN_RE.search(h.message))
+    ]
+    refused = [
+        m["module"]
+        for h in _hits(text, "could not insert '")
+        if (m := _REFUSED_RE.search(h.message))
+    ]
     bridges: dict[str, tuple[str, int, int]] = {}
     for hit in _hits(text, "PCI bridge to [bus", limit=4096):
         m = _BRIDGE_RE.match(hit.message)
@@ -297,6 +346,11 @@ def scan_dmesg(text: str | None) -> DmesgScan:
         ),
         legacy_ignored=tuple(nvrm["legacy"]),
         nouveau=tuple(_hits(text, "nouveau 0000:", limit=20)),
+        xids=tuple(xids),
+        driver_unbound=tuple(nvrm["unbound"]),
+        lockdown_callers=tuple(dict.fromkeys(lockdown)),
+        refused_modules=tuple(dict.fromkeys(refused)),
+        pci_classes=classes,
         nvidia_functions=functions,
         bridges=bridges,
         thunderbolt_seen=text.find("thunderbolt ") >= 0,
@@ -314,6 +368,12 @@ _NVRM_KINDS = {
     "api": ("API mismatch",),
     "fallen": ("fallen off the bus",),
     "legacy": ("will ignore", "Legacy drivers"),
+    "unbound": (
+        "None of the NVIDIA devices were initialized",
+        "No NVIDIA graphics adapter probed",
+        "probe routine was not called",
+        "is not supported by open",
+    ),
 }
 # modprobe and the kernel's module loader (kernel/module/signing.c) when a signature is refused.
 _KEY_REJECTED = (

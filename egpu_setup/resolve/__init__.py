@@ -5,6 +5,7 @@ the target GPU (`target`), the torch wheels that qualify (`wheels`), the driver 
 branches in `branches` and the packages in `packages`), then the first wheel that driver runs.
 
 Modules: `resolution` (the frozen answer and its JSON), `constraints` (what was asked for),
-`target`, `wheels`, `branches`, `packages`, `driver`, `explain` (what a newer driver would unlock,
-and why a request is impossible), `resolver` (the entry point).
+`target`, `wheels`, `glibc_floor` (the wheels a distribution's C library loads), `branches`,
+`packages`, `driver`, `explain` (what a newer driver would unlock, and why a request is
+impossible), `resolver` (the entry point).
 """

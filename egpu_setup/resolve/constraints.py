@@ -34,6 +34,7 @@ class Constraints:
     gpu: str | None = None  # "10de:2b85", "2b85", "RTX 5090"
     driver: str | None = None  # the installed driver, what-if: "550.163.01"
     extras: tuple[str, ...] = ()  # "torchvision", "torchaudio"
+    glibc: str | None = None  # the host's glibc, what-if: "2.27" (else the distro's, distros.yaml)
 
 
 def constraints_from_profile(profile: Any | None, **cli: Any) -> Constraints:

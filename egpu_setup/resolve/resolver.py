@@ -36,6 +36,7 @@ from egpu_setup.compat.versions import (
 from egpu_setup.errors import UsageError
 from egpu_setup.resolve.constraints import Constraints, parse_distro, parse_python
 from egpu_setup.resolve.driver import driver_unknown_gpu, linux_driver, wsl_driver
+from egpu_setup.resolve.glibc_floor import within_glibc
 from egpu_setup.resolve.resolution import Notes, Resolution
 from egpu_setup.resolve.target import pick_target
 from egpu_setup.resolve.wheels import FALLBACK_PYTHON, candidates, torch_plan
@@ -118,6 +119,7 @@ def resolve(
         )
 
     cands = candidates(m, python, target, want_gpu, c.torch_spec, c.cuda)
+    cands = within_glibc(cands, c, distro_id, distro_ver, distro_label, base, n)
 
     if platform == "wsl":
         driver, chosen = wsl_driver(m, cands, installed, target, n)

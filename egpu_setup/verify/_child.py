@@ -1,9 +1,9 @@
 """The verify child: runs inside the TARGET Python (the venv that received torch), by path.
 
 The parent (egpu_setup/verify/runner.py) starts this file as
-`<target python> -I _child.py CONFIG.json` in its own process group with a hard timeout, so a
-GPU that hangs the CUDA driver (Blackwell eGPUs over TB4/TB5 hard-lock under CUDA:
-reference/egpu-tools.md item 18, hotplug-security.md §7 rows 10 and 39) can never hang the tool.
+`<target python> -I _child.py CONFIG.json` in a session of its own with a hard timeout, so a GPU
+that hangs the CUDA driver (Blackwell eGPUs hard-lock the host under CUDA over TB4/TB5 and
+OCuLink: NVIDIA/open-gpu-kernel-modules issues #979 and #1247) can never hang the tool.
 
 Why one self-contained file: the target venv does not have egpu_setup installed, and must not
 need it, so this file imports only the standard library and torch (torch inside the functions that
@@ -11,15 +11,24 @@ use it, so a missing torch is a check result, not a crash).
 Keep it compatible with every Python the PyTorch wheels support (3.9+).
 
 Protocol (read by the parent):
-- CONFIG.json: what to run (device, quick, burn-in, skips, expectations, the eGPU's PCI address).
-- `results` (JSON lines, flushed per line): {"kind": "check", id, status, detail, value,
-  expected, seconds, hint}, {"kind": "device", ...}, {"kind": "end"}.
+- CONFIG.json: what to run (device, quick, burn-in, skips, budgets, expectations, the target GPU).
+- stdout carries JSON lines only, one per record, flushed as they happen: {"kind": "step",
+  "step"}, {"kind": "check", id, status, detail, value, expected, seconds, hint},
+  {"kind": "device", ...}, {"kind": "end"}. Anything else that writes to fd 1 (NCCL_DEBUG, a
+  print inside a library) is sent to stderr instead, so it can never corrupt a record.
 - `progress` (JSON lines, fsynced per line): {"event": "step", "step", "time", "pid"} written
   BEFORE each step starts, so a machine that locks up mid-step leaves the step's name on disk.
 
-Test hooks (documented in docs/reports/README.md; they fire only when set):
+Time: every step has a budget in seconds (`budgets` in CONFIG.json, chosen by the parent per
+device and --quick), not a step count. A training run stops at its budget or when its loss
+reaches the target, whichever comes first; a slow or busy machine does fewer steps, never more
+time. On a GPU, durations are CUDA event times (what the stream executed); on the CPU, wall time.
+
+Test hooks (they fire only when set; the tests set them, nothing else does):
 - EGPU_SETUP_VERIFY_TEST_HANG=<step>: sleep forever when <step> starts (a hung CUDA call).
 - EGPU_SETUP_VERIFY_TEST_CRASH=<step>: die by SIGSEGV when <step> starts (a crashing driver).
+- EGPU_SETUP_VERIFY_TEST_STANDIN=<file>: after `import torch`, run `install(torch)` of that file
+  (tests/helpers/cuda_standin.py, never shipped), which replays a recorded GPU through this code.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ STEPS = (
     "bandwidth",
     "matmul",
     "amp",
+    "throughput",
     "burn-in",
     "ddp",
 )
@@ -57,9 +67,10 @@ STEPS = (
 _ENCODING = {2.5: 0.8, 5.0: 0.8, 8.0: 128 / 130, 16.0: 128 / 130, 32.0: 128 / 130, 64.0: 1.0}
 _SPEED_BY_GEN = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 
-# The PCIe link a tunnel carries (inference from reference/hotplug-security.md §1.6: TB3/TB4 and
-# USB4 v1 tunnel about PCIe 3.0 x4, TB5 / USB4 v2 and OCuLink about PCIe 4.0 x4). The GPU's own
-# link to the enclosure's bridge may read x16: the tunnel is the real limit.
+# The PCIe link a tunnel carries: TB3/TB4 and USB4 v1 tunnel about PCIe 3.0 x4, TB5 / USB4 v2
+# and OCuLink about PCIe 4.0 x4 (an inference from the Thunderbolt 3/4/5 and OCuLink specs as
+# vendors summarise them; the GPU's own link to the enclosure's bridge may read x16, the tunnel
+# is the real limit). A plain slot has no such cap: it is judged against its own link.
 _TUNNEL_CAP = {
     "thunderbolt": (8.0, 4),
     "usb4": (8.0, 4),
@@ -75,6 +86,10 @@ _BAD_REASONS = {
     0x40: "HW thermal slowdown",
     0x80: "HW power brake",
 }
+
+# The smallest training run whose loss fall is judged: loss_dropped() compares the mean of the
+# first and the last quarter (at least 2 steps each), so one noisy batch decides nothing.
+MIN_JUDGED_STEPS = 8
 
 
 def pcie_rate_gbs(speed_gts: float | None, width: int | None) -> float | None:
@@ -197,19 +212,46 @@ def throttle_names(mask: int) -> list[str]:
     return [name for bit, name in sorted(_BAD_REASONS.items()) if mask & bit]
 
 
+def judge_throttle(masks: list[int]) -> tuple[str, str, list[str] | None, str | None]:
+    """(status, detail, value, hint) of the gpu-throttle check from sampled reason bitmasks."""
+    if not masks:
+        return "skip", "the GPU reports no clocks event reasons", None, None
+    seen = sorted({n for m in masks for n in throttle_names(m)})
+    if seen:
+        return (
+            "warn",
+            "clocks slowed: " + ", ".join(seen),
+            seen,
+            "check cooling and the enclosure's power supply",
+        )
+    return "pass", "no thermal or power-brake slowdown", [], None
+
+
+def matmul_size_for(rate_flops: float, seconds: float, lo: int = 128, hi: int = 1024) -> int:
+    """The square size whose product takes about `seconds` at `rate_flops` (2 n^3 flops), in
+    [lo, hi] and a multiple of 64: a slow CPU (bf16 without native support) gets a small one."""
+    n = int((max(rate_flops, 1.0) * seconds / 2.0) ** (1.0 / 3.0))
+    return max(lo, min(hi, n // 64 * 64))
+
+
 # -- plumbing ----------------------------------------------------------------------------------
 
 
 class Out:
-    """Results and progress files. Results are flushed per line; progress is fsynced per line."""
+    """The record stream (stdout, flushed per line) and the progress file (fsynced per line)."""
 
-    def __init__(self, results: str, progress: str | None):
-        self._results = open(results, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as we do
+    def __init__(self, progress: str | None, stream=None):
+        if stream is None:
+            # Records get their own copy of fd 1; fd 1 itself then points at stderr, so C code
+            # printing to stdout (NCCL's INFO lines) or a stray print() cannot break a record.
+            stream = os.fdopen(os.dup(1), "w", encoding="utf-8")
+            os.dup2(2, 1)
+        self._stream = stream
         self._progress = progress
 
     def emit(self, record: dict) -> None:
-        self._results.write(json.dumps(record, default=str) + "\n")
-        self._results.flush()
+        self._stream.write(json.dumps(record, default=str) + "\n")
+        self._stream.flush()
 
     def check(self, cid, status, detail, value=None, expected=None, seconds=None, hint=None):
         self.emit(
@@ -227,7 +269,7 @@ class Out:
         return status
 
     def step(self, name: str) -> None:
-        """Record (durably) that `name` starts now, then honour the test hooks."""
+        """Record (durably) that `name` starts now, tell the parent, then honour the test hooks."""
         if self._progress:
             line = json.dumps(
                 {"event": "step", "step": name, "time": time.time(), "pid": os.getpid()}
@@ -238,6 +280,7 @@ class Out:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        self.emit({"kind": "step", "step": name})
         if os.environ.get("EGPU_SETUP_VERIFY_TEST_HANG") == name:
             while True:  # a CUDA call that never returns
                 time.sleep(3600)
@@ -245,12 +288,63 @@ class Out:
             os.kill(os.getpid(), signal.SIGSEGV)
 
 
+class Budget:
+    """A wall-clock allowance for one check, started when it is made."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+        self.start = time.perf_counter()
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.start
+
+    def over(self, share: float = 1.0) -> bool:
+        return self.spent() >= self.seconds * share
+
+
+class Clock:
+    """Device time between two marks: CUDA events on a GPU (the time the stream spent, which is
+    what a throughput is), time.perf_counter on the CPU."""
+
+    def __init__(self, torch, device):
+        self.torch = torch
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        if not self.cuda:
+            return end - start
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+
+
+def import_torch():
+    """`import torch`, plus the CUDA stand-in when a test asked for it (see the module doc)."""
+    import torch
+
+    standin = os.environ.get("EGPU_SETUP_VERIFY_TEST_STANDIN")
+    if standin:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("egpu_setup_test_cuda_standin", standin)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.install(torch)
+    return torch
+
+
 class Sampler:
     """Temperature, power and clocks-event reasons of one GPU, sampled by nvidia-smi in a thread.
 
     nvidia-smi rather than NVML bindings: torch.cuda.temperature() needs pynvml, which CUDA wheels
-    do not pull in; nvidia-smi ships with every driver. It runs in our process group, so the
-    parent's timeout kills it with us.
+    do not pull in; nvidia-smi ships with every driver. It runs in our session, so the parent's
+    timeout kills it with us.
     """
 
     FIELDS = ("temperature.gpu", "power.draw", "clocks_event_reasons.active")
@@ -271,6 +365,8 @@ class Sampler:
             self._thread.start()
         elif not self._smi:
             self.error = "nvidia-smi not found"
+        else:
+            self.error = "torch reports no PCI bus id to name the GPU by"
         return self
 
     def __exit__(self, *exc):
@@ -377,19 +473,8 @@ def sampler_checks(out: Out, sampler: Sampler, expect: dict) -> None:
         "the enclosure's power supply may not carry this GPU", "the GPU reports no power draw",
     )  # fmt: skip
     masks = [s["reasons"] for s in sampler.samples if s["reasons"] is not None]
-    seen = sorted({n for m in masks for n in throttle_names(m)})
-    if not masks:
-        out.check("gpu-throttle", "skip", "the GPU reports no clocks event reasons")
-    elif seen:
-        out.check(
-            "gpu-throttle",
-            "warn",
-            "clocks slowed: " + ", ".join(seen),
-            value=seen,
-            hint="check cooling and the enclosure's power supply",
-        )
-    else:
-        out.check("gpu-throttle", "pass", "no thermal or power-brake slowdown", value=[])
+    status, detail, value, hint = judge_throttle(masks)
+    out.check("gpu-throttle", status, detail, value=value, hint=hint)
 
 
 # -- torch work ----------------------------------------------------------------------------------
@@ -398,7 +483,7 @@ def sampler_checks(out: Out, sampler: Sampler, expect: dict) -> None:
 def check_import(out: Out) -> object | None:
     t0 = time.perf_counter()
     try:
-        import torch
+        torch = import_torch()
     except Exception as exc:  # ImportError, or a broken install raising anything
         out.check(
             "torch-import",
@@ -419,37 +504,65 @@ def check_import(out: Out) -> object | None:
     return torch
 
 
-def _sync(torch, device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def cpu_native_bf16(torch) -> bool | None:
+    """Does this CPU compute bf16 natively (AVX512-BF16 or AMX on x86, the BF16 extension on
+    Arm)? Without it torch emulates bf16 through fp32 and bf16 work is several times slower."""
+    probe = getattr(getattr(torch, "cpu", None), "_is_avx512_bf16_supported", None)
+    amx = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
+    try:  # torch's own probe (cpuinfo) also knows whether the OS enabled AMX: trust it
+        if probe is not None:
+            return bool(probe() or (amx is not None and amx()))
+    except Exception:
+        pass
+    # a torch without the probe (before 2.2): the kernel's flags; None when they are unknown
+    flags = set((_read("/proc/cpuinfo") or "").split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) if flags else None
 
 
-def _timed_matmul(torch, device, dtype, n: int, min_seconds: float) -> float:
-    """Achieved TFLOPS of an n x n x n matmul (2 n^3 flops per product)."""
+def _read(path: str) -> str | None:
+    """A small text file (sysfs, procfs), or None when it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _timed_matmul(torch, device, dtype, n: int, budget: Budget, min_seconds: float) -> float:
+    """Achieved TFLOPS of n x n x n matmuls (2 n^3 flops per product) in device time; stops when
+    `min_seconds` are measured or the budget is spent (at least one timed batch)."""
+    clock = Clock(torch, device)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(2):
+    for _ in range(2 if clock.cuda else 1):
         torch.matmul(a, b)
-    _sync(torch, device)
+    per_batch = 4 if clock.cuda else 1
     iters = 0
-    t0 = time.perf_counter()
+    start = clock.mark()
     while True:
-        for _ in range(4):
+        for _ in range(per_batch):
             torch.matmul(a, b)
-        iters += 4
-        _sync(torch, device)
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_seconds:
+        iters += per_batch
+        elapsed = clock.seconds(start, clock.mark())
+        if elapsed >= min_seconds or budget.over():
             break
     return 2.0 * n**3 * iters / elapsed / 1e12
 
 
+def _cpu_matmul_size(torch, dtype, budget: Budget) -> int:
+    """Size the CPU matmul so about ten products fit the budget (one 256^3 probe first)."""
+    a = torch.randn(256, 256, dtype=dtype)
+    t0 = time.perf_counter()
+    torch.matmul(a, a)
+    rate = 2.0 * 256**3 / max(time.perf_counter() - t0, 1e-6)
+    return matmul_size_for(rate, budget.seconds / 10.0)
+
+
 def run_matmul(out: Out, torch, device, cfg: dict) -> None:
     expect = cfg["expect"]
-    quick = cfg["quick"]
+    seconds = cfg["budgets"]["matmul"]
     if device.type == "cuda":
-        n = 4096 if quick else 8192
-        min_s = 0.2 if quick else 0.5
+        n = 4096 if cfg["quick"] else 8192  # the sizes the profiles' and recorded numbers use
         major = torch.cuda.get_device_capability(device)[0]
         fp16 = expect.get("fp16_tflops")
         # TF32 tensor throughput is half the FP16 rate on Ampere, Ada and Hopper (NVIDIA
@@ -461,8 +574,7 @@ def run_matmul(out: Out, torch, device, cfg: dict) -> None:
             ("matmul-bf16", torch.bfloat16, False, fp16),
         ]
     else:
-        n = 512 if quick else 1024
-        min_s = 0.1 if quick else 0.3
+        n = None
         major = 0
         cases = [
             ("matmul-fp32", torch.float32, False, None),
@@ -475,18 +587,24 @@ def run_matmul(out: Out, torch, device, cfg: dict) -> None:
                 out.check(cid, "skip", f"needs compute capability 8.0+ (this GPU: {major}.x)")
                 continue
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            t0 = time.perf_counter()
+            budget = Budget(seconds)
+            size = n or _cpu_matmul_size(torch, dtype, budget)
             try:
-                tflops = _timed_matmul(torch, device, dtype, n, min_s)
+                tflops = _timed_matmul(torch, device, dtype, size, budget, seconds * 0.5)
             except Exception as exc:
                 out.check(
-                    cid, "fail", f"{n}x{n} matmul failed: {exc}", seconds=time.perf_counter() - t0
+                    cid, "fail", f"{size}x{size} matmul failed: {exc}", seconds=budget.spent()
                 )
+                continue
+            detail = f"{tflops:.2f} TFLOPS ({size}x{size})"
+            if device.type == "cpu":
+                # A CPU's matmul rate says nothing about an eGPU, and bf16 depends on AVX512-BF16
+                # / AMX being there: a measurement, never a verdict.
+                out.check(cid, "info", detail, value=round(tflops, 4), seconds=budget.spent())
                 continue
             # expectations are vendor peak rates; torch reaches roughly 60-90 % of them on large
             # matmuls, so only a GPU far below (stuck clocks, throttling) warns or fails
             status = judge_ratio(tflops, expected, 0.25, 0.5)
-            detail = f"{tflops:.2f} TFLOPS ({n}x{n})"
             if expected:
                 detail += f", {tflops / expected:.0%} of the expected {expected:g}"
             out.check(
@@ -495,7 +613,7 @@ def run_matmul(out: Out, torch, device, cfg: dict) -> None:
                 detail,
                 value=round(tflops, 3),
                 expected=expected,
-                seconds=time.perf_counter() - t0,
+                seconds=budget.spent(),
                 hint="the GPU is far below its rated speed: check clocks, power and temperature "
                 "(nvidia-smi -q -d PERFORMANCE)"
                 if status != "pass"
@@ -505,8 +623,9 @@ def run_matmul(out: Out, torch, device, cfg: dict) -> None:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
 
 
-def make_data(torch, device, n: int, size: int, seed: int):
-    """Synthetic 4-class images: which quadrant is bright (reference/fleet-and-testing.md §5)."""
+def make_data(torch, n: int, size: int, seed: int):
+    """Synthetic 4-class images on the host: which quadrant is bright (a task any working GPU
+    learns in a few steps, and a GPU computing garbage never does)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 3, size, size, generator=g) * 0.5
     y = torch.randint(0, 4, (n,), generator=g)
@@ -514,7 +633,7 @@ def make_data(torch, device, n: int, size: int, seed: int):
     for cls, (r, c) in enumerate(((0, 0), (0, h), (h, 0), (h, h))):
         idx = (y == cls).nonzero().flatten()
         x[idx, :, r : r + h, c : c + h] += 1.5
-    return x.to(device), y.to(device)
+    return x, y
 
 
 def make_model(torch, width: int):
@@ -531,49 +650,115 @@ def make_model(torch, width: int):
     )
 
 
+class Momentum:
+    """SGD with momentum (torch.optim.SGD's update without dampening or Nesterov), by hand:
+    torch.optim's first use imports torch._dynamo and sympy, 1-2 s that a smoke run of a few
+    steps cannot afford. GradScaler drives it like any optimizer (param_groups, step)."""
+
+    def __init__(self, torch, params, lr: float, momentum: float):
+        self.torch = torch
+        self.params = list(params)
+        self.param_groups = [{"params": self.params}]
+        self.lr = lr
+        self.momentum = momentum
+        self.buffers: list = [None] * len(self.params)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        with self.torch.no_grad():
+            for i, p in ((i, p) for i, p in enumerate(self.params) if p.grad is not None):
+                buf = self.buffers[i]
+                if buf is None:
+                    buf = self.buffers[i] = p.grad.detach().clone()
+                else:
+                    buf.mul_(self.momentum).add_(p.grad)
+                p.add_(buf, alpha=-self.lr)
+
+
+class TrainRun:
+    """What one training run measured."""
+
+    def __init__(self, losses, timed_steps, seconds, skipped, dtype, stopped, wall):
+        self.losses = losses
+        self.timed_steps = timed_steps
+        self.seconds = seconds  # device time of the timed steps
+        self.skipped = skipped  # steps the GradScaler skipped (inf/NaN gradients)
+        self.dtype = dtype
+        self.stopped = stopped  # "target" / "budget" / "steps"
+        self.wall = wall
+
+    @property
+    def ms_per_step(self) -> float:
+        return self.seconds * 1000.0 / self.timed_steps if self.timed_steps else 0.0
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.timed_steps / self.seconds if self.seconds > 0 else 0.0
+
+
 def train(
     torch,
     device,
-    steps: int,
-    amp: bool,
     cfg: dict,
+    *,
+    amp: bool,
+    budget_s: float,
+    max_steps: int = 0,
+    target: float | None = None,
+    feed: str = "resident",
     seed: int = 0,
-    deadline: float = 0.0,
     step_ms: list | None = None,
-):
-    """Train the small CNN; return (losses, ms per step, skipped steps, amp dtype name).
+) -> TrainRun:
+    """Train the small CNN until `budget_s` is spent, `max_steps` are done or (with `target`) the
+    loss has fallen to `target` of its start, whichever comes first.
 
     CUDA: fp16 autocast + GradScaler; CPU: bf16 autocast, no scaler (GradScaler is for fp16 on
-    CUDA; CPU autocast supports bf16 and fp16, bf16 being the fast one: reference §5).
-    With `deadline` (burn-in) it runs until time.perf_counter() passes it; `step_ms` then
-    collects each step's duration (synchronised per step, so a slowing GPU shows).
+    CUDA; CPU autocast supports bf16 and fp16, bf16 being the fast one where the CPU has it).
+    `feed`: "resident" keeps the data on the device; "pageable" uploads each batch from ordinary
+    host memory, "pinned" from page-locked memory with non_blocking=True (how a DataLoader with
+    pin_memory=True feeds a GPU). `step_ms` collects each step's wall duration (burn-in).
     """
     torch.manual_seed(seed)
     cuda = device.type == "cuda"
-    batch, size, width = (256, 64, 64) if cuda else (64, 32, 16)
-    if cfg["quick"] and cuda:
-        batch = 128
-    x, y = make_data(torch, device, batch * 8, size, seed)
+    shape = cfg["train"]  # batch, image size, channels: chosen by the parent per device
+    batch, size, width = int(shape["batch"]), int(shape["size"]), int(shape["width"])
+    x, y = make_data(torch, batch * 8, size, seed)
+    if feed == "resident":
+        x, y = x.to(device), y.to(device)
+    elif feed == "pinned":
+        x, y = x.pin_memory(), y.pin_memory()
     model = make_model(torch, width).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = Momentum(torch, model.parameters(), lr=0.05, momentum=0.9)
     dtype = torch.float16 if cuda else torch.bfloat16
     scaler = torch.amp.GradScaler("cuda") if (amp and cuda) else None
+    clock = Clock(torch, device)
+    warm = 3 if cuda else 1  # cuDNN picks its algorithms in the first steps
+    budget = Budget(budget_s)
     losses: list[float] = []
     skipped = 0
-    warm = 3
-    t_start = None
+    start = None
+    stopped = "steps"
     t_prev = time.perf_counter()
     i = 0
     while True:
-        if deadline and time.perf_counter() >= deadline:
+        if i >= warm + 1 and budget.over():
+            stopped = "budget"
             break
-        if not deadline and i >= max(steps, warm + 1):
+        if max_steps and i >= max_steps:
+            break
+        if target is not None and i >= MIN_JUDGED_STEPS and loss_dropped(losses, target)[0]:
+            stopped = "target"
             break
         if i == warm:
-            _sync(torch, device)
-            t_start = time.perf_counter()
+            start = clock.mark()
         j = (i % 8) * batch
         xb, yb = x[j : j + batch], y[j : j + batch]
+        if feed != "resident":
+            xb = xb.to(device, non_blocking=feed == "pinned")
+            yb = yb.to(device, non_blocking=feed == "pinned")
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=device.type, dtype=dtype, enabled=amp):
             logits = model(xb)
@@ -597,21 +782,30 @@ def train(
                 step_ms.append((now - t_prev) * 1000.0)
             t_prev = now
         i += 1
-    _sync(torch, device)
-    timed = max(1, i - warm)
-    ms = (time.perf_counter() - (t_start or time.perf_counter())) * 1000.0 / timed
-    return losses, ms, skipped, str(dtype).replace("torch.", "")
+    timed = max(0, i - warm)
+    seconds = clock.seconds(start, clock.mark()) if start is not None and timed else 0.0
+    return TrainRun(
+        losses, timed, seconds, skipped, str(dtype).replace("torch.", ""), stopped, budget.spent()
+    )
 
 
-def run_amp(out: Out, torch, device, cfg: dict) -> None:
+def run_amp(out: Out, torch, device, cfg: dict) -> bool:
+    """The training smoke (its loss must fall, no inf/NaN), then AMP against FP32; True when the
+    smoke passed."""
     expect = cfg["expect"]
-    steps = int(expect.get("amp_steps") or 200)
-    if cfg["quick"]:
-        steps = max(20, steps // 5)
+    cap = int(expect.get("amp_steps") or 200)
     fraction = float(expect.get("amp_loss_drop") or 0.5)
+    budgets = cfg["budgets"]
+    cuda = device.type == "cuda"
+    # Without native bf16 a CPU emulates it several times slower than FP32: the smoke then trains
+    # in FP32 (what such a CPU trains in), and bf16 autocast is only timed, for a few steps, in
+    # amp-speedup.
+    amp = cuda or cpu_native_bf16(torch) is not False
     t0 = time.perf_counter()
     try:
-        losses, ms, skipped, dtype = train(torch, device, steps, True, cfg)
+        run = train(
+            torch, device, cfg, amp=amp, budget_s=budgets["amp"], max_steps=cap, target=fraction
+        )
     except Exception as exc:
         out.check(
             "amp-training",
@@ -620,25 +814,32 @@ def run_amp(out: Out, torch, device, cfg: dict) -> None:
             seconds=time.perf_counter() - t0,
             hint="see `egpu-setup doctor`; a CUDA error here often means the link or driver failed",
         )
-        return
+        return False
+    losses = run.losses
     bad = [v for v in losses if not math.isfinite(v)]
     ok_drop, first, last = loss_dropped(losses, fraction)
-    scaler = ", GradScaler" if device.type == "cuda" else ""
+    how = f"{run.dtype} autocast" + (", GradScaler" if cuda else "")
+    if not amp:
+        how = "float32 (no native bf16 on this CPU; bf16 is timed in amp-speedup)"
+    why = {"target": "loss target reached", "budget": "budget spent", "steps": "step cap"}
     detail = (
-        f"{len(losses)} steps {dtype} autocast{scaler}: loss {first:.3f} -> {last:.4f}, "
-        f"{ms:.1f} ms/step"
+        f"{len(losses)} steps {how} ({why[run.stopped]}): loss "
+        f"{first:.3f} -> {last:.4f}, {run.steps_per_s:.1f} steps/s"
     )
-    if skipped:
-        detail += f", {skipped} steps skipped by the scaler"
+    if run.skipped:
+        detail += f", {run.skipped} steps skipped by the scaler"
     status = "pass"
     hint = None
     if bad:
         status, hint = "fail", "inf/NaN losses: check the GPU's stability (--burn-in) and driver"
         detail += f"; {len(bad)} inf/NaN losses"
-    elif not ok_drop:
-        status, hint = (
-            "fail",
-            "the loss did not fall: the GPU computes wrong results or AMP is broken",
+    elif not ok_drop or len(losses) < MIN_JUDGED_STEPS:
+        status = "fail"
+        hint = (
+            f"the budget ({budgets['amp']:g} s) ended after {len(losses)} steps: the machine is "
+            "very slow or very busy; rerun when it is idle"
+            if run.stopped == "budget" and len(losses) < MIN_JUDGED_STEPS
+            else "the loss did not fall: the GPU computes wrong results or AMP is broken"
         )
         detail += f"; it had to fall to {fraction:g} of its start"
     out.check(
@@ -646,35 +847,144 @@ def run_amp(out: Out, torch, device, cfg: dict) -> None:
         status,
         detail,
         value={
-            "ms_per_step": round(ms, 3),
+            "ms_per_step": round(run.ms_per_step, 3),
+            "steps_per_s": round(run.steps_per_s, 3),
             "loss_first": first,
             "loss_last": last,
             "steps": len(losses),
+            "stopped": run.stopped,
+            "amp": amp,
         },
-        expected={"loss_drop": fraction, "steps": steps},
+        expected={"loss_drop": fraction, "max_steps": cap, "budget_s": budgets["amp"]},
         seconds=time.perf_counter() - t0,
         hint=hint,
     )
     if status == "fail":
-        return
+        return False
+    run_speedup(out, torch, device, cfg)
+    return True
+
+
+def run_speedup(out: Out, torch, device, cfg: dict) -> None:
+    """AMP against FP32 steps/s, half the budget each."""
+    half = cfg["budgets"]["speedup"] / 2.0
     t1 = time.perf_counter()
     try:
-        _, ms32, _, _ = train(torch, device, steps, False, cfg)
+        amp = train(torch, device, cfg, amp=True, budget_s=half, seed=1)
+        fp32 = train(torch, device, cfg, amp=False, budget_s=half, seed=1)
     except Exception as exc:
-        out.check("amp-speedup", "fail", f"FP32 comparison run raised {exc}")
+        out.check("amp-speedup", "fail", f"the AMP/FP32 timing runs raised {exc}")
         return
-    speedup = ms32 / ms if ms > 0 else 0.0
-    # Tensor cores make fp16 faster from Volta (7.0) on; on the CPU, bf16 speed depends on
-    # AVX512-BF16/AMX (reference §5): report it, never judge it there.
-    status = "pass"
-    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 7 and speedup < 1.0:
-        status = "warn"
+    speedup = amp.steps_per_s / fp32.steps_per_s if fp32.steps_per_s > 0 else 0.0
+    detail = (
+        f"AMP {amp.ms_per_step:.1f} ms/step vs FP32 {fp32.ms_per_step:.1f} ms/step: {speedup:.2f}x"
+    )
+    value = {
+        "speedup": round(speedup, 3),
+        "amp_ms_per_step": round(amp.ms_per_step, 3),
+        "fp32_ms_per_step": round(fp32.ms_per_step, 3),
+        "steps": [amp.timed_steps, fp32.timed_steps],
+    }
+    if device.type == "cpu":
+        # bf16 speed on a CPU depends on AVX512-BF16/AMX: reported, never judged.
+        native = cpu_native_bf16(torch)
+        if native is False:
+            detail += " (this CPU has no native bf16: autocast is emulated, so slower)"
+        out.check("amp-speedup", "info", detail, value=value, seconds=time.perf_counter() - t1)
+        return
+    # Tensor cores make fp16 faster from Volta (7.0) on.
+    status = (
+        "warn" if torch.cuda.get_device_capability(device)[0] >= 7 and speedup < 1.0 else "pass"
+    )
     out.check(
         "amp-speedup",
         status,
-        f"AMP {ms:.1f} ms/step vs FP32 {ms32:.1f} ms/step: {speedup:.2f}x",
-        value=round(speedup, 3),
+        detail,
+        value=value,
         seconds=time.perf_counter() - t1,
+        hint="mixed precision is slower than FP32 here: check the clocks and the torch build"
+        if status == "warn"
+        else None,
+    )
+
+
+def run_throughput(out: Out, torch, device, cfg: dict) -> None:
+    """The training advice, measured (CUDA only): cudnn.benchmark for the conv steps, pinned
+    memory with non_blocking uploads, and the resulting steps/s against the same card in an
+    internal slot (PyTorch performance tuning guide: "Enable cuDNN auto-tuner", "Use pinned
+    memory ... non_blocking=True")."""
+    quarter = cfg["budgets"]["throughput"] / 4.0
+    old = torch.backends.cudnn.benchmark
+    t0 = time.perf_counter()
+    try:
+        torch.backends.cudnn.benchmark = False
+        plain = train(torch, device, cfg, amp=True, budget_s=quarter, seed=2)
+        torch.backends.cudnn.benchmark = True
+        tuned = train(torch, device, cfg, amp=True, budget_s=quarter, seed=2)
+        pageable = train(torch, device, cfg, amp=True, budget_s=quarter, seed=2, feed="pageable")
+        pinned = train(torch, device, cfg, amp=True, budget_s=quarter, seed=2, feed="pinned")
+    except Exception as exc:
+        out.check(
+            "train-throughput",
+            "fail",
+            f"the throughput runs raised {type(exc).__name__}: {exc}",
+            seconds=time.perf_counter() - t0,
+        )
+        return
+    finally:
+        torch.backends.cudnn.benchmark = old
+    gain = tuned.steps_per_s / plain.steps_per_s if plain.steps_per_s else 0.0
+    out.check(
+        "cudnn-benchmark",
+        "info",
+        f"torch.backends.cudnn.benchmark: {plain.ms_per_step:.2f} -> {tuned.ms_per_step:.2f} "
+        f"ms/step ({gain:.2f}x)",
+        value={"off_ms": round(plain.ms_per_step, 3), "on_ms": round(tuned.ms_per_step, 3)},
+        hint="set torch.backends.cudnn.benchmark = True for fixed-size inputs"
+        if gain > 1.05
+        else None,
+    )
+    gain = pinned.steps_per_s / pageable.steps_per_s if pageable.steps_per_s else 0.0
+    out.check(
+        "h2d-pinned",
+        "info",
+        f"a batch uploaded per step: pageable {pageable.ms_per_step:.2f} ms/step, pinned + "
+        f"non_blocking {pinned.ms_per_step:.2f} ms/step ({gain:.2f}x)",
+        value={
+            "pageable_ms": round(pageable.ms_per_step, 3),
+            "pinned_ms": round(pinned.ms_per_step, 3),
+        },
+        hint="DataLoader(pin_memory=True) and .to(device, non_blocking=True)"
+        if gain > 1.05
+        else None,
+    )
+    ref = cfg.get("reference")
+    rate = pinned.steps_per_s
+    detail = f"{rate:.1f} steps/s (AMP, cudnn.benchmark, pinned non_blocking uploads)"
+    value = {"steps_per_s": round(rate, 3), "share": None}
+    if not ref:
+        out.check(
+            "train-throughput",
+            "info",
+            detail + "; no internal-slot reference for this card yet",
+            value=value,
+            seconds=time.perf_counter() - t0,
+        )
+        return
+    share = rate / ref["steps_per_s"]
+    value["share"] = round(share, 3)
+    status = "pass" if share >= 0.5 else "warn"
+    out.check(
+        "train-throughput",
+        status,
+        detail + f": {share:.0%} of {ref['steps_per_s']:g} steps/s in {ref['slot']} "
+        f"({ref['source']})",
+        value=value,
+        expected=ref,
+        seconds=time.perf_counter() - t0,
+        hint="far below the same card in an internal slot: check pcie-link and h2d-bandwidth"
+        if status == "warn"
+        else None,
     )
 
 
@@ -685,9 +995,7 @@ def run_burn_in(out: Out, torch, device, cfg: dict) -> None:
     t0 = time.perf_counter()
     step_ms: list[float] = []
     try:
-        losses, _, skipped, _ = train(
-            torch, device, 0, True, cfg, deadline=t0 + seconds, step_ms=step_ms
-        )
+        run = train(torch, device, cfg, amp=True, budget_s=seconds, step_ms=step_ms)
     except Exception as exc:
         out.check(
             "burn-in",
@@ -697,12 +1005,13 @@ def run_burn_in(out: Out, torch, device, cfg: dict) -> None:
             hint="the GPU is unstable under sustained load: check cooling and power",
         )
         return
+    losses = run.losses
     bad = sum(1 for v in losses if not math.isfinite(v))
     q = max(1, len(step_ms) // 4)
     first = _median(step_ms[:q]) if step_ms else 0.0
     last = _median(step_ms[-q:]) if step_ms else 0.0
     slowdown = last / first if first > 0 else 1.0
-    status = "fail" if bad or not losses else "warn" if slowdown > 1.3 else "pass"
+    status = "fail" if bad else "warn" if slowdown > 1.3 else "pass"
     out.check(
         "burn-in",
         status,
@@ -712,12 +1021,14 @@ def run_burn_in(out: Out, torch, device, cfg: dict) -> None:
             "steps": len(losses),
             "slowdown": round(slowdown, 3),
             "nonfinite": bad,
-            "scaler_skipped": skipped,
+            "scaler_skipped": run.skipped,
         },
         expected={"max_slowdown": 1.3},
         seconds=time.perf_counter() - t0,
         hint="steps slowed down over time: thermal or power throttling"
         if status == "warn"
+        else "inf/NaN losses under sustained load: the GPU is unstable"
+        if status == "fail"
         else None,
     )
 
@@ -728,11 +1039,23 @@ def _median(values: list[float]) -> float:
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
-def _ddp_worker(rank: int, world: int, backend: str, init_file: str, result_dir: str) -> None:
-    import torch
+def _ddp_worker(
+    rank: int, world: int, backend: str, init_file: str, result_dir: str, rendezvous_s: float
+) -> None:
+    import datetime
+
+    torch = import_torch()
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.set_num_threads(1)  # ranks share the machine; spinning OpenMP threads fight each other
+    dist.init_process_group(
+        backend,
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=world,
+        # a rank that never arrives (or a hung NCCL init) ends the rendezvous, not the run
+        timeout=datetime.timedelta(seconds=rendezvous_s),
+    )
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
@@ -773,28 +1096,40 @@ def run_ddp(out: Out, torch, device, cfg: dict, work_dir: str) -> None:
         world, backend = min(count, 8), "nccl"
     else:
         world, backend = 2, "gloo"
-    t0 = time.perf_counter()
+    budget = Budget(cfg["budgets"]["ddp"])
     tmp = tempfile.mkdtemp(prefix="ddp-", dir=work_dir)
-    try:
-        import torch.multiprocessing as mp
+    import torch.multiprocessing as mp
 
-        mp.spawn(
+    ctx = None
+    try:
+        ctx = mp.start_processes(
             _ddp_worker,
-            args=(world, backend, os.path.join(tmp, "init"), tmp),
+            args=(world, backend, os.path.join(tmp, "init"), tmp, budget.seconds * 0.8),
             nprocs=world,
-            join=True,
+            join=False,
+            start_method="spawn",
         )
+        while not ctx.join(timeout=0.5):
+            if budget.over():
+                raise TimeoutError(f"the ranks did not finish within {budget.seconds:g} s")
         results = []
         for r in range(world):
             with open(os.path.join(tmp, f"rank{r}.json")) as f:
                 results.append(json.load(f))
     except Exception as exc:
+        if ctx is not None:
+            for proc in ctx.processes:
+                if proc.is_alive():
+                    proc.kill()
+                proc.join(5)
         out.check(
             "ddp",
             "fail",
             f"{world}-rank {backend} all-reduce/DDP failed: {type(exc).__name__}: {exc}",
-            seconds=time.perf_counter() - t0,
-            hint="see NCCL_DEBUG=INFO output; peer-to-peer over Thunderbolt is often unsupported",
+            seconds=budget.spent(),
+            hint="see NCCL_DEBUG=INFO output; peer-to-peer over Thunderbolt is often unsupported"
+            if cuda
+            else "the machine may be too busy to start two torch processes in time",
         )
         return
     ok = all(r["ok"] for r in results)
@@ -803,7 +1138,7 @@ def run_ddp(out: Out, torch, device, cfg: dict, work_dir: str) -> None:
         "pass" if ok else "fail",
         f"{world} ranks, {backend}: all-reduce {'correct' if ok else 'WRONG'}, DDP step ran",
         value=world,
-        seconds=time.perf_counter() - t0,
+        seconds=budget.spent(),
     )
 
 
@@ -826,13 +1161,7 @@ def cuda_init(out: Out, torch, cfg: dict):
         )
         return None
     out.check("torch-cuda-build", "pass", f"built for CUDA {wheel}", value=wheel)
-    driver = cfg.get("driver_cuda")
-    if not driver:
-        try:  # CUDA driver API version, e.g. 12040 (private but long-standing torch API)
-            v = int(torch._C._cuda_getDriverVersion())
-            driver = f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else None
-        except Exception:
-            driver = None
+    driver = cfg.get("driver_cuda") or driver_cuda_version(torch)
     status, detail = compare_cuda(wheel, driver)
     out.check(
         "torch-driver-cuda",
@@ -881,6 +1210,16 @@ def cuda_init(out: Out, torch, cfg: dict):
     return count
 
 
+def driver_cuda_version(torch) -> str | None:
+    """The CUDA version the driver supports, from the driver API (e.g. 12040 -> "12.4"); this
+    private torch function is long-standing but not a promise, so any failure is "unknown"."""
+    try:
+        v = int(torch._C._cuda_getDriverVersion())
+    except Exception:
+        return None
+    return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else None
+
+
 def device_bus_id(torch, index: int) -> str | None:
     props = torch.cuda.get_device_properties(index)
     bus = getattr(props, "pci_bus_id", None)
@@ -892,10 +1231,15 @@ def device_bus_id(torch, index: int) -> str | None:
 
 
 def pick_device(out: Out, torch, cfg: dict, count: int):
-    """Choose the CUDA index to verify and emit device-is-egpu; None when it must stop."""
+    """Choose the CUDA index to verify and emit device-is-egpu; None when it must stop.
+
+    The target is the eGPU, or, on a machine without one, the NVIDIA GPU detection found (a
+    server's card in its PCIe slot): what is checked is that torch uses *that* GPU."""
     buses = [device_bus_id(torch, i) for i in range(count)]
-    egpu = cfg.get("egpu") or {}
-    want = egpu.get("pci_address")
+    target = cfg.get("target") or {}
+    want = target.get("pci_address")
+    external = target.get("external")
+    what = "the eGPU" if external else "the GPU"
     requested = cfg["device"]
     order_hint = None
     if count > 1:
@@ -912,7 +1256,7 @@ def pick_device(out: Out, torch, cfg: dict, count: int):
         index = 0
     name = torch.cuda.get_device_name(index)
     bus = buses[index]
-    value = {"index": index, "pci_bus_id": bus, "name": name}
+    value = {"index": index, "pci_bus_id": bus, "name": name, "external": external}
     if want is None:
         status = "skip" if requested != "auto" else "warn"
         detail = (
@@ -928,21 +1272,29 @@ def pick_device(out: Out, torch, cfg: dict, count: int):
             expected=want,
         )
     elif bus == want:
-        detail = f"cuda:{index} {name} is the eGPU at {want}"
+        where = f"{what} at {want}"
+        status = "pass"
         hint = None
+        if target.get("laptop_gpu") and not external:
+            # the laptop's own GPU: what runs here is not the eGPU this tool is meant to prove
+            where += " (the laptop's own GPU, not an eGPU)"
+            status = "warn"
+            hint = "connect the enclosure and authorize it (`egpu-setup doctor`) to verify the eGPU"
+        elif not external:
+            # a desktop or server slot (a datacenter card): verified as what it is
+            where += f" (a {target.get('connection') or 'PCIe'} slot, not an eGPU)"
+        detail = f"cuda:{index} {name} is {where}"
         if order_hint is not None:
             pci_index = order_hint.index(index)
-            detail += (
-                f"; {count} GPUs: under CUDA_DEVICE_ORDER=PCI_BUS_ID the eGPU is cuda:{pci_index}"
-            )
-            hint = f"export CUDA_DEVICE_ORDER=PCI_BUS_ID so the eGPU is always cuda:{pci_index}"
-        out.check("device-is-egpu", "pass", detail, value=value, expected=want, hint=hint)
+            detail += f"; {count} GPUs: under CUDA_DEVICE_ORDER=PCI_BUS_ID it is cuda:{pci_index}"
+            hint = hint or f"export CUDA_DEVICE_ORDER=PCI_BUS_ID so it is always cuda:{pci_index}"
+        out.check("device-is-egpu", status, detail, value=value, expected=want, hint=hint)
     else:
         status = "fail" if requested == "auto" else "warn"
         out.check(
             "device-is-egpu",
             status,
-            f"torch sees {', '.join(b or '?' for b in buses)} but not the eGPU at {want}",
+            f"torch sees {', '.join(b or '?' for b in buses)} but not {what} at {want}",
             value=value,
             expected=want,
             hint="check CUDA_VISIBLE_DEVICES and that the enclosure is authorized "
@@ -964,21 +1316,27 @@ def emit_device(out: Out, torch, device, cfg: dict) -> None:
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
+        free, total = torch.cuda.mem_get_info(device)
         rec.update(
             index=device.index,
             name=props.name,
             pci_bus_id=device_bus_id(torch, device.index),
             compute_capability=f"{props.major}.{props.minor}",
             memory_gib=round(props.total_memory / 2**30, 2),
+            total_memory=props.total_memory,
+            mem_get_info=[free, total],
             multiprocessors=props.multi_processor_count,
             cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
             device_count=torch.cuda.device_count(),
+            driver_cuda=driver_cuda_version(torch),
+            arch_list=torch.cuda.get_arch_list(),
         )
     else:
         rec.update(
             name="cpu",
             threads=torch.get_num_threads(),
             cpu_capability=_cpu_capability(torch),
+            native_bf16=cpu_native_bf16(torch),
         )
     out.emit(rec)
 
@@ -1037,18 +1395,19 @@ def run_allocation(out: Out, torch, device, cfg: dict) -> None:
     )
 
 
-def read_link(bus_id: str | None) -> dict:
-    """The GPU's PCIe link from sysfs right now (it trains down when idle, so read under load)."""
+def read_link(bus_id: str | None, root: str = "/") -> dict:
+    """The GPU's PCIe link from sysfs right now (it trains down when idle, so read under load).
+
+    `root` is "/" on a live machine; a recorded machine's tree is read only where its links stay
+    inside it."""
     if not bus_id:
         return {}
-    base = f"/sys/bus/pci/devices/{bus_id}"
+    base = os.path.realpath(os.path.join(root, "sys/bus/pci/devices", bus_id))
+    if os.path.commonpath([base, os.path.realpath(root)]) != os.path.realpath(root):
+        return {}
     vals = {}
     for key in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"):
-        try:
-            with open(os.path.join(base, key)) as f:
-                vals[key] = f.read().strip()
-        except OSError:
-            pass
+        vals[key] = (_read(os.path.join(base, key)) or "").strip()
 
     def width(text):
         return int(text) if text and text.isdigit() else None
@@ -1087,61 +1446,59 @@ def judge_link(link: dict, connection: str | None, tb_gen: int | None, expect: d
     if min_width and width < min_width:
         status = "warn"
         notes.append(f"profile expects x{min_width}+")
-    if width <= 1:  # an x1 link is the classic degraded eGPU mode (hotplug-security.md §7 row 31)
+    # an x1 link is the classic degraded eGPU mode (the kernel's "limited by ... x1 link" line)
+    if width <= 1:
         status = "warn"
     return status, text + ("; " + "; ".join(notes) if notes else ""), limit
 
 
-def _bandwidth(torch, device, direction: str, nbytes: int, min_seconds: float) -> float:
+def _bandwidth(torch, device, direction: str, nbytes: int, budget: Budget, min_s: float) -> float:
+    """Pinned copies in one direction until `min_s` of device time is measured (or the budget
+    is spent); GB/s."""
+    clock = Clock(torch, device)
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    src, dst = (host, dev) if direction == "h2d" else (dev, host)
     for _ in range(2):
-        (
-            dev.copy_(host, non_blocking=True)
-            if direction == "h2d"
-            else host.copy_(dev, non_blocking=True)
-        )
-    torch.cuda.synchronize(device)
+        dst.copy_(src, non_blocking=True)
     n = 0
-    t0 = time.perf_counter()
+    start = clock.mark()
     while True:
-        if direction == "h2d":
-            dev.copy_(host, non_blocking=True)
-        else:
-            host.copy_(dev, non_blocking=True)
-        n += 1
-        torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_seconds:
+        for _ in range(4):
+            dst.copy_(src, non_blocking=True)
+        n += 4
+        elapsed = clock.seconds(start, clock.mark())
+        if elapsed >= min_s or budget.over():
             break
     return nbytes * n / elapsed / 1e9
 
 
 def run_bandwidth(out: Out, torch, device, cfg: dict, bus_id: str | None) -> None:
-    egpu = cfg.get("egpu") or {}
-    connection = egpu.get("connection") if egpu.get("pci_address") == bus_id else None
-    tb_gen = egpu.get("tb_generation")
+    target = cfg.get("target") or {}
+    connection = target.get("connection") if target.get("pci_address") == bus_id else None
+    tb_gen = target.get("tb_generation")
     expect = cfg["expect"]
+    root = cfg.get("sysfs_root") or "/"
     nbytes = (64 if cfg["quick"] else 256) * 2**20
-    min_s = 0.3 if cfg["quick"] else 1.0
+    seconds = cfg["budgets"]["bandwidth"]
     results = {}
     link: dict = {}
     t0 = time.perf_counter()
     for direction in ("h2d", "d2h"):
-        t1 = time.perf_counter()
+        budget = Budget(seconds)
         try:
             stop = threading.Event()
             seen: list[dict] = []
 
             def watch(stop=stop, seen=seen):
                 while not stop.is_set():
-                    seen.append(read_link(bus_id))
+                    seen.append(read_link(bus_id, root))
                     stop.wait(0.05)
 
             th = threading.Thread(target=watch, daemon=True)
             th.start()
             try:
-                gbs = _bandwidth(torch, device, direction, nbytes, min_s)
+                gbs = _bandwidth(torch, device, direction, nbytes, budget, seconds * 0.5)
             finally:
                 stop.set()
                 th.join(timeout=5)
@@ -1156,12 +1513,12 @@ def run_bandwidth(out: Out, torch, device, cfg: dict, bus_id: str | None) -> Non
                 f"{direction}-bandwidth",
                 "fail",
                 f"pinned copy failed: {type(exc).__name__}: {exc}",
-                seconds=time.perf_counter() - t1,
+                seconds=budget.spent(),
             )
             continue
-        results[direction] = (gbs, time.perf_counter() - t1)
+        results[direction] = (gbs, budget.spent())
     if not link:
-        link = read_link(bus_id)
+        link = read_link(bus_id, root)
     status, detail, limit = judge_link(link, connection, tb_gen, expect)
     out.check(
         "pcie-link",
@@ -1179,6 +1536,7 @@ def run_bandwidth(out: Out, torch, device, cfg: dict, bus_id: str | None) -> Non
         else None,
     )
     theory = pcie_rate_gbs(*limit) if limit else None
+    # an internal slot is judged against its own link: the profile's "pcie" floor, or a share
     h2d_expect = (expect.get("h2d_gbps") or {}).get(connection or "pcie")
     for direction, (gbs, secs) in results.items():
         share = gbs / theory if theory else None
@@ -1210,8 +1568,8 @@ def run_bandwidth(out: Out, torch, device, cfg: dict, bus_id: str | None) -> Non
 # -- main ----------------------------------------------------------------------------------------
 
 
-def run(cfg: dict) -> int:
-    out = Out(cfg["results"], cfg.get("progress"))
+def run(cfg: dict, out: Out | None = None) -> int:
+    out = out or Out(cfg.get("progress"))
     skip = set(cfg.get("skip") or ())
     out.step("import")
     torch = check_import(out)
@@ -1248,17 +1606,22 @@ def run(cfg: dict) -> int:
         if "bandwidth" not in skip:
             out.step("bandwidth")
             run_bandwidth(out, torch, device, cfg, device_bus_id(torch, index))
-    bus = device_bus_id(torch, device.index) if device.type == "cuda" else None
-    sampler = Sampler(bus, 0.5 if cfg["quick"] else 1.0) if device.type == "cuda" else None
+    cuda = device.type == "cuda"
+    bus = device_bus_id(torch, device.index) if cuda else None
+    sampler = Sampler(bus, 0.5 if cfg["quick"] else 1.0) if cuda else None
     if sampler:
         sampler.__enter__()
     try:
         if "matmul" not in skip:
             out.step("matmul")
             run_matmul(out, torch, device, cfg)
+        trains = True
         if "amp" not in skip:
             out.step("amp")
-            run_amp(out, torch, device, cfg)
+            trains = run_amp(out, torch, device, cfg)
+        if cuda and trains and "throughput" not in skip:
+            out.step("throughput")
+            run_throughput(out, torch, device, cfg)
         if cfg.get("burn_in_s") and "burn-in" not in skip:
             out.step("burn-in")
             run_burn_in(out, torch, device, cfg)

@@ -8,8 +8,21 @@ from typing import Any
 
 # pass / warn: ok is true (warn = worth a look: throttling, a link below its max);
 # fail: ok is false; skip: not applicable here (ok is null, what `egpu-setup report` reads as
-# "skipped").
-STATUSES = ("pass", "warn", "fail", "skip")
+# "skipped"); info: a measurement that is no verdict (a CPU's bf16 throughput, the AMP speedup
+# on a CPU, a tuning gain): ok is true and `informational` says it was not judged.
+STATUSES = ("pass", "warn", "fail", "skip", "info")
+
+# Every id a verify can report, for a table whose columns line up before the run has ended.
+KNOWN_IDS = (
+    "previous-run", "gpu-present", "driver-loaded", "driver-versions-agree",
+    "nvidia-smi-lists-gpu", "torch-import", "torch-cuda-build", "torch-driver-cuda",
+    "cuda-available", "device-is-egpu", "arch-list", "large-allocation", "pcie-link",
+    "h2d-bandwidth", "d2h-bandwidth", "matmul-fp32", "matmul-tf32", "matmul-fp16",
+    "matmul-bf16", "amp-training", "amp-speedup", "cudnn-benchmark", "h2d-pinned",
+    "train-throughput", "burn-in", "gpu-temperature", "gpu-power", "gpu-throttle", "ddp",
+    "verify-child", "cuda-device",
+)  # fmt: skip
+ID_WIDTH = max(len(i) for i in KNOWN_IDS)
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,10 @@ class Check:
     def ok(self) -> bool | None:
         return None if self.status == "skip" else self.status != "fail"
 
+    @property
+    def informational(self) -> bool:
+        return self.status == "info"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -36,6 +53,7 @@ class Check:
             "expected": self.expected,
             "seconds": self.seconds,
             "hint": self.hint,
+            "informational": self.informational,
         }
 
     @classmethod

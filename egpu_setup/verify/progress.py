@@ -1,9 +1,10 @@
 """The progress marker: a JSON-lines log under <state>/verify/, fsynced line by line.
 
-The parent writes `start` before it launches the child (hotplug-security.md §7 row 39: persist
-"verify started" first), the child writes `step` before each step, the parent writes `end` with
-the outcome. A log whose last run has no `end` means the machine (or the tool) died mid-run: a
-CUDA hard lock that took the host down. The next run reports that step, then starts a new log.
+The parent writes `start` before it launches the child (persist "verify started" first, so a
+run that takes the machine down is still on disk), the child writes `step` before each step, the
+parent writes `end` with the outcome. A log whose last run has no `end` means the machine (or
+the tool) died mid-run: a CUDA hard lock that took the host down. The next run reports that
+step, then starts a new log.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class PreviousRun:
     step_time: float | None
     pid: int | None
     python: str | None
+    device: str | None = None  # the --device of that run ("cpu", "auto", "cuda:1")
 
     def describe(self) -> str:
         when = (
@@ -49,7 +51,13 @@ def parse_progress(text: str) -> PreviousRun | None:
             continue
         kind = event.get("event")
         if kind == "start":
-            run = {"started": event.get("time"), "python": event.get("python"), "step": None}
+            options = event.get("options") if isinstance(event.get("options"), dict) else {}
+            run = {
+                "started": event.get("time"),
+                "python": event.get("python"),
+                "step": None,
+                "device": options.get("device"),
+            }
         elif run is not None and kind == "step":
             run.update(step=event.get("step"), step_time=event.get("time"), pid=event.get("pid"))
         elif kind == "end":
@@ -63,6 +71,7 @@ def parse_progress(text: str) -> PreviousRun | None:
         step_time=run.get("step_time") if isinstance(run.get("step_time"), num) else None,
         pid=run.get("pid") if isinstance(run.get("pid"), int) else None,
         python=run["python"] if isinstance(run.get("python"), str) else None,
+        device=run["device"] if isinstance(run.get("device"), str) else None,
     )
 
 

@@ -1,4 +1,8 @@
-"""The verify report: the JSON contract, the table, and the file a lab collects."""
+"""The verify report: the JSON contract, the table, and the file a lab collects.
+
+The table is built from three pieces (header, one line per check, summary) so that the live
+printer (`live.py`) prints exactly what `render_table` would, one check at a time.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from egpu_setup.verify.checks import Check
+from egpu_setup.verify.checks import ID_WIDTH, Check
 
 SCHEMA_VERIFY = "egpu-setup/verify/1"
-_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "skip", "info": "INFO"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,11 @@ class VerifyReport:
         return self.outcome == "finished" and not any(c.status == "fail" for c in self.checks)
 
     @property
+    def device_kind(self) -> str:
+        """ "cpu" when the run verified the CPU path only (no GPU at all), else "cuda"."""
+        return "cpu" if self.device.get("type") == "cpu" else "cuda"
+
+    @property
     def failures(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if c.status == "fail")
 
@@ -38,6 +47,9 @@ class VerifyReport:
         return {
             "schema": SCHEMA_VERIFY,
             "ok": self.ok,
+            # "cpu": this report proves torch trains on the CPU and verifies no GPU; a fleet
+            # report must not count it as a working eGPU.
+            "device_kind": self.device_kind,
             "device": self.device,
             "checks": [c.to_json() for c in self.checks],
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
@@ -57,26 +69,47 @@ class VerifyReport:
         return save_report(state_dir, "verify", self.to_json(), self.started)
 
 
-def render_table(report: VerifyReport) -> str:
-    """The human view: one line per check, hints under failures and warnings, a verdict."""
-    dev = report.device
-    if dev.get("type") == "cuda" and dev.get("name"):
-        where = f"{dev['name']} (cuda:{dev.get('index', '?')}, {dev.get('pci_bus_id') or '?'})"
+def render_header(device: dict[str, Any], python: str) -> str:
+    """The first line: what was verified, with which torch, in which Python."""
+    if device.get("type") == "cuda" and device.get("name"):
+        where = (
+            f"{device['name']} (cuda:{device.get('index', '?')}, {device.get('pci_bus_id') or '?'})"
+        )
     else:
-        where = "CPU" if dev.get("type") == "cpu" else "no CUDA device"
-    torch = f" · torch {dev['torch']}" if dev.get("torch") else ""
-    lines = [f"egpu-setup verify · {where}{torch} · {report.python}", ""]
-    width = max((len(c.id) for c in report.checks), default=10)
-    for c in report.checks:
-        secs = f"  ({c.seconds:.1f} s)" if c.seconds is not None and c.seconds >= 0.05 else ""
-        lines.append(f"  {_MARK[c.status]}  {c.id.ljust(width)}  {c.detail}{secs}")
-        if c.hint and c.status in ("fail", "warn"):
-            lines.append(f"  {' ' * 4}  {' ' * width}  hint: {c.hint}")
+        where = (
+            "device: cpu (no GPU is verified)"
+            if device.get("type") == "cpu"
+            else ("no CUDA device")
+        )
+    torch = f" · torch {device['torch']}" if device.get("torch") else ""
+    return f"egpu-setup verify · {where}{torch} · {python}"
+
+
+def render_check(c: Check) -> list[str]:
+    """One check's line, and its hint under a failure or a warning."""
+    secs = f"  ({c.seconds:.1f} s)" if c.seconds is not None and c.seconds >= 0.05 else ""
+    lines = [f"  {_MARK[c.status]}  {c.id.ljust(ID_WIDTH)}  {c.detail}{secs}"]
+    if c.hint and c.status in ("fail", "warn"):
+        lines.append(f"  {' ' * 4}  {' ' * ID_WIDTH}  hint: {c.hint}")
+    return lines
+
+
+def render_summary(report: VerifyReport) -> list[str]:
     counts = {s: sum(1 for c in report.checks if c.status == s) for s in _MARK}
     verdict = "OK" if report.ok else "FAILED"
-    lines += [
+    if report.device_kind == "cpu":
+        verdict += " (device: cpu)"
+    return [
         "",
-        f"{verdict}: {counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed, "
-        f"{counts['skip']} skipped in {report.seconds:.1f} s",
+        f"{verdict}: {counts['pass']} passed, {counts['info']} info, {counts['warn']} warnings, "
+        f"{counts['fail']} failed, {counts['skip']} skipped in {report.seconds:.1f} s",
     ]
+
+
+def render_table(report: VerifyReport) -> str:
+    """The human view: one line per check, hints under failures and warnings, a verdict."""
+    lines = [render_header(report.device, report.python), ""]
+    for c in report.checks:
+        lines += render_check(c)
+    lines += render_summary(report)
     return "\n".join(lines)

@@ -3,7 +3,8 @@
 Order: validate the options (bad input is exit 2 before anything runs), take the verify lock
 (exit 5 if another verify runs), read the previous run's progress marker, detect the host,
 run the host checks, write the `start` marker, run the child under its timeout, write `end`,
-assemble the report. Saving and printing are the caller's (commands/verify.py).
+assemble the report. Every check is passed to `on_event` the moment it is known, so the caller
+can print while the child works; saving and printing are the caller's (commands/verify.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,20 +25,47 @@ from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host, LiveHost
 from egpu_setup.verify.checks import Check
-from egpu_setup.verify.progress import ProgressLog
+from egpu_setup.verify.progress import PreviousRun, ProgressLog
 from egpu_setup.verify.report import VerifyReport
 from egpu_setup.verify.runner import ChildOutcome, run_child
 
 log = logging.getLogger("egpu_setup.verify")
 
 DEFAULT_VENV = "/opt/egpu-setup/venv"  # DESIGN.md, "Files on a provisioned machine"
-SKIPPABLE = ("allocation", "bandwidth", "matmul", "amp", "burn-in", "ddp")
+SKIPPABLE = ("allocation", "bandwidth", "matmul", "amp", "throughput", "burn-in", "ddp")
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
 
-# Base time limits: import torch (1-2 s; CUDA init and lazy module loading can take 10-30 s on a
-# cold GPU), then the steps; --burn-in adds its own minutes.
+# Base time limits: import torch (1-2 s idle, several times that on a loaded machine; CUDA init
+# and lazy module loading can take 10-30 s on a cold GPU), then the steps, each bounded by its
+# budget below; --burn-in adds its own minutes.
 TIMEOUT_QUICK_S = 120.0
 TIMEOUT_FULL_S = 300.0
+
+# Seconds each step of the child may spend (per matmul precision, per bandwidth direction), by
+# device kind and --quick. A step stops at its budget (a training run earlier, at its loss
+# target), so a slow or loaded machine measures less, never runs longer. The sums stay far
+# inside the timeouts above: what is left is for importing torch and starting the DDP ranks.
+BUDGETS: dict[tuple[str, bool], dict[str, float]] = {
+    ("cpu", True): {"matmul": 0.25, "amp": 4.0, "speedup": 0.8, "ddp": 60.0},
+    ("cpu", False): {"matmul": 1.0, "amp": 15.0, "speedup": 3.0, "ddp": 90.0},
+    ("cuda", True): {
+        "bandwidth": 0.5, "matmul": 0.6, "amp": 15.0, "speedup": 2.0, "throughput": 4.0,
+        "ddp": 60.0,
+    },
+    ("cuda", False): {
+        "bandwidth": 1.0, "matmul": 1.5, "amp": 30.0, "speedup": 4.0, "throughput": 8.0,
+        "ddp": 90.0,
+    },
+}  # fmt: skip
+
+# The smoke model's batch, image size and channel width: big enough to load a GPU, small enough
+# that a CPU trains it in milliseconds per step.
+TRAIN_SHAPES: dict[tuple[str, bool], dict[str, int]] = {
+    ("cpu", True): {"batch": 64, "size": 32, "width": 16},
+    ("cpu", False): {"batch": 64, "size": 32, "width": 16},
+    ("cuda", True): {"batch": 128, "size": 64, "width": 64},
+    ("cuda", False): {"batch": 256, "size": 64, "width": 64},
+}
 
 # Used when no --profile is given: the same defaults the profile schema documents
 # (egpu_setup/data/profile.schema.json), minus the plain-slot bandwidth floor, which depends on
@@ -103,8 +132,10 @@ def target_python(options: VerifyOptions) -> tuple[str, bool]:
                 f"target Python not found: {path}",
                 "pass an existing interpreter, e.g. --python $(command -v python3)",
             )
-        return found, False
-    venv = Path(options.venv or os.environ.get("EGPU_SETUP_VENV") or DEFAULT_VENV)
+        # absolute (the child starts in its scratch directory), but not resolved: a venv's
+        # python is a symlink whose location makes it the venv
+        return os.path.abspath(found), False
+    venv = Path(os.path.abspath(options.venv or os.environ.get("EGPU_SETUP_VENV") or DEFAULT_VENV))
     python = venv / "bin" / "python"
     if not python.is_file() or not os.access(python, os.X_OK):
         where = "--venv" if options.venv else "the default venv"
@@ -145,23 +176,22 @@ def state_dir() -> Path:
 
 
 def expectations(profile: Any, facts: HostFacts | None) -> dict[str, Any]:
-    """The child's thresholds: the profile's `expect`, else defaults plus the GPU table's peaks."""
+    """The child's thresholds: the profile's `expect` (else the defaults), with the peak rates a
+    profile leaves open (generic-nvidia) taken from the GPU table for the detected card."""
     if profile is not None:
         exp = profile.expect
         out = {k: getattr(exp, k, DEFAULT_EXPECT[k]) for k in DEFAULT_EXPECT}
         out["h2d_gbps"] = dict(out["h2d_gbps"] or {})
-        return out
-    out = dict(DEFAULT_EXPECT)
-    egpu = _target_gpu(facts)
-    if egpu is not None and egpu.device_id:
-        try:
-            from egpu_setup.compat.gpus import gpu_by_id
-        except ImportError:
-            return out
-        model = gpu_by_id(egpu.device_id)
+    else:
+        out = dict(DEFAULT_EXPECT)
+    gpu = _target_gpu(facts)
+    if gpu is not None and gpu.device_id and None in (out["fp32_tflops"], out["fp16_tflops"]):
+        from egpu_setup.compat.gpus import gpu_by_id
+
+        model = gpu_by_id(gpu.device_id)
         if model is not None:
-            out["fp32_tflops"] = model.fp32_tflops
-            out["fp16_tflops"] = model.fp16_tflops
+            out["fp32_tflops"] = out["fp32_tflops"] or model.fp32_tflops
+            out["fp16_tflops"] = out["fp16_tflops"] or model.fp16_tflops
     return out
 
 
@@ -172,6 +202,12 @@ def _target_gpu(facts: HostFacts | None):
         return facts.egpu
     gpus = facts.nvidia_gpus
     return gpus[0] if len(gpus) == 1 else None
+
+
+def _is_laptop_gpu(name: str | None) -> bool:
+    from egpu_setup.compat.gpus import is_mobile_name
+
+    return bool(name) and is_mobile_name(name or "")
 
 
 def _tb_generation(facts: HostFacts | None) -> int | None:
@@ -199,12 +235,65 @@ def detect_facts(host: Host) -> HostFacts | None:
     return detect_host(host, run_smi=True)
 
 
+EventSink = Callable[[str, Any], None]
+
+
+def build_config(
+    options: VerifyOptions,
+    profile: Any,
+    facts: HostFacts | None,
+    host: Host | None,
+    references: tuple[Any, ...] | None = None,
+) -> dict[str, Any]:
+    """What the child runs: device, budgets, expectations, the GPU it must find (the eGPU, or the
+    one NVIDIA GPU of a machine without one), where its sysfs is."""
+    kind = "cpu" if options.device == "cpu" else "cuda"
+    target = _target_gpu(facts)
+    reference = None
+    if target is not None and kind == "cuda":
+        from egpu_setup.verify.references import REFERENCES, find_reference
+
+        ref = find_reference(
+            target.device_id, target.name, REFERENCES if references is None else references
+        )
+        reference = ref.for_mode(options.quick) if ref is not None else None
+    return {
+        "device": options.device,
+        "quick": options.quick,
+        "burn_in_s": options.burn_in_minutes * 60.0,
+        "skip": list(options.skip),
+        "budgets": dict(BUDGETS[(kind, options.quick)]),
+        "train": dict(TRAIN_SHAPES[(kind, options.quick)]),
+        "expect": expectations(profile, facts),
+        "reference": reference,
+        "target": None
+        if target is None
+        else {
+            "pci_address": target.pci_address,
+            "name": target.name,
+            "connection": target.connection,
+            "external": target.external,
+            "laptop_gpu": _is_laptop_gpu(target.name),
+            "compute_capability": target.compute_capability,
+            "tb_generation": _tb_generation(facts),
+        },
+        "nvidia_gpus": [g.pci_address for g in facts.nvidia_gpus] if facts else [],
+        "driver_cuda": facts.nvidia.cuda_version if facts else None,
+        # a recorded host (tests) has its sysfs under its root; a live one under /
+        "sysfs_root": str(Path(host.root).resolve()) if host is not None else "/",
+    }
+
+
 def run_verify(
     options: VerifyOptions,
     host: Host | None = None,
     facts: HostFacts | None = None,
+    on_event: EventSink | None = None,
+    references: tuple[Any, ...] | None = None,
 ) -> VerifyReport:
-    """Run verify as `options` say; `facts` replaces detection (tests, recorded hosts)."""
+    """Run verify as `options` say; `facts` replaces detection (tests, recorded hosts);
+    `on_event(kind, payload)` gets each "check" (a Check), "device" (a dict) and "step" (a name)
+    as it happens; `references` replaces the internal-slot throughput table."""
     from egpu_setup.state.lock import RunLock
 
     validate(options)
@@ -213,21 +302,13 @@ def run_verify(
     timeout = options.timeout_s or default_timeout(options)
     cpu = options.device == "cpu"
     state = state_dir()
+    emit = on_event or (lambda kind, payload: None)
     with RunLock(state / "verify" / "verify.lock"):
         progress = ProgressLog(state / "verify")
         previous = progress.previous()
         checks: list[Check] = []
         if previous is not None:
-            checks.append(
-                Check(
-                    "previous-run",
-                    "warn",
-                    previous.describe() + ": the machine probably locked up or rebooted",
-                    value={"step": previous.step, "started": previous.started},
-                    hint=f"if it hung in `{previous.step}`, this GPU/enclosure may hard-lock under "
-                    "CUDA (see `egpu-setup doctor`); `--skip STEP` runs the rest",
-                )
-            )
+            checks.append(previous_run_check(previous))
         if not cpu:
             host = host or LiveHost()
             if facts is None:
@@ -235,42 +316,51 @@ def run_verify(
             from egpu_setup.verify.host_checks import probe_host_checks
 
             checks.extend(probe_host_checks(host, facts))
-        egpu = facts.egpu if facts is not None else None
-        config: dict[str, Any] = {
-            "device": options.device,
-            "quick": options.quick,
-            "burn_in_s": options.burn_in_minutes * 60.0,
-            "skip": list(options.skip),
-            "expect": expectations(profile, facts),
-            "egpu": None
-            if egpu is None
-            else {
-                "pci_address": egpu.pci_address,
-                "name": egpu.name,
-                "connection": egpu.connection,
-                "compute_capability": egpu.compute_capability,
-                "tb_generation": _tb_generation(facts),
-            },
-            "nvidia_gpus": [g.pci_address for g in facts.nvidia_gpus] if facts else [],
-            "driver_cuda": facts.nvidia.cuda_version if facts else None,
-        }
+        for check in checks:
+            emit("check", check)
+        config = build_config(options, profile, facts, host if not cpu else None, references)
         work = Path(tempfile.mkdtemp(prefix="egpu-setup-verify-"))
-        config.update(
-            results=str(work / "results.jsonl"),
-            progress=str(progress.path),
-            work_dir=str(work),
-        )
+        config.update(progress=str(progress.path), work_dir=str(work))
         started = time.time()
         progress.begin(python, {"device": options.device, "quick": options.quick})
+
+        def record(rec: dict[str, Any]) -> None:
+            kind = rec.get("kind")
+            if kind == "check":
+                emit("check", Check.from_record(rec))
+            elif kind == "device":
+                emit("device", {k: v for k, v in rec.items() if k != "kind"})
+            elif kind == "step":
+                emit("step", rec.get("step"))
+
         outcome: ChildOutcome | None = None
         try:
-            outcome = run_child(python, isolated, config, work, timeout)
+            outcome = run_child(python, isolated, config, work, timeout, record)
         finally:
             step = progress.last_step()
             progress.end(outcome.outcome if outcome else "interrupted", step)
             if outcome is None or not outcome.stuck:
                 shutil.rmtree(work, ignore_errors=True)
     return assemble(options, python, profile, facts, checks, outcome, step, started, timeout)
+
+
+def previous_run_check(previous: PreviousRun) -> Check:
+    """The warning about a run that never finished, with a hint that fits what it verified."""
+    step = previous.step
+    if previous.device == "cpu":
+        hint = "the tool or the machine stopped during a CPU run (power loss, OOM killer?)"
+    else:
+        hint = (
+            f"if it hung in `{step}`, this GPU/enclosure may hard-lock under CUDA (see "
+            "`egpu-setup doctor`); `--skip STEP` runs the rest"
+        )
+    return Check(
+        "previous-run",
+        "warn",
+        previous.describe() + ": the machine probably locked up or rebooted",
+        value={"step": step, "started": previous.started, "device": previous.device},
+        hint=hint,
+    )
 
 
 def assemble(
@@ -292,15 +382,16 @@ def assemble(
         elif rec.get("kind") == "device":
             device.update({k: v for k, v in rec.items() if k != "kind"})
     if not outcome.finished:
-        checks.append(child_check(outcome, step, timeout))
+        checks.append(child_check(outcome, step, timeout, device["type"]))
     verified = any(c.id == "cuda-available" and c.status == "pass" for c in checks)
     # never success without the GPU it is meant to verify (issue #7)
     if options.device != "cpu" and not verified and not any(c.status == "fail" for c in checks):
         checks.append(Check("cuda-device", "fail", "no CUDA device was verified"))
-    egpu = facts.egpu if facts is not None else None
-    if egpu is not None and device.get("pci_bus_id") == egpu.pci_address:
-        device["connection"] = egpu.connection
-        device["external"] = True
+    target = _target_gpu(facts)
+    if target is not None and device.get("pci_bus_id") == target.pci_address:
+        device["connection"] = target.connection
+        device["external"] = target.external
+        device["device_id"] = target.device_id  # the PCI product id, which torch does not give
     if facts is not None and facts.nvidia.driver_version:
         device["driver"] = facts.nvidia.driver_version
     return VerifyReport(
@@ -323,26 +414,41 @@ def assemble(
     )
 
 
-def child_check(outcome: ChildOutcome, step: str | None, timeout: float) -> Check:
-    """The `verify-child` failure: timed out, crashed, or exited early, and in which step."""
+def child_check(
+    outcome: ChildOutcome, step: str | None, timeout: float, device_type: str = "cuda"
+) -> Check:
+    """The `verify-child` failure: timed out, crashed, or exited early, and in which step; the
+    hint fits the device (a CPU run has no GPU that could have stopped answering)."""
     where = f"in step `{step}`" if step else "before its first step"
     tail = outcome.output_tail.strip().splitlines()[-12:]
+    cpu = device_type == "cpu"
     if outcome.outcome == "timeout":
         detail = f"did not finish within {timeout:g} s {where}: killed"
         if outcome.stuck:
             detail += (
-                f"; pid {outcome.pid} is stuck in the driver (uninterruptible sleep) and "
-                "survives SIGKILL"
+                f"; pid {', '.join(map(str, outcome.stuck_pids)) or outcome.pid} is stuck in "
+                "uninterruptible sleep and survives SIGKILL"
             )
-        hint = (
-            "the GPU stopped answering (known for some eGPUs under CUDA): reboot before using "
-            f"it, check `sudo dmesg | grep -i xid`; `--skip {step}` runs the rest"
-            if step and step in SKIPPABLE
-            else "the GPU stopped answering: reboot, then run `egpu-setup doctor`"
-        )
+        skip = f"; `--skip {step}` runs the rest" if step in SKIPPABLE else ""
+        if cpu:
+            hint = (
+                "the CPU run was too slow for the time limit: the machine is busy or small; "
+                f"rerun when it is idle or give more time (--timeout S){skip}"
+            )
+        elif step in SKIPPABLE:
+            hint = (
+                "the GPU stopped answering (known for some eGPUs under CUDA): reboot before "
+                f"using it, check `sudo dmesg | grep -i xid`{skip}"
+            )
+        else:
+            hint = "the GPU stopped answering: reboot, then run `egpu-setup doctor`"
     elif outcome.outcome == "crashed":
         detail = f"crashed {where} ({outcome.signal_name or outcome.returncode})"
-        hint = "a native crash in torch or the driver: see the output tail in the JSON report"
+        hint = (
+            "a native crash in torch: see the output tail in the JSON report"
+            if cpu
+            else "a native crash in torch or the driver: see the output tail in the JSON report"
+        )
     else:
         detail = f"exited with status {outcome.returncode} {where}"
         hint = "see the output tail in the JSON report (`--json`)"
