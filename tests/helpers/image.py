@@ -309,15 +309,24 @@ def write_sources(root: Path, components: Sequence[str], suite: str = SUITE) -> 
     (root / "etc/apt/sources.list").write_text(f"deb {mirror} {suite} {' '.join(components)}\n")
 
 
-def prepare_first_boot(root: Path) -> None:
-    """What makes a copied image boot as a machine of its own: root on the virtio disk, no
-    machine-id (systemd makes one at first boot, machine-id(5)), the image's own hostname."""
+def configure_boot(root: Path) -> None:
+    """Root on the virtio disk, and the image's own hostname (debootstrap copies the host's)."""
     (root / "etc/fstab").write_text("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")
-    (root / "etc/machine-id").write_text("")
-    (root / "var/lib/dbus/machine-id").unlink(missing_ok=True)
     (root / "etc/hostname").write_text("egpu-image\n")
-    policy = root / "usr/sbin/policy-rc.d"
-    policy.unlink(missing_ok=True)  # the booted machine starts its services
+
+
+def reset_machine_identity(root: Path) -> None:
+    """The last build step: every machine made from the image gets its own machine-id.
+
+    "uninitialized" makes the first boot a first boot (machine-id(5), ConditionFirstBoot=);
+    dbus-daemon's postinst (`dbus-uuidgen --ensure`) leaves a random id in
+    /var/lib/dbus/machine-id, which systemd would copy to every machine, so it becomes a link
+    to /etc/machine-id, as on an installed Debian."""
+    (root / "etc/machine-id").write_text("uninitialized\n")
+    dbus = root / "var/lib/dbus/machine-id"
+    if dbus.parent.is_dir():
+        dbus.unlink(missing_ok=True)
+        dbus.symlink_to("/etc/machine-id")
 
 
 def kernels(root: Path) -> list[str]:
@@ -394,7 +403,8 @@ def _build_base(dest: Path, phases: Phases, log: Path) -> None:
         )
     with phases.time("base install"):
         apt(dest, ["install", "--no-install-recommends", *BOOT_PACKAGES], log=log)
-    prepare_first_boot(dest)
+    (dest / "usr/sbin/policy-rc.d").unlink()  # the booted machine starts its services
+    configure_boot(dest)
 
 
 def install_driver(image: Image, phases: Phases, *, log: Path, gpu: str = "2206") -> list[str]:
