@@ -206,7 +206,8 @@ def run_in(
             timer.cancel()
     ran = Ran(tuple(argv), rc, tuple(lines))
     if check and rc != 0:
-        raise InImageError(rc, list(argv), ran.out)
+        late = time.monotonic() - started >= timeout
+        raise InImageError(rc, list(argv), ran.out + (f"\n(killed at {timeout} s)" if late else ""))
     return ran
 
 
@@ -260,7 +261,8 @@ def deb_cache_dir(suite: str = SUITE) -> Path:
 
 @contextlib.contextmanager
 def locked_debs(suite: str = SUITE) -> Iterator[Path]:
-    """The suite's .deb directory, held exclusively: apt's own archives lock fails, not waits."""
+    """The suite's .deb directory, held exclusively for one apt run (install included: apt may
+    still fetch into it), as apt's own lock in that directory fails instead of waiting."""
     cache = deb_cache_dir(suite)
     (cache / "partial").mkdir(parents=True, exist_ok=True)
     with open(cache.with_name(cache.name + ".lock"), "w") as lock:
