@@ -416,10 +416,13 @@ def test_competing_gpu_manager_disabling_nvidia_is_an_error():
     cm = only(diagnose(facts(), inp), "competing-gpu-manager")
     assert cm.severity == "error"
     assert (
-        "/etc/modprobe.d/blacklist-nvidia.conf: blacklists or removes the NVIDIA GPU (envycontrol)"
-        in cm.evidence
+        "/etc/modprobe.d/blacklist-nvidia.conf: blacklists nvidia and nouveau (integrated) "
+        "[envycontrol]" in cm.evidence
     )
-    assert "/etc/prime-discrete: mode 'on-demand' (prime-select)" in cm.evidence
+    # on-demand is prime-select's harmless profile: context in the evidence, not a cause
+    assert "/etc/prime-discrete: profile (on-demand) [nvidia-prime]" in cm.evidence
+    assert "EnvyControl" in cm.summary and "nvidia-prime" not in cm.summary
+    assert "`sudo envycontrol -s hybrid`, then reboot" in cm.fix
 
 
 def test_competing_gpu_manager_only_present_is_a_warning():
@@ -593,9 +596,10 @@ def test_collect_reads_rules_xorg_and_managers_through_the_host(tmp_path):
     assert set(inp.managers) == {"/etc/prime-discrete", "/etc/X11/xorg.conf"}
     cm = only(diagnose(facts(), inp), "competing-gpu-manager")
     assert (
-        cm.evidence == ("/etc/prime-discrete: mode 'off' (prime-select)",)
+        cm.evidence == ("/etc/prime-discrete: profile (intel) [nvidia-prime]",)
         and cm.severity == "error"
     )
+    assert "`sudo prime-select on-demand`, then reboot (UNCONFIRMED)" in cm.fix
     assert inp.cmdline == "ro quiet pci=realloc"
     assert inp.power_control == {"0000:3c:00.0": "auto"}
     assert "fallen off the bus" in inp.dmesg

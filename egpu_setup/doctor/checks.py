@@ -708,27 +708,29 @@ def check_torch(ctx: _Context, torch_info: Any) -> list[Finding]:
 
 
 def check_managers(ctx: _Context) -> list[Finding]:
-    from egpu_setup.doctor.rules import competing_managers
+    """Other GPU managers: an error when one blacklists the driver or removes the GPU, a warning
+    when it manages the eGPU or the display itself; each with the command that undoes it."""
+    from egpu_setup.doctor.managers import manager_states
 
-    hits = competing_managers(ctx.inputs.managers)
-    if not hits:
+    states = [s for s in manager_states(ctx.inputs.managers) if s.effect != "installed"]
+    if not states:
         return []
-    tools = sorted({h.tool for h in hits})
-    disabling = [h for h in hits if h.disables_nvidia]
-    summary = f"Another GPU manager is configured: {', '.join(tools)}"
+    all_states = manager_states(ctx.inputs.managers)
+    names = ", ".join(s.manager.name for s in states)
+    disabling = [s for s in states if s.effect == "disables-nvidia"]
+    summary = f"Another GPU manager is configured: {names}"
     if disabling:
         summary += " - and it disables or removes the NVIDIA GPU"
+    evidence = [f"{line} [{s.manager.id}]" for s in all_states for line in s.evidence()]
+    fixes = [f"{s.manager.name}: {s.undo('display')}" for s in states]
     return [
         Finding(
             "competing-gpu-manager",
             "error" if disabling else "warning",
             summary,
-            _evidence([f"{h.path}: {h.detail} ({h.tool})" for h in hits]),
-            "Switch that tool back to its hybrid/on-demand mode or uninstall it (envycontrol "
-            "--reset, "
-            "prime-select on-demand, optimus-manager --cleanup, egpu-switcher disable), then "
-            "reboot. "
-            "Compute-only egpu-setup profiles can coexist with it; display mode cannot.",
+            _evidence(evidence),
+            "Undo it: " + "; ".join(fixes) + ". A compute-mode egpu-setup profile can coexist "
+            "with a manager that only owns the display; display mode cannot.",
         )
     ]
 

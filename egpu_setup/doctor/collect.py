@@ -33,15 +33,13 @@ def _rule_files(host: Host, directory: str, suffix: str) -> list[tuple[str, str]
 
 def probe_manager_files(host: Host) -> dict[str, str | None]:
     """The marker files of other GPU managers that exist, with their text (None: a directory)."""
-    from egpu_setup.doctor.rules import MANAGER_MARKERS
+    from egpu_setup.doctor.managers import marker_paths
 
     managers: dict[str, str | None] = {}
-    for marker in MANAGER_MARKERS:
-        if marker.path in managers or not host.exists(marker.path):
+    for path in marker_paths():
+        if not host.exists(path):
             continue
-        managers[marker.path] = (
-            None if host.is_dir(marker.path) else host.read(marker.path, limit=65536)
-        )
+        managers[path] = None if host.is_dir(path) else host.read(path, limit=65536)
     return managers
 
 

@@ -59,7 +59,7 @@ def build_plan(
     # them: a torch download that fails or is interrupted must not leave them undone
     steps += file_steps + unit_steps + link_steps(links, host, options) + cmd_steps
     if "torch" in options.only:
-        steps += torch_steps(resolution, host, options, warnings)
+        steps += torch_steps(resolution, host, options, warnings, facts)
     wants_reboot = [s for s in driver if isinstance(s, AptInstall)] and "driver" in options.only
     module_reason = module_config_reboot(facts, file_steps)
     if live and (wants_reboot or module_reason):

@@ -112,8 +112,6 @@ def config_steps(
         if after and not changed & set(after) and not reload_for_links and not is_owed:
             continue
         reloads = argv[0] in ("udevadm", "systemctl", "boltctl")
-        if argv[0] == "boltctl" and _bolt_already_stored(facts, argv):
-            continue
         part = "driver" if any(a.startswith("/etc/modprobe.d/") for a in after) else "config"
         if part not in options.only:
             continue
@@ -132,12 +130,6 @@ def config_steps(
             )
         )
     return files, units, cmds
-
-
-def _bolt_already_stored(facts: Any, argv: tuple[str, ...]) -> bool:
-    uid = argv[-1]
-    devices = getattr(getattr(facts, "thunderbolt", None), "devices", ()) or ()
-    return any(d.unique_id == uid and d.policy for d in devices)
 
 
 def _head(data: bytes) -> str:
