@@ -61,7 +61,10 @@ def test_test_key_text_decides_not_its_exit_status() -> None:
     assert parse_test_key(ENROLLED) == "enrolled"
     assert parse_test_key(PENDING) == "pending"
     assert parse_test_key(f"{DKMS_KEY} is already in db\n") == "enrolled"
-    assert parse_test_key(None) == "unknown" and parse_test_key("EFI variables are not supported") == "unknown"
+    assert (
+        parse_test_key(None) == "unknown"
+        and parse_test_key("EFI variables are not supported") == "unknown"
+    )
 
 
 @pytest.mark.slow

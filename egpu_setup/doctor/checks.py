@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.doctor.dmesg import DmesgScan, nvrm_address, scan_dmesg
@@ -836,6 +836,71 @@ def check_runtime_pm(ctx: _Context) -> list[Finding]:
     ]
 
 
+def check_known_issues(ctx: _Context) -> list[Finding]:
+    """Known-bad combinations of this GPU and its link (data/known_issues.yaml), with what the
+    reports confirm and what helps; never presented as fixed."""
+    from egpu_setup.doctor.known_issues import known_issues
+
+    out: list[Finding] = []
+    for hit in known_issues(ctx.facts):
+        g = hit.gpu
+        driver = ctx.facts.nvidia.driver_version
+        out.append(
+            Finding(
+                "known-egpu-issue",
+                "warning",
+                f"{hit.where()}: {hit.issue.summary}",
+                _evidence(
+                    [
+                        f"{g.pci_address}: {g.architecture}, {g.connection}"
+                        + (f" ({g.connection_generation})" if g.connection_generation else "")
+                        + (f", driver {driver}" if driver else ""),
+                        f"reported: {hit.issue.confirmed}",
+                        "reports: " + ", ".join(hit.issue.sources),
+                    ]
+                ),
+                hit.issue.mitigation + ".",
+            )
+        )
+    return out
+
+
+def check_verify_temperature(ctx: _Context) -> list[Finding]:
+    """The newest verify report's gpu-temperature check: a peak at or above the limit verify
+    judged it by (the profile's expect.max_temp_c) is a finding, whatever verify's exit was."""
+    report = ctx.inputs.verify_report
+    checks = report.get("checks") if isinstance(report, dict) else None
+    check = next(
+        (c for c in checks or [] if isinstance(c, dict) and c.get("id") == "gpu-temperature"),
+        None,
+    )
+    if check is None:
+        return []
+    peak, limit = check.get("value"), check.get("expected")
+    if not (_is_number(peak) and _is_number(limit)) or peak < limit:
+        return []
+    assert isinstance(report, dict)
+    profile = report.get("profile") or "the default limits"
+    where = ctx.inputs.verify_report_path or "the verify report"
+    return [
+        Finding(
+            "gpu-temperature-over-limit",
+            "warning",
+            f"The GPU reached {peak:.0f} °C during verify ({report.get('time', '?')}), at or "
+            f"above the {limit:.0f} °C limit of {profile}",
+            (f"{where}: gpu-temperature {check.get('detail') or peak}",),
+            "Give the enclosure air: clear its intake and exhaust, keep it off soft surfaces, "
+            "check that its fan spins up under load; a lower power limit (sudo nvidia-smi -pl "
+            "WATTS) trades a little speed for heat; then run `egpu-setup verify --burn-in 10` "
+            "and watch the peak.",
+        )
+    ]
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def run_checks(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) -> list[Finding]:
     ctx = _context(facts, inputs)
     out: list[Finding] = []
@@ -862,4 +927,6 @@ def run_checks(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) ->
     out += check_atomics(ctx)
     out += check_pep668(ctx)
     out += check_runtime_pm(ctx)
+    out += check_known_issues(ctx)
+    out += check_verify_temperature(ctx)
     return out

@@ -48,11 +48,9 @@ class IssueHit:
         return f"{self.gpu.name or 'NVIDIA GPU'} at {self.gpu.pci_address} via {link}"
 
     def text(self) -> str:
-        """One paragraph: what, on which GPU, what helps, where it is reported."""
-        return (
-            f"{self.where()}: {self.issue.summary}. {self.issue.mitigation} "
-            f"({', '.join(self.issue.sources)})"
-        )
+        """One line for detect and install: what, on which GPU, where it is reported (doctor's
+        `known-egpu-issue` adds what the reports confirm and what helps)."""
+        return f"{self.where()}: {self.issue.summary} ({', '.join(self.issue.sources)})"
 
 
 @functools.cache

@@ -77,16 +77,16 @@ def numa_advice(facts: HostFacts, card: Gpu | None, python: str) -> Advice | Non
     n = card.numa_node
     return Advice(
         "NUMA",
-        f"the eGPU is on NUMA node {n} of {nodes}: keep training's threads and memory there, "
-        f"`numactl --cpunodebind={n} --membind={n} {python} train.py` (torchrun: "
-        "--numa-binding=node; https://docs.pytorch.org/docs/stable/elastic/numa.html)",
+        f"the eGPU is on NUMA node {n} of {nodes}: keep training's threads and memory there "
+        "(torchrun: --numa-binding=node, https://docs.pytorch.org/docs/stable/elastic/numa.html)"
+        f"\nnumactl --cpunodebind={n} --membind={n} {python} train.py",
     )
 
 
 def torch_advice(venv: str) -> Advice:
     return Advice(
         "Torch",
-        f"run your code with {venv}/bin/python, or `source {venv}/bin/activate` first",
+        f"run your code with {venv}/bin/python train.py\nor in a shell: source {venv}/bin/activate",
     )
 
 

@@ -153,7 +153,8 @@ def key_state(target: Host, key: str) -> str:
 
 
 def has_dkms_driver(plan: Plan, target: Host) -> bool:
-    """The plan installs a driver whose module DKMS builds, or such a driver is installed.
+    """The plan installs a driver whose module DKMS builds; or, planning no driver, such a
+    driver is installed (a plan that installs one replaces it).
 
     Ubuntu's linux-modules-nvidia-* are prebuilt and signed by Canonical's key, which the
     firmware already trusts: no enrolment for them."""
@@ -165,8 +166,8 @@ def has_dkms_driver(plan: Plan, target: Host) -> bool:
         if isinstance(s, AptInstall) and s.part_name == "driver"
         for p in s.packages
     ]
-    if planned and not any(p.startswith("linux-modules-nvidia-") for p in planned):
-        return True
+    if planned:
+        return not any(p.startswith("linux-modules-nvidia-") for p in planned)
     return any(_is_dkms_nvidia(p) for p in installed_packages(target))
 
 

@@ -77,16 +77,20 @@ def summary_lines(advice: tuple[Advice, ...]) -> list[str]:
 
 
 def _wrapped(head: str, text: str) -> list[str]:
+    """`text` wrapped at 100 columns under `head`; each of its lines a paragraph of its own."""
     import textwrap
 
-    return textwrap.wrap(
-        text,
-        100,
-        initial_indent=head,
-        subsequent_indent=" " * len(head),
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
+    out: list[str] = []
+    for paragraph in text.split("\n"):
+        out += textwrap.wrap(
+            paragraph,
+            100,
+            initial_indent=head if not out else " " * len(head),
+            subsequent_indent=" " * len(head),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return out
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
