@@ -12,7 +12,6 @@ import hashlib
 import html
 import http.server
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -20,11 +19,9 @@ import threading
 import zipfile
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 TORCH_SPEC = "torch==2.13.0"
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def build_wheel(directory: Path, name: str, version: str, body: str = "") -> Path:
@@ -77,7 +74,7 @@ class LocalIndex:
         self.requests: list[str] = []
         by_project: dict[str, list[Path]] = {}
         for whl in wheels:
-            by_project.setdefault(_norm(whl.name.split("-")[0]), []).append(whl)
+            by_project.setdefault(canonicalize_name(whl.name.split("-")[0]), []).append(whl)
         simple = self.dir / "simple"
         (self.dir / "files").mkdir(parents=True)
         for project, files in by_project.items():

@@ -30,7 +30,7 @@ from egpu_setup.profile.types import (
     Profile,
     TorchConstraints,
 )
-from egpu_setup.render.files import BIN_HOTPLUG, render_all
+from egpu_setup.render.files import BIN_HOTPLUG, RenderedFile, render_set
 
 CORE_X_UUID = "c9030000-0080-7708-2307-a11e8c1b3d12"
 AG02_UUID = "d1030000-0090-8d18-a3b2-6c0a1c5f4e01"
@@ -196,6 +196,14 @@ DEBIAN12_NO_EGPU = HostFacts(
     source="recorded",
 )
 
+
+def rendered_files(
+    facts: HostFacts, prof: Profile, resolution: object, mode: str, **options: object
+) -> tuple[RenderedFile, ...]:
+    """The files render_set renders (the commands and notes left out)."""
+    return render_set(facts, prof, resolution, mode, **options).files  # type: ignore[arg-type]
+
+
 # name -> (facts, profile, render options, modes)
 CASES = {
     "debian12-tb3-rtx4090": (DEBIAN12_TB3_4090, profile(), {}, ("compute", "display")),
@@ -282,7 +290,7 @@ def run_helper(
     systemctl stubs that record their calls in tmp/calls, /dev and /run under tmp."""
     script = tmp / "egpu-hotplug"
     prof = profile(enclosure_unique_id=CORE_X_UUID)
-    files = render_all(DEBIAN12_TB3_4090, prof, None, mode, bolt_available=False)
+    files = rendered_files(DEBIAN12_TB3_4090, prof, None, mode, bolt_available=False)
     script.write_text(next(f.content for f in files if f.path == BIN_HOTPLUG))
     script.chmod(0o755)
     stubs = tmp / "stubs"

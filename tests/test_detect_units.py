@@ -187,6 +187,15 @@ USB4 = Tunnel("usb4", "Family 19h USB4/Thunderbolt PCIe tunnel")
             id="laptop-dgpu",
         ),
         pytest.param(
+            fn(),
+            "TU106M [GeForce RTX 2070 Max Q]",  # the spelling the GPU table's rule knows too
+            [],
+            "10",
+            frozenset(),
+            (False, "pcie"),
+            id="laptop-dgpu-max-q-without-hyphen",
+        ),
+        pytest.param(
             fn(removable="removable"),
             "GeForce RTX 3090",
             [],

@@ -104,10 +104,17 @@ def test_extends_merges_variants():
     assert [Path(c).name for c in ti.chain] == ["rtx3090.yaml", "rtx3090ti.yaml"]
 
 
-def test_profile_for_device():
-    assert P.profile_for_device("2684").name == "rtx4090"
-    assert P.profile_for_device("24c7").name == "rtx3060-8gb"
-    assert P.profile_for_device("ffff") is None
+def test_each_device_id_names_one_shipped_profile():
+    """A card's PCI id leads to one profile (generic ones list none), so a lab can tell which."""
+    owners: dict[str, list[str]] = {}
+    for entry, loaded in P.iter_profiles():
+        assert not isinstance(loaded, Exception), entry.path
+        for device_id in loaded.gpu.device_ids:
+            owners.setdefault(device_id, []).append(loaded.name)
+    assert owners["2684"] == ["rtx4090"]
+    assert owners["24c7"] == ["rtx3060-8gb"]
+    assert "ffff" not in owners
+    assert {d: n for d, n in owners.items() if len(n) > 1} == {}
 
 
 def test_good_profile_defaults_and_uuid_normalised(tmp_path):

@@ -13,6 +13,7 @@ import functools
 import re
 from dataclasses import dataclass
 
+from egpu_setup.compat.gpus import is_mobile_name
 from egpu_setup.detect.facts import Gpu, Link
 from egpu_setup.detect.sysfs import parse_hex_id, parse_int, parse_link_speed
 from egpu_setup.host.machine import Host
@@ -24,7 +25,6 @@ VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
 # SMBIOS chassis types that are portable (DMTF DSP0134 §7.4.1): Portable, Laptop, Notebook,
 # Sub Notebook, Convertible, Detachable.
 LAPTOP_CHASSIS = {"8", "9", "10", "14", "31", "32"}
-_MOBILE_NAME = re.compile(r"\b(Laptop|Mobile|Max-Q)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -218,11 +218,6 @@ def decide_placement(
 def on_root_bus(address: str) -> bool:
     """Bus 00 of domain 0000 holds only the root complex's own functions: nothing external."""
     return address.startswith("0000:00:")
-
-
-def is_mobile_name(name: str | None) -> bool:
-    """NVIDIA marks laptop dGPUs in the name: "Laptop GPU", "Max-Q", older "Mobile"."""
-    return bool(name and _MOBILE_NAME.search(name))
 
 
 def vendor_key(vendor_id: str | None, vendor_name: str | None) -> str | None:

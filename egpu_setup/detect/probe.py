@@ -127,7 +127,8 @@ def _lspci_entries(host: Host) -> dict:
 def _gpus_from_text(lspci: dict, smi: object | None) -> tuple[Gpu, ...]:
     """GPUs from command text alone (a pasted report, WSL2): ids and names, placement unknown
     unless the name itself says laptop GPU."""
-    from egpu_setup.detect.pci import VENDORS, is_mobile_name, on_root_bus
+    from egpu_setup.compat.gpus import is_mobile_name
+    from egpu_setup.detect.pci import VENDORS, on_root_bus
 
     out: dict[str, Gpu] = {}
     for entry in lspci.values():

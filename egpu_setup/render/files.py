@@ -337,29 +337,3 @@ def entry_point_path(argv0: str) -> str | None:
     if argv0.startswith("/") and argv0.rsplit("/", 1)[-1] == "egpu-setup":
         return argv0
     return None
-
-
-def render_all(
-    facts: HostFacts, profile: Any, resolution: Any | None, mode: str, **options: Any
-) -> tuple[RenderedFile, ...]:
-    """The rendered files only (the pinned interface); see render_set for the options."""
-    return render_set(facts, profile, resolution, mode, **options).files
-
-
-def thunderbolt_actions(
-    facts: HostFacts, profile: Any, *, bolt_available: bool | None = None
-) -> tuple[HostCommand, ...]:
-    """The Thunderbolt commands (`boltctl enroll ...`) the installer runs, as argv data."""
-    from egpu_setup.render.thunderbolt import plan_thunderbolt
-
-    if bolt_available is None and any(d.policy for d in facts.thunderbolt.devices):
-        bolt_available = True
-    tb, _ = plan_thunderbolt(facts, profile.hotplug, facts.egpu, bolt_available)
-    if tb.kind == "bolt" and tb.unique_id and tb.policy:
-        return (
-            HostCommand(
-                ("boltctl", "enroll", "--policy", tb.policy, tb.unique_id),
-                f"authorize and store this enclosure only (policy {tb.policy})",
-            ),
-        )
-    return ()
