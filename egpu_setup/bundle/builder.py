@@ -54,6 +54,8 @@ from egpu_setup.bundle.wheels import (
     wheel_pool,
 )
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
+from egpu_setup.host.machine import Host
+from egpu_setup.profile.types import Profile
 from egpu_setup.state.atomic import atomic_copy, atomic_write
 
 log = logging.getLogger("egpu_setup.bundle")
@@ -98,7 +100,7 @@ class BuildReport:
 
 
 class Builder:
-    def __init__(self, host: Any, profile: Any, targets: Sequence[Target], opts: BuildOptions):
+    def __init__(self, host: Host, profile: Profile, targets: Sequence[Target], opts: BuildOptions):
         self.host = host
         self.profile = profile
         self.targets = list(targets)
@@ -187,7 +189,7 @@ class Builder:
     # -- profile ----------------------------------------------------------------------------------
 
     def _write_profile(self) -> None:
-        src = Path(self.profile.path) if getattr(self.profile, "path", None) else None
+        src = Path(self.profile.path) if self.profile.path else None
         if src is None or not src.is_file():
             raise UsageError(f"profile {self.profile.name} has no file", "pass a profile file")
         data = src.read_bytes()
@@ -334,6 +336,8 @@ class Builder:
 
         matrix = load_matrix()
         distro = matrix.distro(*parse_distro(target.distro, matrix))
+        if distro is None:  # resolve_targets checked it: a matrix without it is not ours
+            raise UsageError(f"--distro {target.distro}: no driver packages known for it")
         packages = list(driver.packages)
         if distro.scheme == "debian" and not any(p.startswith("linux-headers") for p in packages):
             packages.append(f"linux-headers-{DEB_ARCH}")  # trixie's dkms dropped the Recommends

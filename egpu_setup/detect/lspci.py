@@ -243,11 +243,11 @@ def _parse_machine(b: _Builder, rest: str) -> _Builder | None:
     ven_name, ven_id = _mm_field(words[1])
     dev_name, dev_id = _mm_field(words[2])
     if cls_name and re.fullmatch(rf"{_HEX}{{4}}", cls_name) and cls_id is None:
-        cls_name, cls_id = None, cls_name.lower()  # -mm -n prints bare numbers
+        cls_id, cls_name = cls_name.lower(), None  # -mm -n prints bare numbers
     if ven_name and re.fullmatch(rf"{_HEX}{{4}}", ven_name) and ven_id is None:
-        ven_name, ven_id = None, ven_name.lower()
+        ven_id, ven_name = ven_name.lower(), None
     if dev_name and re.fullmatch(rf"{_HEX}{{4}}", dev_name) and dev_id is None:
-        dev_name, dev_id = None, dev_name.lower()
+        dev_id, dev_name = dev_name.lower(), None
     b.set("class_name", cls_name)
     b.set("class_id", cls_id)
     b.set("vendor_name", ven_name)
@@ -317,7 +317,7 @@ def _apply_vmm(b: _Builder, key: str, value: str) -> None:
         name_key, id_key = _VMM_KEYS[key]
         name, ident = _mm_field(value)
         if name and re.fullmatch(rf"{_HEX}{{4}}", name) and ident is None:
-            name, ident = None, name.lower()
+            ident, name = name.lower(), None
         if name_key == "_sdevice":
             if name:
                 sub = b.f.get("subsystem")

@@ -9,6 +9,7 @@ import logging
 from dataclasses import replace
 
 from egpu_setup.detect.facts import Gpu, HostFacts, Link, ThunderboltFacts
+from egpu_setup.detect.lspci import LspciEntry
 from egpu_setup.detect.sysfs import pcie_speed
 from egpu_setup.host.machine import Host
 
@@ -85,7 +86,9 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
     return tuple(out)
 
 
-def _pciids_names(text: str | None, vendor: str | None, device: str | None):
+def _pciids_names(
+    text: str | None, vendor: str | None, device: str | None
+) -> tuple[str | None, str | None]:
     if not text or not vendor or not device:
         return None, None
     from egpu_setup.detect.pciids import lookup_pciids
@@ -93,7 +96,9 @@ def _pciids_names(text: str | None, vendor: str | None, device: str | None):
     return lookup_pciids(text, vendor, device)
 
 
-def _identify(vendor_id: str | None, device_id: str | None, text_name: str | None):
+def _identify(
+    vendor_id: str | None, device_id: str | None, text_name: str | None
+) -> tuple[str | None, str | None, str | None]:
     """(name, architecture, compute capability): our GPU table first, then names and codenames."""
     if vendor_id != "10de":
         return text_name, None, None
@@ -109,7 +114,7 @@ def _identify(vendor_id: str | None, device_id: str | None, text_name: str | Non
     return text_name, arch, cc
 
 
-def _lspci_name(entry) -> str | None:
+def _lspci_name(entry: LspciEntry) -> str | None:
     # An old pci.ids prints "Device 2b85": that is an id, not a name.
     name = entry.device_name
     if not name or name == "Device" or name.startswith("Device "):
@@ -117,7 +122,7 @@ def _lspci_name(entry) -> str | None:
     return name
 
 
-def _lspci_entries(host: Host) -> dict:
+def _lspci_entries(host: Host) -> dict[str, LspciEntry]:
     from egpu_setup.detect.lspci import parse_lspci
 
     text = host.command("lspci", ["lspci", "-Dnnk"])

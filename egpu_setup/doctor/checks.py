@@ -6,12 +6,14 @@ Each rule cites where its signature and its fix come from (see catalog.py for th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from egpu_setup.detect.facts import Gpu, HostFacts
-from egpu_setup.doctor.dmesg import DmesgScan, nvrm_address, scan_dmesg
+from egpu_setup.detect.lspci import LspciEntry
+from egpu_setup.doctor.dmesg import DmesgScan, Hit, nvrm_address, scan_dmesg
 from egpu_setup.doctor.findings import MAX_EVIDENCE, DoctorInput, Finding
+from egpu_setup.doctor.torchcheck import TorchInfo
 
 # Thunderbolt security levels that never create a PCIe tunnel (kernel sysfs-bus-thunderbolt ABI).
 NO_PCIE_LEVELS = {"dponly", "usbonly", "nopcie"}
@@ -29,7 +31,7 @@ def _evidence(lines: list[str]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _hit_lines(hits: Any) -> list[str]:
+def _hit_lines(hits: Iterable[Hit]) -> list[str]:
     return [line for h in hits for line in h.lines]
 
 
@@ -40,7 +42,7 @@ class _Context:
     facts: HostFacts
     inputs: DoctorInput
     dmesg: DmesgScan
-    lspci: tuple[Any, ...]
+    lspci: tuple[LspciEntry, ...]
     nvidia_addrs: frozenset[str]
     egpu: Gpu | None
 
@@ -557,12 +559,12 @@ def _driver_version(ctx: _Context) -> str | None:
     return m.group(1) if m else None
 
 
-def check_torch(ctx: _Context, torch_info: Any) -> list[Finding]:
+def check_torch(ctx: _Context, torch_info: TorchInfo | None) -> list[Finding]:
     from egpu_setup.doctor import torchcheck as tc
 
     if torch_info is None:
         return []
-    info: tc.TorchInfo = torch_info
+    info = torch_info
     cuda = info.cuda or "none"
     head = f"torch {info.torch_version} (CUDA {cuda}, cuda_available={info.cuda_available})"
     out: list[Finding] = []
@@ -757,7 +759,9 @@ def check_runtime_pm(ctx: _Context) -> list[Finding]:
     ]
 
 
-def run_checks(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) -> list[Finding]:
+def run_checks(
+    facts: HostFacts, inputs: DoctorInput, torch_info: TorchInfo | None = None
+) -> list[Finding]:
     ctx = _context(facts, inputs)
     out: list[Finding] = []
     out += check_tb_security(ctx)

@@ -137,7 +137,7 @@ def _record(text: str, pos: int) -> Hit:
         if not _is_continuation(line):
             break
         start = text.rfind("\n", 0, start - 1) + 1
-    lines = []
+    lines: list[str] = []
     cursor = start
     while cursor < len(text):
         end = text.find("\n", cursor)

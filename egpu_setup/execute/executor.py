@@ -29,6 +29,7 @@ from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute import files as execute_files
 from egpu_setup.execute import pip as execute_pip
 from egpu_setup.execute.console import show_line
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
@@ -108,14 +109,14 @@ def kill_hook(index: int, where: str) -> None:
         signal.raise_signal(signal.SIGKILL)
 
 
-def boot_id(host: Any) -> str | None:
+def boot_id(host: Host) -> str | None:
     if host.kind != "live":
         return None
     return host.read_attr("/proc/sys/kernel/random/boot_id")
 
 
 def recover(
-    host: Any, paths: StatePaths, plan: Plan, manifest: Manifest
+    host: Host, paths: StatePaths, plan: Plan, manifest: Manifest
 ) -> tuple[str | None, list[str]]:
     """After a dead run: name it, and remove the temp files it left next to its targets."""
     last = Journal(paths).last_run()
@@ -151,7 +152,7 @@ def _paths_of(step: Step) -> list[str]:
 
 def execute(
     plan: Plan,
-    host: Any,
+    host: Host,
     paths: StatePaths,
     options: ExecOptions,
     progress: Callable[[str], None] | None = None,
@@ -171,8 +172,8 @@ def execute(
     result = ExecResult(new_run_id())
     result.resumed_from, result.cleaned = recover(host, paths, plan, manifest)
     owed = [s for s in plan.steps if isinstance(s, RunCommand) and s.triggers]
-    for step in owed:  # before any trigger file is written: a kill from here on leaves them owed
-        manifest.add_pending_command(step.argv, result.run_id)
+    for command in owed:  # before any trigger file is written: a kill from here on leaves them owed
+        manifest.add_pending_command(command.argv, result.run_id)
     if owed:
         manifest.save()
     journal.append(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from egpu_setup.host.machine import Host
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
 
@@ -25,7 +26,7 @@ log = logging.getLogger("egpu_setup.execute")
 
 @dataclass
 class Context:
-    host: Any
+    host: Host
     manifest: Manifest
     run_id: str
     force: bool = False
@@ -113,7 +114,7 @@ def link_managed(ctx: Context, path: str, target: str) -> None:
     ctx.manifest.save()  # the link is made: record it, as write_managed records its hash
 
 
-def location(host: Any, path: str) -> Path:
+def location(host: Host, path: str) -> Path:
     """Where `path` is on disk, its last component not followed: we replace links, not targets."""
     parent = host.real_path(path.rsplit("/", 1)[0] or "/")
     return parent / path.rsplit("/", 1)[1]

@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import PipInstall
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
@@ -87,7 +87,7 @@ def installer_env(
     return env
 
 
-def account(host: Any, name: str) -> Account:
+def account(host: Host, name: str) -> Account:
     """`name`'s uid and home on the target: its /etc/passwd under --root, NSS on this machine."""
     if host.kind == "live":
         import pwd
@@ -108,7 +108,7 @@ def account(host: Any, name: str) -> Account:
     )
 
 
-def choose_installer(host: Any, wanted: str) -> str | None:
+def choose_installer(host: Host, wanted: str) -> str | None:
     """Path of uv to use, or None for the venv's pip."""
     if wanted == "pip":
         return None

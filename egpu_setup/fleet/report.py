@@ -320,7 +320,7 @@ def _row(hostname: str, reps: Mapping[str, LoadedReport]) -> HostRow:
         if verify_state == "failed" and not failures:
             failures.append("verify")
     install_state = _install_state(install)
-    if install_state == "failed":
+    if install is not None and install_state == "failed":
         result_steps = _list(_get(install.data, "result", "steps"))
         failed = [
             st for st in result_steps if isinstance(st, dict) and st.get("status") == "failed"

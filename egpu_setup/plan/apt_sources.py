@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+
+from egpu_setup.host.machine import Host
 
 SOURCES_DIR = "/etc/apt/sources.list.d"
 
@@ -87,7 +88,7 @@ def parse_one_line_sources(text: str, path: str) -> list[AptSource]:
     return out
 
 
-def apt_sources(host: Any) -> list[AptSource]:
+def apt_sources(host: Host) -> list[AptSource]:
     sources: list[AptSource] = []
     main = host.read("/etc/apt/sources.list")
     if main:

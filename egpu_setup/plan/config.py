@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
-from typing import Any
 
+from egpu_setup.detect.facts import HostFacts
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import CreateLink, EnableUnit, RunCommand, Step, WriteFile
+from egpu_setup.render.files import HostCommand, RenderedFile, RenderedLink
+from egpu_setup.state.manifest import Manifest
 
 _OUR_MARK = "egpu-setup"  # rendered files carry a header naming us (DESIGN.md, "render")
 
@@ -27,12 +30,12 @@ def _file_part(path: str) -> str:
     return "driver" if path.startswith("/etc/modprobe.d/") else "config"
 
 
-def _not_a_link(host: Any, path: str) -> bool:
+def _not_a_link(host: Host, path: str) -> bool:
     """A regular file (or directory) where we would put a symlink: it is somebody's."""
     return host.readlink(path) is None and (host.exists(path) or host.is_dir(path))
 
 
-def link_steps(links: Iterable[Any], host: Any, options: PlanOptions) -> list[Step]:
+def link_steps(links: Iterable[RenderedLink], host: Host, options: PlanOptions) -> list[Step]:
     if "config" not in options.only:
         return []
     return [
@@ -48,12 +51,12 @@ def link_steps(links: Iterable[Any], host: Any, options: PlanOptions) -> list[St
 
 
 def config_steps(
-    rendered: Iterable[Any],
-    host: Any,
+    rendered: Iterable[RenderedFile],
+    host: Host,
     options: PlanOptions,
-    manifest: Any,
-    commands: Sequence[Any],
-    facts: Any,
+    manifest: Manifest | None,
+    commands: Sequence[HostCommand],
+    facts: HostFacts,
 ) -> tuple[list[Step], list[Step], list[Step]]:
     files: list[Step] = []
     units: list[Step] = []
@@ -98,15 +101,13 @@ def config_steps(
             if links:
                 blocked = any(_not_a_link(host, link) for link in links) and not options.force
                 units.append(EnableUnit(unit, rf.path, links, conflict=blocked))
-    # argv tuples an earlier run wrote a trigger for but never finished (state.Manifest); the
-    # getattr default keeps a manifest without that record working
-    owed_fn = getattr(manifest, "pending_commands", None)
-    owed = {tuple(a) for a in (owed_fn() if callable(owed_fn) else ())}
+    # argv tuples an earlier run wrote a trigger for but never finished (Manifest.pending)
+    owed = set(manifest.pending_commands()) if manifest is not None else set()
     for cmd in commands:
         argv = tuple(cmd.argv)
         if argv[:2] == ("systemctl", "enable"):
             continue  # done as EnableUnit links: works in a chroot and rolls back exactly
-        after = tuple(getattr(cmd, "after", ()) or ())
+        after = cmd.after
         reload_for_links = argv[:2] == ("systemctl", "daemon-reload") and bool(units)
         is_owed = argv in owed
         if after and not changed & set(after) and not reload_for_links and not is_owed:
@@ -119,7 +120,7 @@ def config_steps(
             continue
         if reloads and not live:
             continue  # nothing runs in an image: the services read the files at boot
-        consent = bool(getattr(cmd, "consent", False))
+        consent = cmd.consent
         cmds.append(
             RunCommand(
                 argv,
@@ -134,9 +135,9 @@ def config_steps(
     return files, units, cmds
 
 
-def _bolt_already_stored(facts: Any, argv: tuple[str, ...]) -> bool:
+def _bolt_already_stored(facts: HostFacts, argv: tuple[str, ...]) -> bool:
     uid = argv[-1]
-    devices = getattr(getattr(facts, "thunderbolt", None), "devices", ()) or ()
+    devices = facts.thunderbolt.devices
     return any(d.unique_id == uid and d.policy for d in devices)
 
 
@@ -144,7 +145,7 @@ def _head(data: bytes) -> str:
     return data[:2048].decode("utf-8", errors="replace")
 
 
-def _mode_of(host: Any, path: str) -> int | None:
+def _mode_of(host: Host, path: str) -> int | None:
     try:
         return host.real_path(path).stat().st_mode & 0o7777
     except OSError:

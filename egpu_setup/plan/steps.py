@@ -256,9 +256,13 @@ class Plan:
         return not self.steps
 
     @property
-    def conflicts(self) -> tuple[Step, ...]:
+    def conflicts(self) -> tuple[WriteFile | EnableUnit | CreateLink, ...]:
         """Steps that would replace somebody else's file (each has a `path`)."""
-        return tuple(s for s in self.steps if getattr(s, "conflict", False))
+        return tuple(
+            s
+            for s in self.steps
+            if isinstance(s, WriteFile | EnableUnit | CreateLink) and s.conflict
+        )
 
     @property
     def consent_steps(self) -> tuple[RunCommand, ...]:

@@ -207,7 +207,7 @@ def validate(
                     (path, f"missing required key `{format_path((*path, key))}`", hint, False)
                 )
     if "anyOf" in schema:
-        branches = []
+        branches: list[list[tuple[KeyPath, str, str, bool]]] = []
         for sub in schema["anyOf"]:
             found: list[tuple[KeyPath, str, str, bool]] = []
             validate(value, sub, root, path, found)

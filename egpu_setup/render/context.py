@@ -18,6 +18,7 @@ from typing import Any
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
+from egpu_setup.profile.types import Profile
 from egpu_setup.render.checks import (
     PciAddress,
     check_bool,
@@ -28,6 +29,7 @@ from egpu_setup.render.checks import (
     check_profile_name,
 )
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
+from egpu_setup.resolve.resolution import Resolution
 
 MODES = ("compute", "display")
 
@@ -137,10 +139,10 @@ class RenderContext:
         }
 
 
-def driver_branch(facts: HostFacts, resolution: Any | None) -> int | None:
+def driver_branch(facts: HostFacts, resolution: Resolution | None) -> int | None:
     """The driver branch the files are for: the resolution's plan, else the installed driver."""
     if resolution is not None:
-        branch = getattr(resolution.driver, "branch", None)
+        branch = resolution.driver.branch
         if branch is not None:
             if not isinstance(branch, int) or isinstance(branch, bool) or not 100 <= branch <= 9999:
                 raise UsageError(
@@ -172,8 +174,8 @@ def distro_family(facts: HostFacts) -> str | None:
 
 def build_context(
     facts: HostFacts,
-    profile: Any,
-    resolution: Any | None,
+    profile: Profile,
+    resolution: Resolution | None,
     mode: str,
     *,
     bolt_available: bool | None = None,

@@ -14,11 +14,16 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from egpu_setup.detect.facts import HostFacts
+from egpu_setup.profile.types import Profile
 from egpu_setup.render.context import DEFAULT_TOOL_PATH, RenderContext, build_context
 from egpu_setup.render.headers import add_header
+from egpu_setup.resolve.resolution import Resolution
+
+if TYPE_CHECKING:
+    import jinja2
 
 # Where each file goes on the host and which template makes it.
 UDEV_RULES = "/etc/udev/rules.d/71-egpu-setup.rules"
@@ -103,7 +108,7 @@ class RenderSet:
     links: tuple[RenderedLink, ...] = ()
 
 
-def _environment() -> Any:
+def _environment() -> jinja2.Environment:
     # Imported here: jinja2 stays off the CLI startup path (tests/test_startup.py).
     from importlib.resources import files
 
@@ -285,8 +290,8 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
 
 def render_set(
     facts: HostFacts,
-    profile: Any,
-    resolution: Any | None,
+    profile: Profile,
+    resolution: Resolution | None,
     mode: str,
     *,
     bolt_available: bool | None = None,
