@@ -142,11 +142,11 @@ def requirements_text(wheels: Sequence[Wheel], hashes: dict[str, str], header: s
     return "\n".join(lines) + "\n"
 
 
-def _minor(tag: str) -> int:
+def manylinux_minor(tag: str) -> int:
     return int(tag.split("_")[2])
 
 
-def _matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
+def matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
     from packaging.requirements import Requirement
 
     req = Requirement(text)
@@ -157,7 +157,7 @@ def _matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
     ]
 
 
-def _root_names(group: Sequence[Target]) -> set[str]:
+def root_names(group: Sequence[Target]) -> set[str]:
     from packaging.requirements import Requirement
 
     return {
@@ -167,7 +167,7 @@ def _root_names(group: Sequence[Target]) -> set[str]:
     }
 
 
-def _without_marker(req: Requirement) -> str:
+def without_marker(req: Requirement) -> str:
     """The requirement as pip must see it for another interpreter: markers already evaluated."""
     from packaging.requirements import Requirement
 

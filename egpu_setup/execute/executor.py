@@ -189,40 +189,7 @@ def execute(
     ctx = execute_files.Context(host, manifest, result.run_id, options.force)
     for i, step in enumerate(plan.steps):
         say(f"[{i + 1}/{len(plan.steps)}] {step.describe()}")
-        journal.append({"event": "step-begin", "run": result.run_id, "step": i, "kind": step.kind})
-        kill_hook(i, "begin")
-        started = time.monotonic()
-        try:
-            status, detail = _apply(step, i, ctx, paths, options)
-        except BaseException as exc:
-            journal.append(
-                {
-                    "event": "step-failed",
-                    "run": result.run_id,
-                    "step": i,
-                    "error": str(getattr(exc, "message", exc))[:500],
-                }
-            )
-            journal.append({"event": "run-end", "run": result.run_id, "status": "failed"})
-            if isinstance(exc, EgpuSetupError) and not isinstance(exc, ExecutionError):
-                raise
-            if isinstance(exc, ExecutionError):
-                exc.message = f"step {i + 1} ({step.describe()}) failed: {exc.message}"
-                raise
-            if isinstance(exc, OSError):
-                raise EgpuSetupError(
-                    f"step {i + 1} ({step.describe()}) failed: {exc}",
-                    "nothing half-written was left; fix the cause and run the same command again",
-                ) from exc
-            raise
-        kill_hook(i, "done")
-        if isinstance(step, RunCommand) and status in ("done", "skipped"):
-            ctx.manifest.clear_pending_command(step.argv)
-            ctx.manifest.save()
-        journal.append({"event": "step-done", "run": result.run_id, "step": i, "status": status})
-        result.steps.append(
-            StepResult(i, step.kind, step.describe(), status, time.monotonic() - started, detail)
-        )
+        result.steps.append(_run_step(step, i, ctx, journal, paths, options))
         if isinstance(step, RebootNeeded):
             result.reboot_required = step.reason
     journal.append(
@@ -235,6 +202,41 @@ def execute(
         }
     )
     return result
+
+
+def _run_step(
+    step: Step,
+    i: int,
+    ctx: execute_files.Context,
+    journal: Journal,
+    paths: StatePaths,
+    options: ExecOptions,
+) -> StepResult:
+    """One step between its journal records; a failure is journaled and named with its step."""
+    run = ctx.run_id
+    journal.append({"event": "step-begin", "run": run, "step": i, "kind": step.kind})
+    kill_hook(i, "begin")
+    started = time.monotonic()
+    try:
+        status, detail = _apply(step, i, ctx, paths, options)
+    except BaseException as exc:
+        message = str(getattr(exc, "message", exc))[:500]
+        journal.append({"event": "step-failed", "run": run, "step": i, "error": message})
+        journal.append({"event": "run-end", "run": run, "status": "failed"})
+        if isinstance(exc, ExecutionError):
+            exc.message = f"step {i + 1} ({step.describe()}) failed: {exc.message}"
+        elif isinstance(exc, OSError) and not isinstance(exc, EgpuSetupError):
+            raise EgpuSetupError(
+                f"step {i + 1} ({step.describe()}) failed: {exc}",
+                "nothing half-written was left; fix the cause and run the same command again",
+            ) from exc
+        raise
+    kill_hook(i, "done")
+    if isinstance(step, RunCommand) and status in ("done", "skipped"):
+        ctx.manifest.clear_pending_command(step.argv)
+        ctx.manifest.save()
+    journal.append({"event": "step-done", "run": run, "step": i, "status": status})
+    return StepResult(i, step.kind, step.describe(), status, time.monotonic() - started, detail)
 
 
 def _apply(

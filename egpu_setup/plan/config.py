@@ -58,57 +58,86 @@ def config_steps(
     commands: Sequence[HostCommand],
     facts: HostFacts,
 ) -> tuple[list[Step], list[Step], list[Step]]:
+    """(file writes, unit links, the commands they owe) for the parts asked for."""
     files: list[Step] = []
     units: list[Step] = []
-    cmds: list[Step] = []
-    live = options.target == "live"
-    changed: set[str] = set()
     for rf in rendered:
         part = _file_part(rf.path)
         if part not in options.only:
             continue
-        current = host.read_bytes(rf.path)
-        if current != rf.content.encode() or _mode_of(host, rf.path) not in (None, rf.mode):
-            ours = manifest is not None and manifest.is_ours(rf.path, current)
-            known = manifest is not None and rf.path in manifest.files
-            # not ours: edited after our last write, or somebody else's file without our header
-            foreign = (
-                current is not None and not ours and (known or _OUR_MARK not in _head(current))
-            )
-            old_text = current.decode("utf-8", errors="replace") if current is not None else None
-            files.append(
-                WriteFile(
-                    path=rf.path,
-                    content=rf.content,
-                    mode=rf.mode,
-                    purpose=rf.purpose,
-                    action="create" if current is None else "replace",
-                    diff=unified_diff(rf.path, old_text, rf.content),
-                    conflict=foreign and not options.force,
-                    for_part=part,
-                )
-            )
-            changed.add(rf.path)
-        if rf.path.startswith("/etc/systemd/system/") and rf.path.endswith(
-            (".service", ".timer", ".path")
-        ):
-            unit = rf.path.rsplit("/", 1)[1]
-            links = tuple(
-                f"/etc/systemd/system/{target}.wants/{unit}"
-                for target in _wanted_by(rf.content)
-                if host.readlink(f"/etc/systemd/system/{target}.wants/{unit}") != rf.path
-            )
-            if links:
-                blocked = any(_not_a_link(host, link) for link in links) and not options.force
-                units.append(EnableUnit(unit, rf.path, links, conflict=blocked))
+        write = _write_step(rf, part, host, options, manifest)
+        if write is not None:
+            files.append(write)
+        unit = _unit_step(rf, host, options)
+        if unit is not None:
+            units.append(unit)
+    changed = {s.path for s in files if isinstance(s, WriteFile)}
+    cmds = _command_steps(commands, changed, bool(units), host, options, manifest, facts)
+    return files, units, cmds
+
+
+def _write_step(
+    rf: RenderedFile, part: str, host: Host, options: PlanOptions, manifest: Manifest | None
+) -> WriteFile | None:
+    """The write that makes the file what was rendered, or None when it already is."""
+    current = host.read_bytes(rf.path)
+    if current == rf.content.encode() and _mode_of(host, rf.path) in (None, rf.mode):
+        return None
+    ours = manifest is not None and manifest.is_ours(rf.path, current)
+    known = manifest is not None and rf.path in manifest.files
+    # not ours: edited after our last write, or somebody else's file without our header
+    foreign = current is not None and not ours and (known or _OUR_MARK not in _head(current))
+    old_text = current.decode("utf-8", errors="replace") if current is not None else None
+    return WriteFile(
+        path=rf.path,
+        content=rf.content,
+        mode=rf.mode,
+        purpose=rf.purpose,
+        action="create" if current is None else "replace",
+        diff=unified_diff(rf.path, old_text, rf.content),
+        conflict=foreign and not options.force,
+        for_part=part,
+    )
+
+
+def _unit_step(rf: RenderedFile, host: Host, options: PlanOptions) -> EnableUnit | None:
+    """`systemctl enable` of a rendered unit, as the wants/ links its [Install] section names."""
+    if not rf.path.startswith("/etc/systemd/system/") or not rf.path.endswith(
+        (".service", ".timer", ".path")
+    ):
+        return None
+    unit = rf.path.rsplit("/", 1)[1]
+    links = tuple(
+        f"/etc/systemd/system/{target}.wants/{unit}"
+        for target in _wanted_by(rf.content)
+        if host.readlink(f"/etc/systemd/system/{target}.wants/{unit}") != rf.path
+    )
+    if not links:
+        return None
+    blocked = any(_not_a_link(host, link) for link in links) and not options.force
+    return EnableUnit(unit, rf.path, links, conflict=blocked)
+
+
+def _command_steps(
+    commands: Sequence[HostCommand],
+    changed: set[str],
+    units_change: bool,
+    host: Host,
+    options: PlanOptions,
+    manifest: Manifest | None,
+    facts: HostFacts,
+) -> list[Step]:
+    """The commands due: those whose trigger files change, and those an earlier run still owes."""
+    live = options.target == "live"
     # argv tuples an earlier run wrote a trigger for but never finished (Manifest.pending)
     owed = set(manifest.pending_commands()) if manifest is not None else set()
+    cmds: list[Step] = []
     for cmd in commands:
         argv = tuple(cmd.argv)
         if argv[:2] == ("systemctl", "enable"):
             continue  # done as EnableUnit links: works in a chroot and rolls back exactly
         after = cmd.after
-        reload_for_links = argv[:2] == ("systemctl", "daemon-reload") and bool(units)
+        reload_for_links = argv[:2] == ("systemctl", "daemon-reload") and units_change
         is_owed = argv in owed
         if after and not changed & set(after) and not reload_for_links and not is_owed:
             continue
@@ -120,7 +149,6 @@ def config_steps(
             continue
         if reloads and not live:
             continue  # nothing runs in an image: the services read the files at boot
-        consent = cmd.consent
         cmds.append(
             RunCommand(
                 argv,
@@ -129,10 +157,10 @@ def config_steps(
                 for_part=part,
                 triggers=after,
                 owed=is_owed and not changed & set(after),
-                consent=consent,
+                consent=cmd.consent,
             )
         )
-    return files, units, cmds
+    return cmds
 
 
 def _bolt_already_stored(facts: HostFacts, argv: tuple[str, ...]) -> bool:

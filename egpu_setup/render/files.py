@@ -132,7 +132,12 @@ def _environment() -> jinja2.Environment:
 
 def _files_for(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
     """(template, host path, mode, purpose) of every file this context renders."""
-    out = [
+    return [*_always(ctx), *_optional(ctx)]
+
+
+def _always(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
+    """The files every eGPU gets: udev and modprobe configuration, the units, the helpers."""
+    return [
         (
             "udev/71-egpu-setup.rules.j2",
             UDEV_RULES,
@@ -186,6 +191,11 @@ def _files_for(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
             "fixed-path wrapper for `egpu-setup eject` (for a sudoers rule or a desktop launcher)",
         ),
     ]
+
+
+def _optional(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
+    """The files a profile or a finding asks for: persistenced, the one-UUID rule, GRUB."""
+    out = []
     if ctx.persistenced:
         out.append(
             (
