@@ -1,11 +1,11 @@
 """Compare egpu-setup's resolver with a driver-only rule, and time `egpu-setup resolve --json`.
 
-The driver-only rule is what uv's `--torch-backend=auto` does (astral-sh/uv crates/uv-torch,
-matrix-facts §5.1): read the driver version, keep every CUDA backend whose minimum driver is met
-(LINUX_CUDA_DRIVERS; the Windows table under WSL2), search those indexes newest CUDA first, then
-CPU; take the newest torch the first index with a match offers. No PCI id, no compute capability,
-no distro; no driver loaded means CPU. Both sides read the same wheel data (our matrix), so every
-difference comes from the rule, not the data.
+The driver-only rule is what uv's `--torch-backend=auto` does (astral-sh/uv
+`crates/uv-torch/src/backend.rs`): read the driver version, keep every CUDA backend whose minimum
+driver is met (LINUX_CUDA_DRIVERS; the Windows table under WSL2), search those indexes newest CUDA
+first, then CPU; take the newest torch the first index with a match offers. No PCI id, no compute
+capability, no distro; no driver loaded means CPU. Both sides read the same wheel data (our
+matrix), so every difference comes from the rule, not the data.
 
     python benchmarks/resolve_vs_driver_only.py            # table + timing
     python benchmarks/resolve_vs_driver_only.py --runs 15  # more timing runs

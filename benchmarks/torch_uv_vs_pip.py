@@ -2,7 +2,7 @@
 
 Both go through the executor's own PipInstall step (same argv the installer runs), same local
 index, a fresh venv per run, no installer cache (PIP_NO_CACHE_DIR / UV_NO_CACHE), and the timer
-stops after `sync` so disk writeback is counted for both (reference/fleet-and-testing.md §4).
+stops after `sync` so disk writeback is counted for both (docs/sources.md, "Measured here").
 
     python benchmarks/torch_uv_vs_pip.py [--rounds 2]
 """

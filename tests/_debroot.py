@@ -2,7 +2,7 @@
 
 Debian 12 (bookworm) and 13 (trixie), minbase, `main` only: a freshly installed Debian has no
 contrib/non-free components, which is exactly what the install plan must add as a deb822 drop-in.
-The mirror is read from this machine's own apt configuration (reference/fleet-and-testing.md §3);
+The mirror is read from this machine's own apt configuration (/etc/apt/sources*);
 no host name is written into the repository.
 
 Cache: $EGPU_SETUP_TEST_CACHE/debroot/<suite> when set (kept between sessions), else a temporary

@@ -1,6 +1,6 @@
 """A Debian 13 root with `udev` installed, for `udevadm verify` (systemd >= 254).
 
-Debian 12's udevadm (systemd 252) has no `verify` verb (reference/fleet-and-testing.md §3), so
+Debian 12's udevadm (systemd 252) has no `verify` verb (it came with systemd 254), so
 the rules are checked with trixie's udevadm inside a chroot. The root comes from the shared
 debootstrap cache (tests/_debroot.py), is copied once to <cache>/udev-trixie and gets udev
 installed there (about 3 s); later sessions reuse it while the cache is kept.

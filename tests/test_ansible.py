@@ -1,6 +1,7 @@
 """The Ansible role, run for real by ansible-core against this machine (`connection: local`).
 
-Ladder (reference/fleet-and-testing.md §1): syntax check and ansible-lint; check mode writes
+Ladder (as ansible's own docs on check mode and molecule's idempotence step go): syntax check and
+ansible-lint; check mode writes
 nothing; a real run installs egpu-setup from a wheel into its own venv, installs the detection
 fact and skips this GPU-less machine; the second run changes nothing; and (slow) a real install
 into a debootstrap root through `--root`, run twice, with the reports fetched to the "controller".

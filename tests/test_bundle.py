@@ -8,7 +8,7 @@ proves where it came from; its dependencies come from this machine's pip configu
 The driver part is the real resolution (nvidia-driver and friends, ~400 .debs); its install into
 the root is simulated (EGPU_SETUP_APT_SIMULATE=1: `apt-get -s` against the bundle's repository
 alone, which proves the repository is complete) - a real dpkg install of it takes ~35 s more and
-is covered by reference/fleet-and-testing.md §3.
+was measured once (docs/sources.md, "Measured here").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every rendered file passes the real checker for its format.
 
 shellcheck + `bash -n` (scripts and the GRUB drop-in, which grub-mkconfig sources as shell),
-`systemd-analyze verify` with EMPTY stderr (it exits 0 on unknown keys: fleet-and-testing.md §3),
+`systemd-analyze verify` with EMPTY stderr (it exits 0 on unknown keys, printing them to stderr),
 `udevadm verify` from Debian 13 (systemd >= 254; Debian 12's 252 lacks the verb), Xorg's own
 config parser for the Xorg file the boot helper writes, and for xorg.conf.d with our link
 dangling (eGPU absent) and resolving (present). A test skips only when its checker cannot be installed.

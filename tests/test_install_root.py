@@ -92,7 +92,7 @@ def test_install_into_a_debian_root_then_nothing_then_rollback(debroot: tuple[st
 
 
 def test_simulated_driver_version_matches_the_release(debroot: tuple[str, Path]) -> None:
-    """The archive gives bookworm 535.x and trixie 550.x (reference/fleet-and-testing.md §3)."""
+    """The archive gives bookworm 535.x and trixie 550.x (apt-cache madison nvidia-driver)."""
     import subprocess
 
     suite, root = debroot

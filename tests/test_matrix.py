@@ -149,7 +149,7 @@ def test_snapshot_dates_agree() -> None:
 
 
 def test_facts_from_the_reference_are_encoded() -> None:
-    """A few rows the resolver's policy rests on (matrix-facts §3, §4.2, §4.3)."""
+    """A few rows the resolver's policy rests on (docs/sources.md: NVIDIA driver, torch wheels)."""
     t215, t214, t211 = (
         M.torch_version("2.15.0"),
         M.torch_version("2.14.1"),

@@ -1,5 +1,5 @@
 """The resolver, table-driven: Maxwell to Blackwell, drivers 470-595, Python 3.7-3.15, Ubuntu 22.04
-and 24.04, Debian 12 and 13, WSL2, and the failure reports of matrix-facts §5 (uv#14742 and friends).
+and 24.04, Debian 12 and 13, WSL2, and the failure reports of driver-only resolvers (astral-sh/uv#14742 and friends).
 
 `CASES` is also read by benchmarks/resolve_vs_driver_only.py, which compares it with a
 driver-only rule (what uv's `--torch-backend=auto` does)."""

@@ -1,5 +1,5 @@
 """Secure Boot: a module signing key that exists but is not enrolled stops the run with exit 4
-and the console steps (reference/hotplug-security.md §4.2), before install and after the driver.
+and the console steps (mokutil(1), dkms(8)), before install and after the driver.
 
 mokutil needs EFI firmware to answer for real, which this machine lacks: inside a real Debian
 root, a stand-in prints what `mokutil --test-key` prints on a laptop."""

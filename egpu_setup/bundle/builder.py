@@ -10,13 +10,14 @@ Layout of a bundle directory (manifest schema egpu-setup/bundle/1):
     tool/*.whl                        egpu-setup's own wheel and its dependencies (Ansible's
                                       `bundle` source installs from here, --no-index)
 
-Downloads follow the one-index rule (reference/hotplug-security.md §5.1): torch comes through the
+Downloads follow the one-index rule (docs/sources.md, "One index"): torch comes through the
 variant's `--index-url` (or the lab's mirror of it) with pip's configuration switched off, in a
 call of its own; the dependencies that live on the general index come through this machine's own
 pip configuration in a SEPARATE call. Never `--extra-index-url`, never both in one resolver run.
 The driver's .debs come from `apt-get install --download-only` inside a debootstrap root of the
 target distribution with an empty dpkg status, so the set is self-contained: a laptop a few point
-releases behind still finds every dependency in the bundle (reference/fleet-and-testing.md §3, §6).
+releases behind still finds every dependency in the bundle (tests/test_bundle.py installs from it
+with no network).
 
 Incremental: each part (a wheel pool, a distro's debs, the tool) records its inputs; a second run
 with the same inputs whose files still match their hashes downloads nothing.

@@ -3,7 +3,7 @@
 Sources, in order: /sys/bus/pci/devices (ids, driver, link, `removable`, `boot_vga`, the bridge
 chain from the canonical path), then lspci text when sysfs has nothing (a pasted bug report).
 The external/internal decision collects evidence rather than trusting one signal, because each
-signal alone misleads (reference/egpu-tools.md §3): NVIDIA's own check misses TB4/TB5, USB4 and
+signal alone misleads (docs/sources.md, Thunderbolt): NVIDIA's own check misses TB4/TB5, USB4 and
 OCuLink; `removable` is absent before Linux 5.16 and "unknown" on many OCuLink ports.
 """
 
@@ -22,8 +22,8 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_IDS_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids")
 _ADDR = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
-# SMBIOS chassis types that are portable (DMTF DSP0134 §7.4.1): Portable, Laptop, Notebook,
-# Sub Notebook, Convertible, Detachable.
+# SMBIOS chassis types that are portable (DMTF DSP0134, "Chassis Types"): Portable, Laptop,
+# Notebook, Sub Notebook, Convertible, Detachable.
 LAPTOP_CHASSIS = {"8", "9", "10", "14", "31", "32"}
 
 

@@ -777,7 +777,7 @@ def run_checks(
     secure = check_secure_boot(ctx)
     out += secure
     # A BAR failure, nouveau or Secure Boot explains an unbound GPU better than "driver missing"
-    # (egpu-tools.md §2 item 16: "do not report 'driver missing'").
+    # (the BAR failures of system76/firmware-open#66 and Dunedan/mbp-2016-linux#60 look like one).
     suppressed = any(f.severity == "error" for f in bar) or bool(nouveau) or bool(secure)
     out += check_driver_loaded(ctx, suppressed)
     out += check_torch(ctx, torch_info)

@@ -1,7 +1,7 @@
 """Managed file and link writes: each one recorded so rollback can reverse it exactly.
 
 Order of a write, chosen so a crash anywhere leaves either the old or the new file and a manifest
-that knows which (reference/hotplug-security.md §6.1, §6.2, §6.8):
+that knows which (docs/sources.md, "Atomic writes"):
   1. first touch: the previous content goes to backups/<sha256>, the entry records it;
   2. the entry records `pending` = hash of the new content (manifest saved atomically);
   3. temp file in the target directory, fsync, rename, fsync the directory;

@@ -1,4 +1,4 @@
-"""torch into a venv through exactly one index (reference/hotplug-security.md §5.1–5.3).
+"""torch into a venv through exactly one index (PEP 668; docs/sources.md, "One index").
 
 - Never into a system Python, never --break-system-packages: the venv is created if missing.
 - Exactly one source: `--index-url` of the resolved variant (or the lab's mirror of it). pip's
@@ -6,7 +6,7 @@
   variables are dropped, so an `extra-index-url` or `find-links` in somebody's config can never
   mix a second source into torch (dependency confusion, CVE-2018-20225). Certificates, proxies
   and timeouts from PIP_CERT / PIP_PROXY / PIP_DEFAULT_TIMEOUT and *_proxy variables still apply.
-- uv when it is on PATH (several times faster, reference/fleet-and-testing.md §4), else the venv's
+- uv when it is on PATH (several times faster: benchmarks/torch_uv_vs_pip.py), else the venv's
   own pip. Under sudo with a venv the invoking user owns, the installer runs as that user.
 """
 

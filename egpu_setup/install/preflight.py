@@ -2,7 +2,7 @@
 
 Each check either passes, warns (logged), or raises the documented error with one next step. The
 run lock and the dpkg lock are checked here too so a busy machine is reported before any work;
-the executor re-checks the dpkg lock right before apt runs (reference/hotplug-security.md §6.7).
+the executor re-checks the dpkg lock right before apt runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from egpu_setup.state.paths import StatePaths
 
 log = logging.getLogger("egpu_setup.preflight")
 
-# Measured on Debian 12/13 (reference/fleet-and-testing.md §3, §4): the driver with its
+# Measured on Debian 12/13 (docs/sources.md, "Measured here"): the driver with its
 # dependencies installs ~1.3 GB; a CPU torch venv ~0.8 GB, a CUDA one ~5 GB. Margins added.
 DRIVER_BYTES = 2 * 1024**3
 TORCH_CPU_BYTES = 1 * 1024**3
@@ -27,7 +27,7 @@ TORCH_CUDA_BYTES = 7 * 1024**3
 
 
 # Where the key that signs DKMS modules lives: dkms's own (Debian, dkms >= 3) and Ubuntu's
-# shim-signed key (update-secureboot-policy), reference/hotplug-security.md §4.2.
+# shim-signed key (update-secureboot-policy); dkms(8), mokutil(1).
 MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 
@@ -106,7 +106,7 @@ def _competing_managers(plan: Plan, host: Host) -> list[str]:
 
 
 def _secure_boot(plan: Plan, facts: HostFacts, host: Host) -> list[str]:
-    """Secure Boot: DKMS-built modules must be signed by a key the firmware trusts (§4.2).
+    """Secure Boot: DKMS-built modules must be signed by a key the firmware trusts (dkms(8)).
 
     A key that dkms generated but nobody enrolled yet is a console step for a person: exit 4
     with the steps; the next run continues (the packages are already in place).
@@ -126,7 +126,7 @@ def builds_dkms_module(plan: Plan) -> bool:
     """The plan installs a driver whose module dkms builds (and signs with a local key).
 
     Ubuntu's linux-modules-nvidia-* are prebuilt and signed by Canonical's key, which the
-    firmware already trusts: no MOK enrolment (reference/hotplug-security.md §4.2)."""
+    firmware already trusts: no MOK enrolment (docs/sources.md, "Secure Boot")."""
     packages = [
         p
         for s in plan.steps

@@ -10,7 +10,7 @@ from egpu_setup.host.machine import Host
 SOURCES_DIR = "/etc/apt/sources.list.d"
 
 
-KEYRINGS_DIR = "/etc/apt/keyrings"  # admin-managed keys, APT >= 2.4 (reference §5.5)
+KEYRINGS_DIR = "/etc/apt/keyrings"  # admin-managed keys, APT >= 2.4 (sources.list(5))
 
 
 @dataclass(frozen=True)

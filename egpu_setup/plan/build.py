@@ -42,7 +42,7 @@ def build_plan(
     warnings: list[str] = []
     live = options.target == "live"
     if "driver" in options.only and host.listdir("/var/lib/dpkg/updates"):
-        # apt refuses to work until this is done (reference §6.8); doing it first is what a
+        # apt refuses to work until this is done (dpkg(1)); doing it first is what a
         # person would do, and it is shown in the plan so nobody is surprised
         steps.append(
             RunCommand(

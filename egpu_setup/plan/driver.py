@@ -48,7 +48,7 @@ def driver_steps(
             AptInstall(
                 missing or tuple(wanted),
                 # Recommends stay on: trixie's dkms only Recommends gcc, and the driver's
-                # Recommends carry nvidia-persistenced (reference/fleet-and-testing.md §3)
+                # Recommends carry nvidia-persistenced (docs/sources.md, "Measured here")
                 no_install_recommends=False,
                 lock_timeout=options.apt_lock_timeout,
                 reason=f"NVIDIA driver branch {driver.branch}"
@@ -61,7 +61,7 @@ def driver_steps(
 
 # A Debian/Ubuntu kernel release as its linux-headers-<release> package is named:
 # "6.1.0-37-amd64", "6.12.57+deb13-amd64", "6.12.38+deb13-rt-amd64", "6.8.0-45-generic".
-# Lowercase package-name characters only (Debian Policy §5.6.1), so it is safe in an argv.
+# Lowercase package-name characters only (Debian Policy, section 5.6.1), so it is safe in an argv.
 _KERNEL_RELEASE = re.compile(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:[-+~.][a-z0-9]+)*-[a-z0-9]+$")
 
 
@@ -76,7 +76,7 @@ def _debian_headers(
     """Headers DKMS needs to build the module: the meta package, and on a live system the
     running kernel's own headers too.
 
-    Debian 13's dkms no longer Recommends any headers (reference/fleet-and-testing.md §3), and
+    Debian 13's dkms no longer Recommends any headers (docs/sources.md, "Measured here"), and
     the meta package (which the resolver names) only follows the *newest* kernel: a machine
     running an older ABI would get no module for the kernel it boots until it boots the new
     one. An image (--root) has no running kernel: the meta package is all it can name."""

@@ -74,7 +74,7 @@ def _run_as(host: Host, options: PlanOptions, installed: dict[str, str] | None) 
     if options.sudo_user and options.sudo_uid not in (None, 0):
         owner = _owner(host, options.venv if installed is not None else _parent(options.venv))
         if owner == options.sudo_uid:
-            return options.sudo_user  # never leave root-owned files in a user's venv (§5.2)
+            return options.sudo_user  # never leave root-owned files in a user's venv
     return None
 
 

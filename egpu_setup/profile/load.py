@@ -27,8 +27,8 @@ from egpu_setup.profile.types import (
     TorchConstraints,
 )
 
-# Architectures whose GPUs the open kernel modules cannot drive (matrix-facts.md §3: "open ...
-# only for Turing and newer"; Maxwell/Pascal/Volta need the proprietary flavour).
+# Architectures whose GPUs the open kernel modules cannot drive (NVIDIA README, "Open Linux
+# Kernel Modules": Turing and newer; Maxwell/Pascal/Volta need the proprietary flavour).
 _PRE_TURING = {"Maxwell", "Pascal", "Volta"}
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # yaml is imported when a profile is read, never at startup
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_TAG + t for t in ("str", "int", "float", "bool", "null")}
 # YAML 1.2 keeps only these spellings; PyYAML (YAML 1.1) also turns yes/no/on/off into booleans,
-# which silently flips `connection: no`-style typos (hotplug-security.md §7 row 19).
+# which silently flips `connection: no`-style typos.
 _YAML12_BOOLS = {"true", "false", "True", "False", "TRUE", "FALSE"}
 
 

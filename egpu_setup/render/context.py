@@ -44,7 +44,7 @@ DEFAULT_TOOL_PATH = "/usr/local/bin/egpu-setup"
 
 
 # Where the boot helper writes the Xorg file with the current BusID (display mode); tmpfs, so
-# a boot without the eGPU starts with none (hotplug-security.md §3.7).
+# a boot without the eGPU starts with none.
 XORG_RUNTIME = "/run/egpu-setup/90-egpu-setup.conf"
 
 
@@ -54,8 +54,8 @@ ROOT_OWNED_PREFIXES = ("/usr/", "/opt/")
 
 
 # argv that rebuilds the initramfs after the nouveau blacklist changes, by distro family.
-# NVIDIA README "Interaction with the Nouveau Driver" [N1]; Debian's blacklist conffile header
-# says `update-initramfs -u` [N8]; envycontrol uses these per family [R9].
+# NVIDIA README "Interaction with the Nouveau Driver"; Debian's blacklist conffile header
+# (nvidia-kernel-support) says `update-initramfs -u`; envycontrol uses these per family.
 INITRAMFS_COMMANDS: dict[str, tuple[str, ...]] = {
     "debian": ("update-initramfs", "-u"),
     "ubuntu": ("update-initramfs", "-u"),
@@ -67,19 +67,19 @@ INITRAMFS_COMMANDS: dict[str, tuple[str, ...]] = {
 
 
 # First driver branch that knows each nvidia-drm parameter. `modeset` arrived with nvidia-drm
-# itself in 364 (NVIDIA 364.12 release notes, "Direct Rendering Manager Kernel Modesetting"
-# [N1]); `fbdev` in 545, marked experimental (open-gpu-kernel-modules nvidia-drm-linux.c [N3]).
-# An unknown parameter makes the module refuse to load (hotplug-security.md §3.1, §7 #34).
+# itself in 364 (NVIDIA 364.12 release notes, "Direct Rendering Manager Kernel Modesetting");
+# `fbdev` in 545, marked experimental (open-gpu-kernel-modules nvidia-drm-linux.c).
+# An unknown parameter makes the module refuse to load (docs/sources.md, NVIDIA driver).
 NVIDIA_DRM_PARAMS_SINCE: dict[str, int] = {"modeset": 364, "fbdev": 545}
 
 
 # Debian installs the modules as nvidia-current* and maps upstream names with `install` lines, so
 # `options nvidia ...` may not reach the module; its own example options target nvidia-current
-# (Debian nvidia-kernel-support nvidia-modprobe.conf / nvidia-options.conf [N8], §3.3).
+# (Debian nvidia-kernel-support nvidia-modprobe.conf / nvidia-options.conf).
 DEBIAN_MODULE_PREFIX = "nvidia-current"
 
 
-# Distros whose grub-mkconfig sources /etc/default/grub.d/*.cfg (a Debian patch, §2.3 [R11]).
+# Distros whose grub-mkconfig sources /etc/default/grub.d/*.cfg (a Debian patch, grub-common).
 GRUB_DROPIN_DISTROS = ("debian", "ubuntu")
 
 

@@ -325,7 +325,7 @@ def render_set(
         bolt_available = True
     params = list(kernel_params)
     if bar_allocation_failed and not params:
-        params = ["pci=realloc"]  # the first fix to try (hotplug-security.md §2.3)
+        params = ["pci=realloc"]  # the first fix to try (Linux kernel-parameters.txt)
     ctx = build_context(
         facts,
         profile,

@@ -15,7 +15,7 @@ from egpu_setup.render.checks import check_bool, check_choice, check_uuid
 
 @dataclass(frozen=True)
 class ThunderboltPlan:
-    """How this enclosure gets its PCIe tunnel (hotplug-security.md §1.5, §1.7)."""
+    """How this enclosure gets its PCIe tunnel (Linux admin-guide/thunderbolt.rst; bolt)."""
 
     kind: str  # "none" (not Thunderbolt / nothing to do), "bolt", "udev"
     unique_id: str | None = None
@@ -33,7 +33,7 @@ _TB_CONNECTIONS = ("thunderbolt", "usb4")
 
 
 def _is_peripheral(dev: TbDevice) -> bool:
-    # Route 0 ("0-0", "1-0") is the host router itself (sysfs-bus-thunderbolt [K2]).
+    # Route 0 ("0-0", "1-0") is the host router itself (sysfs-bus-thunderbolt).
     return not (dev.sysfs_name or "").endswith("-0")
 
 
@@ -43,18 +43,18 @@ def _enclosure(
     """The Thunderbolt device that carries the eGPU's PCIe tunnel, or None and why not.
 
     Nothing in sysfs ties a peripheral router to the PCI functions behind it: the Thunderbolt
-    bus exposes routers and their `authorized`/`unique_id`, not the tunnels (sysfs-bus-thunderbolt
-    [K2]; tunnels are listed only in debugfs). The one kernel link is at the host side: on USB4
-    hosts whose ACPI gives a root port `usb4-host-interface`, drivers/thunderbolt/acpi.c
-    (tb_acpi_add_link) adds a device link root port -> NHI (`supplier:pci:<nhi>` under the root
-    port), which names the domain, not the router. So the device is taken to be the enclosure
-    only when (a) the profile pins its UUID, or (b) an external NVIDIA GPU is detected on a
-    Thunderbolt/USB4 link and exactly one peripheral is (or may be) authorized: the GPU is
-    visible, so its tunnel runs through authorized routers, and with one candidate it is that
-    one. Residual assumption: detect's `connection` is right and `authorized` was read while the
-    GPU was attached (a daisy chain or a dock makes two candidates, which is refused).
-    Anything else (eGPU unplugged, a dock alone) names no device: a dock's UUID must never be
-    enrolled as the enclosure.
+    bus exposes routers and their `authorized`/`unique_id`, not the tunnels (Linux
+    Documentation/ABI/testing/sysfs-bus-thunderbolt; tunnels are listed only in debugfs). The
+    one kernel link is at the host side: on USB4 hosts whose ACPI gives a root port `usb4-host-
+    interface`, drivers/thunderbolt/acpi.c (tb_acpi_add_link) adds a device link root port ->
+    NHI (`supplier:pci:<nhi>` under the root port), which names the domain, not the router. So
+    the device is taken to be the enclosure only when (a) the profile pins its UUID, or (b) an
+    external NVIDIA GPU is detected on a Thunderbolt/USB4 link and exactly one peripheral is (or
+    may be) authorized: the GPU is visible, so its tunnel runs through authorized routers, and
+    with one candidate it is that one. Residual assumption: detect's `connection` is right and
+    `authorized` was read while the GPU was attached (a daisy chain or a dock makes two
+    candidates, which is refused). Anything else (eGPU unplugged, a dock alone) names no device:
+    a dock's UUID must never be enrolled as the enclosure.
     """
     peripherals = [d for d in facts.thunderbolt.devices if _is_peripheral(d)]
     if wanted is not None:
