@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "resolve")]  # conftest, test_resolve
+
+from test_resolve import CASES, Case
 
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.compat.versions import DriverVersion, PythonVersion, variant_cuda
@@ -30,7 +32,6 @@ from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolution import Notes
 from egpu_setup.resolve.resolver import resolve
 from egpu_setup.resolve.target import identify_gpu
-from test_resolve import CASES, Case
 
 M = load_snapshot()
 

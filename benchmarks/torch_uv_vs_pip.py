@@ -20,11 +20,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import _pypi_index
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.host.machine import LiveHost
 from egpu_setup.plan.steps import PipInstall, Plan
 from egpu_setup.state.paths import StatePaths
+from helpers import pypi_index as _pypi_index
 
 
 def one(installer: str, index: str, tmp: Path) -> float:

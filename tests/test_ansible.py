@@ -253,7 +253,7 @@ def test_install_into_debootstrap_root_twice(tmp_path: Path) -> None:
     run writes the hot-plug configuration and is "changed", the second changes nothing; the
     outcome lands on the controller and `egpu-setup report` reads it."""
     sys.path.insert(0, str(REPO / "tests"))
-    from _debroot import DebrootUnavailable, copy_root
+    from helpers.debroot import DebrootUnavailable, copy_root
 
     try:
         root = copy_root("trixie", tmp_path / "root")

@@ -1,5 +1,5 @@
 """Sources a reader of the repository can follow: public documents (an upstream file, a manual
-page, a vendor page, an issue), or an entry of docs/sources.md, never a note that lives outside
+page, a vendor page, an issue), or an entry of docs/sources.md; never a note that lives outside
 the repository ("§3.1 of some reference", "[K2]", "the brief").
 
 Recorded data is what the world printed (tests/fixtures, tests/data) and is left as it is.

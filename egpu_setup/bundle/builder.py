@@ -1,14 +1,4 @@
-"""Offline bundles: one download for a whole lab, installed with no network (`install --bundle`).
-
-Layout of a bundle directory (manifest schema egpu-setup/bundle/1):
-
-    manifest.json                     targets, every file with sha256 and size, inputs per part
-    profile.yaml                      the profile it was resolved for
-    wheels/py3.11/*.whl               torch (+ extras) and their dependencies, one pool per Python
-    requirements-py3.11-debian-12.txt `name==version --hash=sha256:...` per target
-    debs/debian-12/*.deb + Packages   the driver's packages: a flat local apt repository
-    tool/*.whl                        egpu-setup's own wheel and its dependencies (Ansible's
-                                      `bundle` source installs from here, --no-index)
+"""Building an offline bundle: one download for a whole lab (its layout: bundle/format.py).
 
 Downloads follow the one-index rule (docs/sources.md, "One index"): torch comes through the
 variant's `--index-url` (or the lab's mirror of it) with pip's configuration switched off, in a
@@ -425,7 +415,7 @@ class Builder:
     def _build_root(self, suite: str, mirror: str) -> Path:
         """A minbase debootstrap root of `suite`, cached: it lends apt its keyring and version.
 
-        Same layout and completion marker as tests/_debroot.py, so both can share a cache."""
+        Same layout and completion marker as tests/helpers/debroot.py, so both can share a cache."""
         if os.geteuid() != 0:
             raise UsageError(
                 "bundling driver packages needs root (debootstrap and chroot)",

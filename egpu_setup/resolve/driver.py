@@ -224,19 +224,7 @@ def _keep_installed(
         )
         cands = list(case.candidates)
         explain_newer(m, cands, chosen, installed, n, "the installed driver", upgrade_hint=True)
-        flavour = case.loaded_flavour or flavour_for(
-            arch, installed.branch, case.constraints.flavour, m
-        )
-        plan = DriverPlan(
-            installed=str(installed),
-            action="keep",
-            branch=installed.branch,
-            minimum=case.floor(chosen),
-            flavour=flavour,
-            packages=(),
-            source="host",
-        )
-        return plan, chosen
+        return _kept(case, installed, chosen), chosen
     if blocker:
         n.reasons.append(blocker)
     elif not fitting:
@@ -366,8 +354,15 @@ def keep_unmanaged(
         f"keeping driver {installed}: it drives {target.gpu.name} and runs torch {chosen.label}"
     )
     explain_newer(m, list(case.candidates), chosen, installed, n, "the installed driver")
-    flavour = case.loaded_flavour or flavour_for(target.arch, installed.branch, c.flavour, m)
-    plan = DriverPlan(
+    return _kept(case, installed, chosen), chosen
+
+
+def _kept(case: DriverCase, installed: DriverVersion, chosen: Candidate) -> DriverPlan:
+    """The plan that keeps the installed driver (its loaded flavour, else the branch's)."""
+    flavour = case.loaded_flavour or flavour_for(
+        case.target.arch, installed.branch, case.constraints.flavour, case.matrix
+    )
+    return DriverPlan(
         installed=str(installed),
         action="keep",
         branch=installed.branch,
@@ -376,7 +371,6 @@ def keep_unmanaged(
         packages=(),
         source="host",
     )
-    return plan, chosen
 
 
 def unsupported_distro(case: DriverCase, n: Notes) -> tuple[DriverPlan, Candidate]:
