@@ -50,7 +50,7 @@ def is_blanket_authorize(rule: str) -> bool:
     The kernel documentation's example (`ACTION=="add", SUBSYSTEM=="thunderbolt",
     ATTR{authorized}=="0", ATTR{authorized}="1"`) and its RUN+="... echo 1 > .../authorized"
     variant both qualify. A rule that matches one `unique_id`, or only acts while the domain has
-    IOMMU DMA protection, is targeted and does not (hotplug-security.md §1.4, §1.5).
+    IOMMU DMA protection, is targeted and does not (Linux admin-guide/thunderbolt.rst).
     """
     pairs = [(m["key"], m["op"], m["value"]) for m in _KEY_RE.finditer(rule)]
     if not pairs:

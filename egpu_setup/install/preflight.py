@@ -3,26 +3,30 @@ person must undo first (another GPU manager: install/attention.py).
 
 Each check either passes, warns (logged), or raises the documented error with one next step. The
 run lock and the dpkg lock are checked here too so a busy machine is reported before any work;
-the executor re-checks the dpkg lock right before apt runs (reference/hotplug-security.md §6.7).
+the executor re-checks the dpkg lock right before apt runs.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import BusyError, EgpuSetupError, UsageError
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, PipInstall, Plan
+from egpu_setup.state.paths import StatePaths
 
-# Measured on Debian 12/13 (reference/fleet-and-testing.md §3, §4): the driver with its
+# Measured on Debian 12/13 (docs/sources.md, "Measured here"): the driver with its
 # dependencies installs ~1.3 GB; a CPU torch venv ~0.8 GB, a CUDA one ~5 GB. Margins added.
 DRIVER_BYTES = 2 * 1024**3
 TORCH_CPU_BYTES = 1 * 1024**3
 TORCH_CUDA_BYTES = 7 * 1024**3
 
 
-def preflight(plan: Plan, host: Any, paths: Any, facts: Any, options: PlanOptions) -> None:
+def preflight(
+    plan: Plan, host: Host, paths: StatePaths, facts: HostFacts, options: PlanOptions
+) -> None:
     """Raise on what must stop the run, before anything changes."""
     from egpu_setup.state.lock import RunLock
 
@@ -53,9 +57,11 @@ def _what_needs_root(plan: Plan) -> str:
     return "installing the driver and system files"
 
 
-def _check_venv(plan: Plan, host: Any) -> None:
+def _check_venv(plan: Plan, host: Host) -> None:
     for step in plan.steps:
-        venv = step.venv if isinstance(step, PipInstall) else None
+        if not isinstance(step, PipInstall):
+            continue
+        venv = step.venv
         if venv and host.exists(venv) and not host.exists(f"{venv}/pyvenv.cfg"):
             raise UsageError(
                 f"--venv {step.venv} exists and is not a virtual environment (no pyvenv.cfg)",
@@ -63,7 +69,7 @@ def _check_venv(plan: Plan, host: Any) -> None:
             )
 
 
-def _check_space(plan: Plan, host: Any) -> None:
+def _check_space(plan: Plan, host: Host) -> None:
     needs: list[tuple[str, int]] = []
     for step in plan.steps:
         if isinstance(step, AptInstall) and any("nvidia" in p for p in step.packages):

@@ -10,6 +10,7 @@ from typing import Any
 
 from egpu_setup.install.advice import Advice
 from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
+from egpu_setup.plan.steps import WriteFile
 from egpu_setup.resolve.resolution import format_resolution
 
 
@@ -39,7 +40,7 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
         run, "after", "After these steps, a person must (the run stops there, exit 4):"
     )
     lines += summary_lines(run.advice)
-    diffs = [d for d in (getattr(s, "diff", "") for s in run.plan.steps) if d]
+    diffs = [s.diff for s in run.plan.steps if isinstance(s, WriteFile) and s.diff]
     if diffs and not diff:
         lines += [
             "",

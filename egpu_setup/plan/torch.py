@@ -3,20 +3,25 @@ first python3.X-venv where the Python lacks ensurepip, and a half-made venv rebu
 
 from __future__ import annotations
 
-from typing import Any
-
 from packaging.utils import canonicalize_name
 
 from egpu_setup.compat.index_url import check_index_url
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.installed import venv_versions
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, PipInstall, Step
 from egpu_setup.plan.venv import missing_venv_package, venv_state
+from egpu_setup.resolve.resolution import Resolution
 
 
 def torch_steps(
-    resolution: Any, host: Any, options: PlanOptions, warnings: list[str], facts: Any = None
+    resolution: Resolution,
+    host: Host,
+    options: PlanOptions,
+    warnings: list[str],
+    facts: HostFacts | None = None,
 ) -> list[Step]:
     torch = resolution.torch
     if torch is None or not torch.requirements:
@@ -79,7 +84,11 @@ def torch_steps(
 
 
 def _venv_package_step(
-    facts: Any, host: Any, resolution: Any, options: PlanOptions, creating: bool
+    facts: HostFacts | None,
+    host: Host,
+    resolution: Resolution,
+    options: PlanOptions,
+    creating: bool,
 ) -> list[Step]:
     """apt-get install python3.X-venv before a venv is made with a Python that lacks ensurepip
     (stock Debian/Ubuntu); offline, a clear error before anything changes."""
@@ -104,16 +113,16 @@ def _venv_package_step(
     ]
 
 
-def _python_for(resolution: Any, host: Any) -> str:
+def _python_for(resolution: Resolution, host: Host) -> str:
     python = f"python{resolution.python}" if resolution.python else "python3"
     return python if host.which(python) is not None else "python3"
 
 
-def _run_as(host: Any, options: PlanOptions, installed: dict[str, str] | None) -> str | None:
+def _run_as(host: Host, options: PlanOptions, installed: dict[str, str] | None) -> str | None:
     if options.sudo_user and options.sudo_uid not in (None, 0):
         owner = _owner(host, options.venv if installed is not None else _parent(options.venv))
         if owner == options.sudo_uid:
-            return options.sudo_user  # never leave root-owned files in a user's venv (§5.2)
+            return options.sudo_user  # never leave root-owned files in a user's venv
     return None
 
 
@@ -121,7 +130,7 @@ def _parent(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[0] or "/"
 
 
-def _owner(host: Any, path: str) -> int | None:
+def _owner(host: Host, path: str) -> int | None:
     try:
         return host.real_path(path).stat().st_uid
     except OSError:
