@@ -537,6 +537,35 @@ def test_the_summary_says_how_to_use_torch_and_a_relogin_in_display_mode() -> No
     assert "log out and back in" not in compute.stdout
 
 
+# -- a CPU install (a CI box, a laptop away from its eGPU) ----------------------------------------
+
+
+@pytest.mark.slow
+def test_a_cpu_install_verifies_on_the_cpu_and_exits_0(tmp_path: Path) -> None:
+    """`install --only torch --cuda cpu` on this machine (no GPU): torch 2.13.0+cpu from a
+    loopback PEP 503 index into a new venv, then the post-install `verify --quick` trains on the
+    CPU for real; exit 0, and the report says the device was the CPU."""
+    from helpers import pypi_index
+
+    wheels = pypi_index.download_torch(pypi_index.cache_dir())
+    venv = tmp_path / "venv"
+    env = {"EGPU_SETUP_STATE_DIR": str(tmp_path / "state")}
+    with pypi_index.LocalIndex(wheels) as idx:
+        args = ("install", "--profile", "generic-nvidia", "--only", "torch", "--cuda", "cpu")
+        args += ("--torch", "2.13.0")
+        args += ("--venv", str(venv), "--index-url", idx.url, "--yes")
+        res = run_cli(*args, "--json", env=env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(res.stdout)["result"]
+    assert [s["status"] for s in result["steps"]] == ["done"]
+    verify = result["verify"]
+    assert verify["ok"] is True and verify["device_kind"] == "cpu", verify
+    assert verify["device"]["type"] == "cpu"
+    # the text says so too, and a second run has nothing to do
+    res = run_cli(*args, env=env, timeout=300)
+    assert res.returncode == 0 and res.stdout.startswith("Nothing to do"), res.stderr[-2000:]
+
+
 # -- the advice where users look -------------------------------------------------------------------
 
 
