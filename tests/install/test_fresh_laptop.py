@@ -544,7 +544,8 @@ def test_the_summary_says_how_to_use_torch_and_a_relogin_in_display_mode() -> No
 def test_a_cpu_install_verifies_on_the_cpu_and_exits_0(tmp_path: Path) -> None:
     """`install --only torch --cuda cpu` on this machine (no GPU): torch 2.13.0+cpu from a
     loopback PEP 503 index into a new venv, then the post-install `verify --quick` trains on the
-    CPU for real; exit 0, and the report says the device was the CPU."""
+    CPU for real; exit 0, and the report says the device was the CPU. Then the day after, through
+    the same command line: the boot-time verify's result beside "Nothing to do"."""
     from helpers import pypi_index
 
     wheels = pypi_index.download_torch(pypi_index.cache_dir())
@@ -564,6 +565,22 @@ def test_a_cpu_install_verifies_on_the_cpu_and_exits_0(tmp_path: Path) -> None:
     # the text says so too, and a second run has nothing to do
     res = run_cli(*args, env=env, timeout=300)
     assert res.returncode == 0 and res.stdout.startswith("Nothing to do"), res.stderr[-2000:]
+    assert "After the reboot" not in res.stdout  # no run asked for one
+    # the day after: the last run asked for a reboot (in another boot) and the boot-time verify
+    # failed; re-running says so, with exit 1, and then passes once a verify by hand does
+    state = tmp_path / "state"
+    ended = time.time()  # after the real verify above: the reports below are the newer ones
+    journal_with_reboot_run(state, ended, boot_id="a boot before this one")
+    verify_report(state, ended + 5, ok=False)
+    res = run_cli(*args, env=env, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr[-2000:]
+    seen = next(line for line in res.stdout.splitlines() if line.startswith("After the reboot:"))
+    assert "FAILED (amp-training;" in seen and "run `egpu-setup verify`" in seen
+    verify_report(state, ended + 10, ok=True)
+    res = run_cli(*args, "--json", env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    after = json.loads(res.stdout)["result"]["after_reboot"]
+    assert after["ok"] is True and "OK (3 checks passed" in after["text"]
 
 
 # -- the advice where users look -------------------------------------------------------------------
