@@ -495,36 +495,6 @@ def test_after_the_reboot_the_boot_time_verify_result_comes_with_nothing_to_do(
     assert after_reboot(paths, LiveHost()) is None
 
 
-def test_a_run_with_nothing_to_do_saves_its_own_report(tmp_path: Path) -> None:
-    img = tmp_path / "img"
-    img.mkdir()
-    state = tmp_path / "state"
-    env = {"EGPU_SETUP_STATE_DIR": str(state)}
-    args = (
-        "install",
-        "--profile",
-        "rtx4090",
-        "--only",
-        "config",
-        "--root",
-        str(img),
-        "--from",
-        str(TB4),
-        "--yes",
-    )
-    first = run_cli(*args, env=env)
-    assert first.returncode == 0, first.stderr
-    time.sleep(1.1)  # reports are named by the second
-    again = run_cli(*args, env=env)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("Nothing to do: this machine already matches the profile.")
-    reports = sorted((state / "reports").glob("install-*.json"))
-    assert len(reports) == 2
-    newest = json.loads(reports[-1].read_text())
-    assert newest["schema"] == "egpu-setup/install/1" and newest["changed"] == 0
-    assert newest["ok"] is True and newest["exit_code"] == 0 and newest["steps"] == []
-
-
 def test_the_summary_says_how_to_use_torch_and_a_relogin_in_display_mode() -> None:
     res = run_cli(
         "install", "--profile", "rtx4090", "--dry-run", "--mode", "display", "--from", str(TB4)
