@@ -334,8 +334,9 @@ _SMI_NO_DRIVER = frozenset({"driver-not-loaded", "no-devices"})
 
 def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
     """The driver is not loaded, or drives no GPU. `suppressed` (a BAR failure, nouveau, Secure
-    Boot, a lost GPU explains it) silences what is only inferred (a module absent, a device with
-    no driver); what the driver or nvidia-smi say outright is still reported, with the cause."""
+    Boot, a lost GPU, a GPU manager that disables NVIDIA explains it) silences what is only
+    inferred (a module absent, a device with no driver); what the driver or nvidia-smi say
+    outright is still reported, with the cause."""
     # Under WSL2 the Windows host owns the driver: there is no nvidia kernel module to load.
     if ctx.facts.os.wsl:
         return []
@@ -390,7 +391,8 @@ def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
     elif suppressed:
         fix = (
             "The driver is installed but could not take the GPU; fix the cause reported with it "
-            "(the BAR, nouveau or Secure Boot finding above), then reload the module or reboot."
+            "(the BAR, nouveau, Secure Boot or GPU manager finding), then reload the module or "
+            "reboot."
         )
     elif rm_init and not said:
         fix = (
@@ -933,10 +935,16 @@ def run_checks(
     # A BAR failure, nouveau or Secure Boot explains an unbound GPU better than "driver missing"
     # (the BAR failures of system76/firmware-open#66 and Dunedan/mbp-2016-linux#60 look like one).
     fallen = [f for f in out if f.id == "gpu-fallen-off-bus"]
-    suppressed = any(f.severity == "error" for f in bar) or bool(nouveau or secure or fallen)
+    # so does another GPU manager that blacklists the driver or removes the GPU (EnvyControl's
+    # integrated mode): its undo is the fix, not `modprobe nvidia`
+    managers = check_managers(ctx)
+    disabling = [f for f in managers if f.severity == "error"]
+    suppressed = any(f.severity == "error" for f in bar) or bool(
+        nouveau or secure or fallen or disabling
+    )
     out += check_driver_loaded(ctx, suppressed)
     out += check_torch(ctx, torch_info)
-    out += check_managers(ctx)
+    out += managers
     out += check_xorg(ctx)
     out += check_atomics(ctx)
     out += check_pep668(ctx)
