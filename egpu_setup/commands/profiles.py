@@ -156,10 +156,7 @@ Examples:
 )
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def check(files: tuple[Path, ...]) -> None:
-    """Validate profile files: exit 0 when all are valid, 2 with file:line:column otherwise.
-
-    Each is checked as it would be found in a profile directory: its `name:` must match its
-    file name."""
+    """Validate profiles (`name:` = file name): exit 0 when all are valid, 2 with file:line:col."""
     from egpu_setup.profile.load import load_file
 
     failures: list[UsageError] = []
