@@ -1,7 +1,7 @@
 """Bytes from the network for a lab: one bundle vs N plain installs; offline install uv vs pip.
 
 Everything a laptop needs for torch 2.13.0 CPU (torch + its dependencies) is served by a loopback
-PEP 503 index (tests/_pypi_index.py) that counts the bytes it sends, so both scenarios are
+PEP 503 index (tests/helpers/pypi_index.py) that counts the bytes it sends, so both scenarios are
 measured the same way:
 
   bundle:  `egpu-setup bundle --only torch` once (torch via --index-url, dependencies via a pip
@@ -34,8 +34,8 @@ import _bench as b
 REPO = b.REPO
 sys.path.insert(0, str(REPO / "tests"))
 
-import _pypi_index
 from egpu_setup.execute.pip import SOURCE_ENV
+from helpers import pypi_index as _pypi_index
 
 TORCH = "torch==2.13.0+cpu"
 

@@ -4,9 +4,9 @@ work, side by side, and what an uncompiled venv costs later (issue 16).
 Every install goes through the executor's own PipInstall step (the argv the installer runs: both
 compile bytecode, pip by default and uv with --compile-bytecode), from the same local index, into
 a fresh venv, with no installer cache (PIP_NO_CACHE_DIR / UV_NO_CACHE); the timer stops after
-`sync`, so disk writeback counts for both. Rounds are interleaved (the order rotates). Shown too:
-uv without --compile-bytecode, as the installer ran it before, which is faster only because it
-leaves the compiling to every later start.
+`sync`, so disk writeback counts for both (docs/sources.md, "Measured here"). Rounds are
+interleaved (the order rotates). Shown too: uv without --compile-bytecode, as the installer ran it
+before, which is faster only because it leaves the compiling to every later start.
 
 Then `import torch` in each resulting venv where __pycache__ cannot be written: as root this runs
 as `nobody` in the root-owned venvs (the lab's shared /opt/egpu-setup/venv); otherwise as this
@@ -32,12 +32,12 @@ import _bench as b
 
 sys.path.insert(0, str(b.REPO / "tests"))
 
-import _pypi_index
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.execute.pip import commands, installer_env
 from egpu_setup.host.machine import LiveHost
 from egpu_setup.plan.steps import PipInstall, Plan
 from egpu_setup.state.paths import StatePaths
+from helpers import pypi_index as _pypi_index
 
 GOAL = 1.4  # pip seconds / uv seconds, both compiling
 

@@ -3,7 +3,7 @@
 The YAML stays the source (comments, a source on every row, reviewed diffs); the JSON holds the
 same data and loads in well under a millisecond per file with the C parser, where YAML needs
 tens of milliseconds on every command's start. Run this after editing a YAML file (or after
-scripts/gen_gpu_table.py); tests/test_data_compiled.py fails while they disagree.
+scripts/gen_gpu_table.py); tests/compat/test_data_compiled.py fails while they disagree.
 
     python scripts/compile_data.py           # rewrite egpu_setup/data/compiled/*.json
     python scripts/compile_data.py --check   # exit 1 when a compiled file is stale or missing

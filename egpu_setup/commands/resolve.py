@@ -7,9 +7,14 @@ describe (Linux unless --platform wsl), not this one, and comes without reading 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
+
+if TYPE_CHECKING:
+    from egpu_setup.detect.facts import HostFacts
 
 
 @click.command(
@@ -96,7 +101,7 @@ def command(
         click.echo(format_resolution(resolution))
 
 
-def _facts(from_dir: str | None):  # -> HostFacts
+def _facts(from_dir: str | None) -> HostFacts:
     from egpu_setup.detect.probe import detect_host
     from egpu_setup.host.machine import open_host
 

@@ -2,7 +2,7 @@
 
 The YAML is the source people edit; scripts/compile_data.py writes the same data as
 egpu_setup/data/compiled/<name>.json, which the C JSON parser reads in well under a millisecond
-where the YAML parser needs tens of milliseconds on every command's start (tests/
+where the YAML parser needs tens of milliseconds on every command's start (tests/compat/
 test_data_compiled.py fails when the two disagree). `load(name)` reads one file once per process;
 callers validate its rows into typed values.
 """

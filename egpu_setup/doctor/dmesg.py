@@ -1,4 +1,6 @@
-"""Kernel-log signatures of eGPU failures (hotplug-security.md §2.4), found fast in big logs.
+"""Kernel-log signatures of eGPU failures, found fast in big logs.
+
+Sources: docs/sources.md, "PCI and hot-plug".
 
 The log can be megabytes (a long uptime, a pasted journal), so nothing walks it line by line in
 Python: each signature is a fixed substring found with str.find (C speed), and only the few
@@ -178,7 +180,7 @@ def _record(text: str, pos: int, base: int = 0) -> Hit:
         if not _is_continuation(line):
             break
         start = text.rfind("\n", 0, start - 1) + 1
-    lines = []
+    lines: list[str] = []
     cursor = start
     while cursor < len(text):
         end = text.find("\n", cursor)
@@ -492,7 +494,7 @@ def _scan(found: _Found) -> DmesgScan:
     )
 
 
-_NVRM_KINDS = {
+_NVRM_KINDS: dict[str, tuple[str, ...]] = {
     "bar_invalid": (
         "assigned to your NVIDIA device is invalid",
         "is 0M @ 0x0",
