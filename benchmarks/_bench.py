@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import compileall
 import os
 import resource
@@ -30,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 NEUTRAL = Path(tempfile.mkdtemp(prefix="egpu-bench-cwd-"))  # children start here: no source tree
+atexit.register(shutil.rmtree, NEUTRAL, True)
 # The interpreter anchor the goals were set against (`python -c pass`, the interpreter
 # egpu-setup runs on, on the 2-core development machine): 18 ms. An absolute goal also prints as a
 # multiple of it, which holds when the machine is busier or faster.

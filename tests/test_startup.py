@@ -26,17 +26,23 @@ print("HEAVY=" + ",".join(heavy), file=sys.stderr)
 """
 
 
-def heavy_modules(*args: str) -> str:
+def _in_child(script: str, tag: str, args: tuple[str, ...]) -> str:
+    """Run the command line with `args` under `script` in a fresh interpreter; the value the
+    script printed on stderr after `tag`."""
     res = subprocess.run(
-        [sys.executable, "-c", PROBE.format(args=list(args))],
+        [sys.executable, "-c", script.format(args=list(args))],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    line = [ln for ln in res.stderr.splitlines() if ln.startswith("HEAVY=")]
+    line = [ln for ln in res.stderr.splitlines() if ln.startswith(tag)]
     assert line, res.stderr
-    return line[-1].removeprefix("HEAVY=")
+    return line[-1].removeprefix(tag)
+
+
+def heavy_modules(*args: str) -> str:
+    return _in_child(PROBE, "HEAVY=", args)
 
 
 @pytest.mark.parametrize(
@@ -124,16 +130,7 @@ print("AUDIT=" + json.dumps({{"opened": opened, "yaml": "yaml" in sys.modules}})
 
 
 def _audit(*args: str) -> dict:
-    res = subprocess.run(
-        [sys.executable, "-c", AUDIT.format(args=list(args))],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    line = [ln for ln in res.stderr.splitlines() if ln.startswith("AUDIT=")]
-    assert line, res.stderr
-    return json.loads(line[-1].removeprefix("AUDIT="))
+    return json.loads(_in_child(AUDIT, "AUDIT=", args))
 
 
 WHAT_IF = ("resolve", "--gpu", "10de:2684", "--driver", "550.54.14", "--distro", "ubuntu-22.04")
