@@ -8,15 +8,19 @@ measured the same way:
            configuration whose index is the same loopback server), then N offline installs
   plain:   N fresh venvs, each `pip install --no-cache-dir --index-url LOOP torch==2.13.0+cpu`
 
-Then one offline install from the bundle with pip and with uv (fresh venv each, no cache,
-`unshare -n` when we are root), timed side by side.
+Then one offline install from the bundle with pip and with uv (fresh venv each, no cache, both
+compiling bytecode as the installer does, `unshare -n` when we are root), timed side by side.
+The bundle is built by the installed egpu-setup, started from an empty directory. No goal of
+issue 16: figures only.
 
-    python benchmarks/bundle_fetch.py [--targets N]
+    python benchmarks/bundle_fetch.py [--targets N] [--smoke]
+
+--smoke serves a small pure-Python wheel named torch 2.13.0+cpu instead of the real one, for one
+laptop: it proves the script runs, and measures nothing.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -25,9 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+import _bench as b
+
+REPO = b.REPO
 sys.path.insert(0, str(REPO / "tests"))
 
+from egpu_setup.execute.pip import SOURCE_ENV
 from helpers import pypi_index as _pypi_index
 
 TORCH = "torch==2.13.0+cpu"
@@ -44,20 +51,35 @@ def served_bytes(idx: _pypi_index.LocalIndex, since: int) -> int:
     return total
 
 
+# This machine's own pip/uv source variables (PIP_FIND_LINKS=/opt/wheels, say) would let an
+# install take torch from somewhere other than the loopback index: every child runs without them.
+CLEAN = {k: v for k, v in os.environ.items() if k not in SOURCE_ENV}
+
+
 def run(argv: list[str], env: dict[str, str] | None = None) -> float:
     t = time.monotonic()
-    subprocess.run(argv, check=True, env={**os.environ, **(env or {})}, capture_output=True)
+    done = subprocess.run(
+        argv, env={**CLEAN, **(env or {})}, capture_output=True, text=True, cwd=b.NEUTRAL
+    )
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)}: exit {done.returncode}\n{done.stdout}{done.stderr}")
     return time.monotonic() - t
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    ap = b.parser(__doc__)
     ap.add_argument("--targets", type=int, default=3, help="laptops to provision (default 3)")
     args = ap.parse_args()
-    uv = shutil.which("uv")
+    uv = b.which("uv")
     if uv is None:
         sys.exit("uv is not on PATH (pip install uv)")
-    wheels = _pypi_index.download_torch(_pypi_index.cache_dir())
+    b.banner("network bytes for a lab: one bundle vs N installs")
+    stand_in = Path(tempfile.mkdtemp(prefix="egpu-bench-wheels-"))
+    if args.smoke:
+        args.targets = 1
+        wheels = [_pypi_index.build_wheel(stand_in, "torch", "2.13.0+cpu")]
+    else:
+        wheels = _pypi_index.download_torch(_pypi_index.cache_dir())
     offline = ["unshare", "-n", "--"] if os.geteuid() == 0 and shutil.which("unshare") else []
     with (
         tempfile.TemporaryDirectory(prefix="egpu-bundle-bench-") as tmp_s,
@@ -75,7 +97,7 @@ def main() -> None:
         # 1. the bundle: one download for the whole lab
         start = len(idx.requests)
         t_bundle = run(
-            [sys.executable, "-m", "egpu_setup", "bundle", "--profile", str(profile),
+            [*b.tool(), "bundle", "--profile", str(profile),
              "--out", str(tmp / "b"), "--cuda", "cpu", "--torch", "2.13.0", "--python", "3.11",
              "--index-url", idx.url, "--only", "torch"],
             env={"PIP_CONFIG_FILE": str(conf), "PIP_NO_CACHE_DIR": "1"},
@@ -97,9 +119,9 @@ def main() -> None:
             shutil.rmtree(venv)
         plain_bytes = served_bytes(idx, start)
         # 3. offline installs from the bundle, pip vs uv
-        b = tmp / "b"
-        req = next(b.glob("requirements-*.txt"))
-        pool = b / "wheels/py3.11"
+        out = tmp / "b"
+        req = next(out.glob("requirements-*.txt"))
+        pool = out / "wheels/py3.11"
         offline_args = ["--no-index", "--find-links", str(pool), "--require-hashes", "-r", str(req)]
         start = len(idx.requests)
         subprocess.run([sys.executable, "-m", "venv", str(tmp / "vp")], check=True)
@@ -112,7 +134,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "venv", str(tmp / "vu")], check=True)
         t_uv = run(
             [*offline, uv, "pip", "install", "-q", "--no-config", "--offline", "--no-cache",
-             "--python", str(tmp / "vu/bin/python"), *offline_args]
+             "--compile-bytecode", "--python", str(tmp / "vu/bin/python"), *offline_args]
         )  # fmt: skip
         subprocess.run(["sync"], check=True)
         assert served_bytes(idx, start) == 0, "an offline install reached the index"
@@ -125,7 +147,11 @@ def main() -> None:
     where = "inside unshare -n" if offline else "network not isolated (not root)"
     print(f"offline install from the bundle ({where}, fresh venv, no cache):")
     print(f"  pip {t_pip:6.1f} s   uv {t_uv:6.1f} s   pip/uv {t_pip / t_uv:4.2f}x")
+    shutil.rmtree(stand_in)
+    if args.smoke:
+        print("(--smoke: a stand-in wheel and one laptop; the figures above mean nothing)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

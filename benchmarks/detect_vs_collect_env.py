@@ -1,80 +1,90 @@
-"""Startup and detection speed, side by side in one run.
+"""Startup and live detection, side by side in one run, against their goals (issue 16).
 
-Compares `egpu-setup detect --json` with `python -m torch.utils.collect_env` (what PyTorch asks
-for in bug reports) on this machine, several rounds each, and prints medians and the ratio.
-Also times `egpu-setup --help` and `detect --json --from` a recorded host. Goals (issue 2):
---help < 150 ms, detect < 250 ms, detect >= 7x faster than collect_env.
+Goals, each against the interpreter egpu-setup runs on:
+- `egpu-setup --help` takes at most 3x `python -c pass`;
+- `egpu-setup detect --json` (this machine) is at least 25x faster than `python -m
+  torch.utils.collect_env` (what PyTorch asks for in bug reports).
+Also shown: `python -c "import click"` (the floor under --help: Click renders it), the peak memory
+of detect and collect_env, and `detect --json --from` a recorded host.
 
-    python benchmarks/detect_vs_collect_env.py [--rounds 7]
+    python benchmarks/detect_vs_collect_env.py [--rounds 9] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import statistics
 import subprocess
 import sys
-import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+import _bench as b
 
-
-def wall(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - start
+HELP_GOAL = 3.0  # x python -c pass
+DETECT_GOAL = 25.0  # x faster than collect_env
 
 
-def median_ms(argv: list[str], rounds: int) -> float:
-    wall(argv)  # warm the page cache; the first run of anything measures the disk
-    return 1000 * statistics.median(wall(argv) for _ in range(rounds))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
+def main() -> int:
+    ap = b.parser(__doc__)
+    ap.add_argument("--rounds", type=int, default=9)
     args = ap.parse_args()
-    exe = shutil.which("egpu-setup")
-    tool = [exe] if exe else [sys.executable, "-m", "egpu_setup"]
-    fixture = REPO / "tests/fixtures/hosts/tb4-rtx4090-ubuntu2404"
-    rows = [
-        ("egpu-setup --help", tool + ["--help"]),
-        ("egpu-setup detect --json", tool + ["detect", "--json"]),
-    ]
+    rounds = 1 if args.smoke else args.rounds
+    b.banner("startup and detection")
+    tool = b.tool()
+    py = sys.executable
+    fixture = b.REPO / "tests/fixtures/hosts/tb4-rtx4090-ubuntu2404"
+    cases = {
+        "python -c pass": b.timed([py, "-c", "pass"]),
+        'python -c "import click"': b.timed([py, "-c", "import click"]),
+        "egpu-setup --help": b.timed([*tool, "--help"]),
+        "egpu-setup detect --json": b.timed([*tool, "detect", "--json"]),
+    }
     if fixture.is_dir():
-        rows.append(
-            (
-                "egpu-setup detect --json --from <tb4 bundle>",
-                tool + ["detect", "--json", "--from", str(fixture)],
-            )
+        cases["egpu-setup detect --json --from <tb4 bundle>"] = b.timed(
+            [*tool, "detect", "--json", "--from", str(fixture)]
         )
+    collect_env = [py, "-m", "torch.utils.collect_env"]
     have_torch = (
-        subprocess.run(
-            [sys.executable, "-c", "import torch.utils.collect_env"],
-            capture_output=True,
-            check=False,
-        ).returncode
+        not args.smoke
+        and subprocess.run([py, "-c", "import torch.utils.collect_env"], check=False).returncode
         == 0
     )
     if have_torch:
-        rows.append(
-            ("python -m torch.utils.collect_env", [sys.executable, "-m", "torch.utils.collect_env"])
+        cases["python -m torch.utils.collect_env"] = b.timed(collect_env)
+    times = b.side_by_side(cases, rounds, warm=not args.smoke)
+    med = {name: b.median(t) for name, t in times.items()}
+    print(f"\n{'command':<48} {'median ms':>10}  ({rounds} interleaved rounds)")
+    for name, seconds in med.items():
+        print(f"{name:<48} {seconds * 1000:>10.1f}")
+    _, detect_mib, _ = b.peak_rss([*tool, "detect", "--json"])
+    print(f"peak memory: egpu-setup detect --json {detect_mib:.0f} MiB", end="")
+    anchor = med["python -c pass"]
+    help_ratio = med["egpu-setup --help"] / anchor
+    click_ratio = med['python -c "import click"'] / anchor
+    goals = [
+        b.Goal(
+            "egpu-setup --help vs python -c pass",
+            f"{help_ratio:.2f}x",
+            f"<= {HELP_GOAL:g}x",
+            help_ratio <= HELP_GOAL,
+            f"importing Click alone is {click_ratio:.2f}x",
         )
-    results = {}
-    print(f"{'command':<50} {'median ms':>10}   ({args.rounds} rounds)")
-    for label, argv in rows:
-        results[label] = median_ms(argv, args.rounds)
-        print(f"{label:<50} {results[label]:>10.1f}")
+    ]
     if have_torch:
-        ratio = results["python -m torch.utils.collect_env"] / results["egpu-setup detect --json"]
-        print(f"\ncollect_env / detect: {ratio:.1f}x  (goal >= 7x)")
-    else:
-        print(
-            "\ntorch is not installed here: no collect_env comparison (pip install torch==2.13.0)"
+        _, env_mib, _ = b.peak_rss(collect_env)
+        print(f", python -m torch.utils.collect_env {env_mib:.0f} MiB")
+        speedup = med["python -m torch.utils.collect_env"] / med["egpu-setup detect --json"]
+        goals.append(
+            b.Goal(
+                "detect --json faster than torch.utils.collect_env",
+                f"{speedup:.1f}x",
+                f">= {DETECT_GOAL:g}x",
+                speedup >= DETECT_GOAL,
+            )
         )
+    else:
+        print()
+        why = "--smoke" if args.smoke else "torch is not installed in this interpreter"
+        goals.append(b.Goal("detect --json faster than collect_env", "not measured", "", True, why))
+    return b.report(goals, args.smoke)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,15 +6,14 @@ Goals (issue 15):
 2. The full `egpu-setup verify --device cpu` finishes inside its default timeout, and passes,
    while two busy processes per core load the machine (started here, stopped at the end).
 
-Runs from the repository root against the installed package (`python -m egpu_setup`), with the
+Runs from anywhere against the installed egpu-setup (started from an empty directory), with the
 state in a temporary directory. Not a test: the numbers depend on the machine and its load.
 
-    python benchmarks/verify_cpu.py [--python PATH] [--runs N] [--no-load]
+    python benchmarks/verify_cpu.py [--python PATH] [--runs N] [--no-load] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,19 +22,20 @@ import sys
 import tempfile
 import time
 
+import _bench as b
+
 QUICK_GOAL = 3.0  # x import torch
 LOAD_PER_CORE = 2
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    res = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, cwd=b.NEUTRAL)
     return time.perf_counter() - t0, res
 
 
 def verify_argv(python: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "egpu_setup", "verify", "--device", "cpu", "--python", python,
-            "--json", *extra]  # fmt: skip
+    return [*b.tool(), "verify", "--device", "cpu", "--python", python, "--json", *extra]
 
 
 def start_load(n: int) -> list[subprocess.Popen[bytes]]:
@@ -54,11 +54,14 @@ def stop_load(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = b.parser(__doc__)
     ap.add_argument("--python", default=sys.executable, help="target Python with torch")
     ap.add_argument("--runs", type=int, default=3, help="runs of import torch and --quick")
     ap.add_argument("--no-load", action="store_true", help="skip the full run under load")
     args = ap.parse_args()
+    if args.smoke:
+        args.runs, args.no_load = 1, True
+    b.banner("verify --device cpu")
     from egpu_setup.verify.session import TIMEOUT_FULL_S
 
     ok = True
@@ -79,6 +82,10 @@ def main() -> int:
         print(f"verify --quick          median {quick:6.2f} s of {args.runs}")
         print(f"  ratio {ratio:.2f}x import torch (goal <= {QUICK_GOAL:g}x): "
               f"{'ok' if ratio <= QUICK_GOAL else 'MISSED'}")  # fmt: skip
+        if args.smoke:
+            print(f"load average after: {b.load()}")
+            print("(--smoke: one run, no load; the figures above mean nothing)")
+            return 0
         if args.no_load:
             return 0 if ok else 1
         cores = os.cpu_count() or 1

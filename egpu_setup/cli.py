@@ -1,13 +1,13 @@
 """Command line: parse options, call one core function, print, map errors to exit codes.
 
 Commands are imported only when invoked, so `egpu-setup --help` and `detect` stay fast:
-nothing heavy (torch, requests, jinja2) is on the startup path.
+`--help` imports Click and this module's command table, nothing else (tests/test_startup.py),
+and nothing heavy (torch, requests, jinja2) is on any command's startup path.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 
 import click
@@ -48,16 +48,18 @@ Examples:
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+    """A group whose subcommands are imported on first use (the table above lists them all;
+    tests/test_startup.py checks that each names a module with a `command`)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [n for n, (mod, _) in COMMANDS.items() if _module_exists(mod)]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS or not _module_exists(COMMANDS[name][0]):
+        if name not in COMMANDS:
             return None
         module = importlib.import_module(f"egpu_setup.commands.{COMMANDS[name][0]}")
-        return module.command
+        command: click.Command = module.command
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(n, COMMANDS[n][1]) for n in self.list_commands(ctx)]
@@ -66,13 +68,9 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-def _module_exists(mod: str) -> bool:
-    from importlib.util import find_spec
-
-    return find_spec(f"egpu_setup.commands.{mod}") is not None
-
-
 def _setup_logging(verbose: int, quiet: int) -> None:
+    import logging  # here, not at the top: `--help` and `--version` never get this far
+
     level = logging.WARNING + 10 * (quiet - verbose)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(

@@ -42,6 +42,10 @@ def test_wheel_ships_every_module_and_data_file(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {p.relative_to(REPO).as_posix() for p in (REPO / "egpu_setup").rglob("*.py")}
     expected |= {f"egpu_setup/data/{p.name}" for p in (REPO / "egpu_setup/data").glob("*.yaml")}
+    # and the compiled form the program reads (egpu_setup/compat/shipped.py)
+    expected |= {
+        f"egpu_setup/data/compiled/{p.stem}.json" for p in (REPO / "egpu_setup/data").glob("*.yaml")
+    }
     expected |= {
         "egpu_setup/templates/" + p.relative_to(REPO / "templates").as_posix()
         for p in (REPO / "templates").rglob("*.j2")

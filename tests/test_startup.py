@@ -1,7 +1,11 @@
-"""Nothing heavy on the startup path: --help and detect never import torch, requests or jinja2."""
+"""Nothing heavy on the startup path: --help and detect never import torch, requests or jinja2;
+`--help` imports nothing beyond what Click's own help imports; the shipped data is read once, from
+its compiled form; `resolve` with every fact given reads nothing of this machine."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import subprocess
 import sys
 
@@ -22,17 +26,23 @@ print("HEAVY=" + ",".join(heavy), file=sys.stderr)
 """
 
 
-def heavy_modules(*args: str) -> str:
+def _in_child(script: str, tag: str, args: tuple[str, ...]) -> str:
+    """Run the command line with `args` under `script` in a fresh interpreter; the value the
+    script printed on stderr after `tag`."""
     res = subprocess.run(
-        [sys.executable, "-c", PROBE.format(args=list(args))],
+        [sys.executable, "-c", script.format(args=list(args))],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    line = [ln for ln in res.stderr.splitlines() if ln.startswith("HEAVY=")]
+    line = [ln for ln in res.stderr.splitlines() if ln.startswith(tag)]
     assert line, res.stderr
-    return line[-1].removeprefix("HEAVY=")
+    return line[-1].removeprefix(tag)
+
+
+def heavy_modules(*args: str) -> str:
+    return _in_child(PROBE, "HEAVY=", args)
 
 
 @pytest.mark.parametrize(
@@ -55,3 +65,87 @@ def test_detect_from_bundle_is_light() -> None:
     if not bundles:
         pytest.skip("no recorded hosts yet")
     assert heavy_modules("detect", "--json", "--from", str(bundles[0])) == ""
+
+
+def _modules_after(code: str) -> set[str]:
+    res = subprocess.run(
+        [sys.executable, "-c", code + "\nprint('MODULES=' + ','.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("MODULES=")]
+    assert line, res.stdout + res.stderr
+    return set(line[-1].removeprefix("MODULES=").split(","))
+
+
+def test_help_imports_click_and_the_command_table_only() -> None:
+    quiet = "import contextlib, io, sys\nout = io.StringIO()\n"
+    bare = _modules_after(  # what Click itself imports to print a group's --help
+        quiet + "import click\n"
+        "@click.group()\ndef g(): pass\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    g.main(['--help'], standalone_mode=False)\n"
+    )
+    ours = _modules_after(
+        quiet + "sys.argv = ['egpu-setup', '--help']\nfrom egpu_setup.cli import main\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    try:\n        main()\n    except SystemExit:\n        pass\n"
+    )
+    assert sorted(ours - bare) == ["egpu_setup", "egpu_setup.cli", "egpu_setup.errors"]
+
+
+def test_every_command_in_the_table_has_its_module() -> None:
+    import click
+
+    from egpu_setup.cli import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == list(COMMANDS)
+    for name, (module, _help) in COMMANDS.items():
+        command = importlib.import_module(f"egpu_setup.commands.{module}").command
+        assert isinstance(command, click.Command) and cli.get_command(ctx, name) is command
+    assert cli.get_command(ctx, "no-such-command") is None
+
+
+# Runs the command line in this process, recording every file opened and directory listed.
+AUDIT = """
+import json, sys
+opened = []
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str):
+        opened.append(args[0])
+    elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], str):
+        opened.append(args[0])
+sys.addaudithook(hook)
+sys.argv = ["egpu-setup", *{args!r}]
+from egpu_setup.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print("AUDIT=" + json.dumps({{"opened": opened, "yaml": "yaml" in sys.modules}}), file=sys.stderr)
+"""
+
+
+def _audit(*args: str) -> dict:
+    return json.loads(_in_child(AUDIT, "AUDIT=", args))
+
+
+WHAT_IF = ("resolve", "--gpu", "10de:2684", "--driver", "550.54.14", "--distro", "ubuntu-22.04")
+
+
+def _host_reads(opened: list[str]) -> list[str]:
+    return [p for p in opened if p.startswith(("/sys", "/proc", "/etc/os-release", "/dev"))]
+
+
+def test_resolve_with_every_fact_given_reads_nothing_of_this_machine() -> None:
+    seen = _audit(*WHAT_IF, "--python", "3.11", "--json")
+    assert _host_reads(seen["opened"]) == []
+    data = [p for p in seen["opened"] if "/egpu_setup/data/" in p]
+    assert data and all(p.endswith(".json") and "/compiled/" in p for p in data), data
+    assert len(data) == len(set(data)), "a data file was read twice"
+    assert seen["yaml"] is False
+    # one fact short (the Python), the machine is read for it
+    assert _host_reads(_audit(*WHAT_IF, "--json")["opened"]) != []

@@ -1,7 +1,9 @@
 """`egpu-setup resolve`: which driver, CUDA variant and torch would be installed here, and why.
 
 Without `--from` it detects this machine; every what-if flag overrides what was detected, so a lab
-can plan a fleet from one laptop (or from CI) with no GPU attached."""
+can plan a fleet from one laptop (or from CI) with no GPU attached. With all four of --gpu,
+--driver, --distro and --python nothing is detected: the answer is about the machine the flags
+describe (Linux unless --platform wsl), not this one, and comes without reading it."""
 
 from __future__ import annotations
 
@@ -64,7 +66,11 @@ def command(
     driver_branch: int | None,
     profile_name: str | None,
 ) -> None:
-    """Show what would be installed (driver, CUDA variant, torch wheel) and why."""
+    """Show what would be installed (driver, CUDA variant, torch wheel) and why.
+
+    With --gpu, --driver, --distro and --python all given, nothing of this machine is read: the
+    answer is for the machine they describe (Linux unless --platform wsl).
+    """
     from egpu_setup.resolve.constraints import constraints_from_profile
     from egpu_setup.resolve.resolution import format_resolution
     from egpu_setup.resolve.resolver import resolve
@@ -74,7 +80,9 @@ def command(
         from egpu_setup.profile.load import load_profile
 
         profile = load_profile(profile_name)
-    facts = _facts(from_dir)
+    # Every fact detection would supply is given: plan for the described machine, unread.
+    described = None not in (gpu, driver, distro, python)
+    facts = None if described and from_dir is None else _facts(from_dir)
     constraints = constraints_from_profile(
         profile,
         gpu=gpu,

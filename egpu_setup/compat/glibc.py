@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from egpu_setup.compat.shipped import load as load_data
 from egpu_setup.errors import MatrixError
 
 __all__ = [
@@ -78,14 +78,7 @@ class Floor:
 
 
 def _read(name: str) -> dict[str, Any]:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    data = yaml.load(
-        resources.files("egpu_setup.data").joinpath(name).read_text(encoding="utf-8"),
-        Loader=loader,
-    )
-    return data if isinstance(data, dict) else {}
+    return load_data(name)
 
 
 def _damaged(file: str, where: str, why: str) -> MatrixError:
@@ -137,7 +130,6 @@ def _distros() -> dict[tuple[str, str], tuple[str, str]]:
 
 def torch_floor(version: str, variant: str) -> Floor | None:
     """The glibc floor of torch `version`'s `variant` Linux x86_64 wheels, or None if unknown."""
-    from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -147,9 +139,16 @@ def torch_floor(version: str, variant: str) -> Floor | None:
     for floor in _floors():
         if floor.variants and variant not in floor.variants:
             continue
-        if SpecifierSet(floor.releases).contains(v, prereleases=True):
+        if _specifier(floor.releases).contains(v, prereleases=True):
             return floor
     return None
+
+
+@lru_cache(maxsize=64)  # the resolver asks for every candidate wheel: parse each range once
+def _specifier(text: str) -> Any:  # packaging.specifiers.SpecifierSet, imported on first use
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(text)
 
 
 def distro_glibc(distro_id: str | None, version_id: str | None) -> tuple[str, str] | None:

@@ -1,4 +1,4 @@
-"""The compatibility matrix: YAML data shipped in egpu_setup/data, validated into typed rows.
+"""The compatibility matrix: the data shipped in egpu_setup/data, validated into typed rows.
 
 Knowledge lives in cuda.yaml (variant -> driver floor), torch.yaml (releases, variants, arch
 lists, Python versions), drivers.yaml (architecture <-> branch) and distros.yaml (packages, NVIDIA's
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from typing import Any
 
+from egpu_setup.compat.shipped import load as load_data
 from egpu_setup.compat.versions import (
     ArchList,
     ComputeCapability,
@@ -238,22 +238,6 @@ def version_key(version: str) -> tuple[int, ...]:
 # -- loading ---------------------------------------------------------------------------------------
 
 
-def _read_yaml(name: str) -> dict[str, Any]:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster at startup
-    text = resources.files("egpu_setup.data").joinpath(name).read_text(encoding="utf-8")
-    try:
-        data = yaml.load(text, Loader=loader)
-    except yaml.YAMLError as exc:
-        raise MatrixError(
-            f"egpu_setup/data/{name}: not valid YAML: {exc}", "reinstall egpu-setup"
-        ) from exc
-    if not isinstance(data, dict):
-        raise MatrixError(f"egpu_setup/data/{name}: expected a mapping at the top")
-    return data
-
-
 class _Rows:
     """Typed access to one YAML row, with errors naming the file and key path."""
 
@@ -462,10 +446,10 @@ def _load_distros(data: dict[str, Any]) -> tuple[tuple[Distro, ...], NvidiaRepoD
 @functools.lru_cache(maxsize=1)
 def load_snapshot() -> Matrix:
     """The matrix as shipped inside the package (no overlay)."""
-    cuda_data = _read_yaml("cuda.yaml")
-    torch_data = _read_yaml("torch.yaml")
-    drivers_data = _read_yaml("drivers.yaml")
-    distros_data = _read_yaml("distros.yaml")
+    cuda_data = load_data("cuda.yaml")
+    torch_data = load_data("torch.yaml")
+    drivers_data = load_data("drivers.yaml")
+    distros_data = load_data("distros.yaml")
     cuda, toolkit = _load_cuda(cuda_data)
     archs, branches = _load_drivers(drivers_data)
     distros, repo = _load_distros(distros_data)

@@ -5,5 +5,5 @@ Modules: `facts` (HostFacts and its parts), `probe` (detect_host: everything mer
 (OS, kernel, WSL, Secure Boot, Python), `osrelease`, `pci` (the PCI tree and which GPU is
 external), `pciids`, `sysfs` (attribute parsers), `lspci`, `nvidia` and `nvidia_smi` (the
 driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa` (nodes, each GPU's
-node).
+node), `kernel_log` (a recording's kernel log, bounded however big it is).
 """

@@ -76,7 +76,9 @@ def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | No
     proc_version, flavour = parse_proc_version(host.read("/proc/driver/nvidia/version"))
     if flavour is None and host.kind == "recorded":
         # A pasted report often has only the kernel log; live, dmesg is not read for this.
-        log_version, flavour = parse_proc_version(host.command("dmesg", ["dmesg"]))
+        from egpu_setup.detect.kernel_log import recorded_kernel_log
+
+        log_version, flavour = parse_proc_version(recorded_kernel_log(host))
         proc_version = proc_version or log_version
     module_version = host.read_attr("/sys/module/nvidia/version") or proc_version
     version = module_version

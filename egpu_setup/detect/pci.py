@@ -70,13 +70,9 @@ _SYSFS_GENERATION = {1: "TB1", 2: "TB2", 3: "TB3", 4: "USB4"}
 
 @functools.cache
 def _tunnel_table() -> dict[tuple[str, str], Tunnel]:
-    from importlib.resources import files
+    from egpu_setup.compat.shipped import load
 
-    import yaml
-
-    text = files("egpu_setup.data").joinpath("pcie_tunnels.yaml").read_text()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    data = yaml.load(text, Loader=loader)
+    data = load("pcie_tunnels.yaml")
     return {
         (row["vendor"], row["device"]): Tunnel(
             row["connection"], row["name"], row.get("generation")

@@ -62,7 +62,9 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
         # their ids (inxi pasted as lspci.txt, NVRM lines of a kernel log).
         texts: tuple[str, ...] = (lspci_text or "",)
         if host.kind == "recorded":
-            texts += (host.command("dmesg", ["dmesg"]) or "",)
+            from egpu_setup.detect.kernel_log import recorded_kernel_log
+
+            texts += (recorded_kernel_log(host) or "",)
         return _gpus_from_text(lspci, smi, texts)
     pci_ids = pci.pci_ids_text(host)
     chassis = host.read_attr("/sys/class/dmi/id/chassis_type")

@@ -65,7 +65,7 @@ class _Context:
 def _context(facts: HostFacts, inputs: DoctorInput) -> _Context:
     from egpu_setup.detect.lspci import parse_lspci
 
-    scan = scan_dmesg(inputs.dmesg)
+    scan = inputs.dmesg_scan if inputs.dmesg_scan is not None else scan_dmesg(inputs.dmesg)
     entries = parse_lspci(inputs.lspci) if inputs.lspci else ()
     addrs = {g.pci_address.lower() for g in facts.nvidia_gpus}
     addrs |= {e.address for e in entries if e.is_nvidia and e.is_display}

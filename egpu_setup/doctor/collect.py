@@ -5,10 +5,12 @@ Soft: a missing or unreadable source is None or empty, and shown as such with th
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
 from egpu_setup.detect.facts import HostFacts
+from egpu_setup.doctor.dmesg import DmesgScan, scan_lines
 from egpu_setup.doctor.findings import DoctorInput
 from egpu_setup.host.machine import Host
 
@@ -44,6 +46,43 @@ def probe_manager_files(host: Host) -> dict[str, str | None]:
     return managers
 
 
+def scan_kernel_log(host: Host) -> DmesgScan | None:
+    """The kernel log's signatures, scanned as it is read: memory stays flat for any length. Over
+    the read limit only its newest part is scanned, and a note on stderr says so. None when
+    there is no log to read (not installed, not recorded, or not readable without root)."""
+    lines = host.command_lines("dmesg", ["dmesg"])
+    if lines is None or lines.size == 0:
+        return None
+    it = iter(lines)
+    head: list[str] = []
+    chars = 0
+    for line in it:  # the first 300 characters: where dmesg says it was refused
+        head.append(line)
+        chars += len(line)
+        if chars >= 300:
+            break
+    if "read kernel buffer failed" in "".join(head)[:300]:
+        # kernel.dmesg_restrict=1 (Debian/Ubuntu default): only root reads the kernel log.
+        log.warning("cannot read the kernel log without root: run `sudo egpu-setup doctor`")
+        return None
+    if lines.skipped:
+        log.warning(
+            "the kernel log is %s: doctor read its newest %s; the oldest %s (the start of the "
+            "log) were not read",
+            _size(lines.size),
+            _size(lines.size - lines.skipped),
+            _size(lines.skipped),
+        )
+    return scan_lines(itertools.chain(head, it))
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def collect(host: Host, facts: HostFacts) -> DoctorInput:
     """Read every source doctor uses through the Host (soft: missing is None or empty)."""
     udev = [f for d in UDEV_DIRS for f in _rule_files(host, d, ".rules")]
@@ -64,13 +103,8 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         if text:
             nv_power[gpu.pci_address] = text
     report, report_path = latest_verify_report(host)
-    dmesg = host.command("dmesg", ["dmesg"])
-    if dmesg is not None and "read kernel buffer failed" in dmesg[:300]:
-        # kernel.dmesg_restrict=1 (Debian/Ubuntu default): only root reads the kernel log.
-        log.warning("cannot read the kernel log without root: run `sudo egpu-setup doctor`")
-        dmesg = None
     return DoctorInput(
-        dmesg=dmesg,
+        dmesg_scan=scan_kernel_log(host),
         lspci=host.command("lspci", ["lspci", "-vvnn"]),
         nvidia_smi=host.command("nvidia-smi", ["nvidia-smi"], timeout=20.0),
         boltctl=host.command("boltctl", ["boltctl", "list", "--all"]),

@@ -18,7 +18,7 @@ pasted line (backticks, `**bold**`, `>` and `+>` quote marks) is ignored.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 # Evidence is capped: a flapping link can print the same line thousands of times.
@@ -164,7 +164,15 @@ def _is_continuation(line: str) -> bool:
     return line[:1] in (" ", "\t") and not _PREFIX_RE.match(line.lstrip())
 
 
-def _record(text: str, pos: int) -> Hit:
+# -- one window of the log -------------------------------------------------------------------------
+#
+# The finders below search text[lo:hi] (the window) and may read the lines around it for context;
+# `base` is where text[0] lies in the whole log, so every Hit.offset is an offset in the whole log.
+# scan_dmesg passes the whole text as one window; scan_lines passes one block at a time, with the
+# line before it and _LOOKAHEAD lines after it as context.
+
+
+def _record(text: str, pos: int, base: int = 0) -> Hit:
     """The message containing text[pos]: back to its first line, on over its continuations."""
     start = text.rfind("\n", 0, pos) + 1
     while start > 0:
@@ -189,16 +197,19 @@ def _record(text: str, pos: int) -> Hit:
     )
     # syslog writes embedded newlines as #012.
     message = message.replace("#012", " ")
-    return Hit(tuple(line.replace("#012", " ") for line in lines), message, start)
+    return Hit(tuple(line.replace("#012", " ") for line in lines), message, base + start)
 
 
-def _hits(text: str, needle: str, limit: int = MAX_HITS) -> Iterator[Hit]:
-    """Each distinct record containing `needle`, in log order (at most `limit`)."""
-    pos = text.find(needle)
+def _hits(
+    text: str, needle: str, limit: int = MAX_HITS, lo: int = 0, hi: int = -1, base: int = 0
+) -> Iterator[Hit]:
+    """Each distinct record containing `needle` in the window, in log order (at most `limit`)."""
+    hi = len(text) if hi < 0 else hi
+    pos = text.find(needle, lo)
     last_start = -1
     count = 0
-    while pos >= 0 and count < limit:
-        hit = _record(text, pos)
+    while 0 <= pos < hi and count < limit:
+        hit = _record(text, pos, base)
         if hit.offset != last_start:
             last_start = hit.offset
             count += 1
@@ -209,31 +220,33 @@ def _hits(text: str, needle: str, limit: int = MAX_HITS) -> Iterator[Hit]:
         pos = text.find(needle, nxt)
 
 
-def _with_reason(text: str, hit: Hit, address: str) -> Hit:
+def _with_reason(text: str, hit: Hit, address: str, base: int = 0) -> Hit:
     """Prepend the "no space" line the kernel prints just before "failed to assign"."""
-    if hit.offset == 0:
+    at = hit.offset - base
+    if at == 0:
         return hit
-    start = text.rfind("\n", 0, hit.offset - 1) + 1
-    line = text[start : hit.offset - 1].rstrip("\r")
+    start = text.rfind("\n", 0, at - 1) + 1
+    line = text[start : at - 1].rstrip("\r")
     if address in line and ("no space" in line or "can't assign" in line):
         return Hit((line.rstrip(), *hit.lines), hit.message, hit.offset)
     return hit
 
 
-def _nvrm_hits(text: str) -> dict[str, list[Hit]]:
+def _nvrm_hits(text: str, lo: int = 0, hi: int = -1, base: int = 0) -> dict[str, list[Hit]]:
     """NVIDIA driver messages by kind. Each NVRM line is tested as a plain string first (most are
     harmless "loading" lines); only a matching line pays for building its record."""
+    hi = len(text) if hi < 0 else hi
     out: dict[str, list[Hit]] = {k: [] for k in _NVRM_KINDS}
     offsets: dict[str, set[int]] = {k: set() for k in _NVRM_KINDS}
-    pos = text.find("NVRM")
-    while pos >= 0:
+    pos = text.find("NVRM", lo)
+    while 0 <= pos < hi:
         start = text.rfind("\n", 0, pos) + 1
         end = text.find("\n", pos)
         end = len(text) if end < 0 else end
         line = text[start:end]
         for kind, needles in _NVRM_KINDS.items():
             if len(out[kind]) < MAX_HITS and any(n in line for n in needles):
-                hit = _record(text, pos)
+                hit = _record(text, pos, base)
                 if hit.offset not in offsets[kind]:
                     offsets[kind].add(hit.offset)
                     out[kind].append(hit)
@@ -241,44 +254,182 @@ def _nvrm_hits(text: str) -> dict[str, list[Hit]]:
     return out
 
 
-def _following(text: str, hit: Hit, n: int) -> str:
+# NVRM prints an API mismatch over several messages: the versions are in the next few lines.
+_API_FOLLOWING = 4
+# What a block needs after it as context (scan_lines): the lines _following reads past a record.
+_LOOKAHEAD = _API_FOLLOWING
+
+
+def _following(text: str, hit: Hit, n: int, base: int = 0) -> str:
     """The message text of `hit` plus the next n lines (NVRM splits one message over several)."""
-    end = hit.offset
+    at = hit.offset - base
+    end = at
     for _ in range(len(hit.lines) + n):
         nxt = text.find("\n", end)
         if nxt < 0:
             end = len(text)
             break
         end = nxt + 1
-    return " ".join(strip_prefix(ln) for ln in text[hit.offset : end].splitlines()).replace(
-        "#012", " "
-    )
+    return " ".join(strip_prefix(ln) for ln in text[at:end].splitlines()).replace("#012", " ")
+
+
+# Each signature found by one fixed substring (needle), with how many records of it are kept.
+# Every failed window prints "failed to assign" (after "no space for" on old kernels, after
+# "can't assign; no space" on newer 6.x kernels), so one needle finds them all.
+_NEEDLES: dict[str, tuple[str, int]] = {
+    "bars": ("failed to assign", MAX_HITS),
+    "limits": ("available PCIe bandwidth, limited by", MAX_HITS),
+    "xids": ("NVRM: Xid", MAX_HITS),
+    "lockdown": ("Lockdown:", MAX_HITS),
+    "refused": ("could not insert '", MAX_HITS),
+    "atomics": ("rejects atomics", MAX_HITS),
+    "rejected": ("rejected", MAX_HITS),
+    "restricted": ("unsigned module loading is restricted", MAX_HITS),
+    "unsigned": ("module verification failed: signature and/or required key missing", MAX_HITS),
+    "nouveau": ("nouveau 0000:", 20),
+}
+# Enumeration and bridge lines are many (every PCI function, at every boot and hot-plug): of
+# those only what they say is kept, not the records.
+_ENUM = ("] type 0", 4096)
+_BRIDGE = ("PCI bridge to [bus", 4096)
+
+
+@dataclass
+class _Found:
+    """The records one or more windows hold, per needle and per NVRM kind, in log order and cut
+    at each one's limit: what the first `limit` records of the whole log would be. A BAR record
+    comes with its failure read in context, an API mismatch with the versions that follow it."""
+
+    hits: dict[str, list[Hit]] = field(default_factory=lambda: {k: [] for k in _NEEDLES})
+    nvrm: dict[str, list[Hit]] = field(default_factory=lambda: {k: [] for k in _NVRM_KINDS})
+    bars: list[BarFailure | None] = field(default_factory=list)  # one per hits["bars"]
+    api_versions: list[tuple[str, str] | None] = field(default_factory=list)  # per nvrm["api"]
+    enum: list[tuple[str, str, str] | None] = field(default_factory=list)  # (addr, vendor, class)
+    bridges: list[tuple[str, int, int] | None] = field(default_factory=list)  # (addr, lo, hi)
+    thunderbolt: bool = False
+
+    def extend(self, other: _Found) -> None:
+        for key, (_, limit) in _NEEDLES.items():
+            room = limit - len(self.hits[key])
+            self.hits[key] += other.hits[key][:room]
+            if key == "bars":
+                self.bars += other.bars[:room]
+        for kind in _NVRM_KINDS:
+            room = MAX_HITS - len(self.nvrm[kind])
+            self.nvrm[kind] += other.nvrm[kind][:room]
+            if kind == "api":
+                self.api_versions += other.api_versions[:room]
+        self.enum += other.enum[: _ENUM[1] - len(self.enum)]
+        self.bridges += other.bridges[: _BRIDGE[1] - len(self.bridges)]
+        self.thunderbolt = self.thunderbolt or other.thunderbolt
+
+
+def _find(text: str, lo: int = 0, hi: int = -1, base: int = 0) -> _Found:
+    """Every signature's records in the window text[lo:hi]."""
+    hi = len(text) if hi < 0 else hi
+    found = _Found()
+    for key, (needle, limit) in _NEEDLES.items():
+        found.hits[key] = list(_hits(text, needle, limit, lo, hi, base))
+    for hit in found.hits["bars"]:
+        m = _BAR_RE.match(hit.message)
+        found.bars.append(
+            BarFailure(
+                m["addr"].lower(), m["what"], m["kind"], _with_reason(text, hit, m["addr"], base)
+            )
+            if m
+            else None
+        )
+    found.nvrm = _nvrm_hits(text, lo, hi, base)
+    for hit in found.nvrm["api"]:
+        m = _API_RE.search(_following(text, hit, _API_FOLLOWING, base))
+        found.api_versions.append((m["client_v"], m["kernel_v"]) if m else None)
+    for hit in _hits(text, _ENUM[0], _ENUM[1], lo, hi, base):
+        m = _ENUM_RE.match(hit.message)
+        found.enum.append((m["addr"].lower(), m["ven"], m["cls"]) if m else None)
+    for hit in _hits(text, _BRIDGE[0], _BRIDGE[1], lo, hi, base):
+        m = _BRIDGE_RE.match(hit.message)
+        found.bridges.append(
+            (m["addr"].lower(), int(m["lo"], 16), int(m["hi"] or m["lo"], 16)) if m else None
+        )
+    pos = text.find("thunderbolt ", lo)
+    found.thunderbolt = 0 <= pos < hi
+    return found
 
 
 def scan_dmesg(text: str | None) -> DmesgScan:
     """Pure: the signatures present in a kernel log (None or empty: nothing found)."""
     if not text:
         return DmesgScan()
+    return _scan(_find(text))
 
+
+@dataclass
+class _Block:
+    """A block of the log waiting for the lines after it (its lookahead) before it is scanned."""
+
+    before: str  # the line just before it
+    lines: list[str]
+    base: int  # where it starts in the whole log
+    after: list[str] = field(default_factory=list)
+    after_lines: int = 0  # whole lines in `after` (a long line may come in pieces)
+
+    def scan(self) -> _Found:
+        text = self.before + "".join(self.lines) + "".join(self.after)
+        lo = len(self.before)
+        hi = len(text) - sum(len(x) for x in self.after)
+        return _find(text, lo, hi, self.base - lo)
+
+
+def scan_lines(lines: Iterable[str], block: int = 1024 * 1024) -> DmesgScan:
+    """scan_dmesg of the log these lines (each with its "\n") make up, read a block of about
+    `block` characters at a time, so memory stays flat however long the log is. The result is
+    the same as scan_dmesg of the whole text: a block ends only where a message does (before a
+    line that continues none), and is scanned with the line before it and the _LOOKAHEAD lines
+    after it, all the context a record reads."""
+    found = _Found()
+    current = _Block("", [], 0)
+    size = 0
+    waiting: list[_Block] = []  # full blocks, oldest first
+    whole = True  # the last piece ended a line: the next one starts a line
+    for line in lines:
+        if size >= block and whole and not _is_continuation(line.rstrip("\r\n")):
+            waiting.append(current)
+            current = _Block(_last_line(current.lines), [], current.base + size)
+            size = 0
+        current.lines.append(line)
+        size += len(line)
+        whole = line.endswith("\n")
+        for w in waiting:
+            if w.after_lines < _LOOKAHEAD:
+                w.after.append(line)
+                w.after_lines += whole
+        while waiting and waiting[0].after_lines >= _LOOKAHEAD:
+            found.extend(waiting.pop(0).scan())
+    for w in [*waiting, current]:
+        found.extend(w.scan())
+    return _scan(found)
+
+
+def _last_line(pieces: list[str]) -> str:
+    """The last line of a block (its pieces, when a long line came in several)."""
+    j = len(pieces) - 1
+    while j > 0 and not pieces[j - 1].endswith("\n"):
+        j -= 1
+    return "".join(pieces[j:])
+
+
+def _scan(found: _Found) -> DmesgScan:
+    """The DmesgScan of everything found (the first `limit` records of each signature)."""
+    h = found.hits
     bars: list[BarFailure] = []
-    # Every failed window prints "failed to assign" (after "no space for" on old kernels,
-    # after "can't assign; no space" on newer 6.x kernels), so one needle finds them all.
     seen: set[tuple[str, str, str]] = set()
-    for hit in _hits(text, "failed to assign"):
-        m = _BAR_RE.match(hit.message)
-        if m and (m["addr"].lower(), m["what"], hit.message) not in seen:
-            seen.add((m["addr"].lower(), m["what"], hit.message))
-            bars.append(
-                BarFailure(
-                    m["addr"].lower(), m["what"], m["kind"], _with_reason(text, hit, m["addr"])
-                )
-            )
-
-    # One pass over the NVIDIA driver's messages, sorted by what they say.
-    nvrm = _nvrm_hits(text)
+    for bar in found.bars:
+        if bar is not None and (bar.address, bar.what, bar.hit.message) not in seen:
+            seen.add((bar.address, bar.what, bar.hit.message))
+            bars.append(bar)
 
     limits = []
-    for hit in _hits(text, "available PCIe bandwidth, limited by"):
+    for hit in h["limits"]:
         m = _LIMITED_RE.match(hit.message)
         if m:
             limits.append(
@@ -293,42 +444,28 @@ def scan_dmesg(text: str | None) -> DmesgScan:
                 )
             )
 
-    versions = []
-    for hit in nvrm["api"]:
-        m = _API_RE.search(_following(text, hit, 4))
-        if m:
-            versions.append((m["client_v"], m["kernel_v"]))
-
     functions: dict[str, str] = {}
     classes: dict[str, str] = {}
-    for hit in _hits(text, "] type 0", limit=4096):
-        m = _ENUM_RE.match(hit.message)
-        if m is None:
+    for entry in found.enum:
+        if entry is None:
             continue
-        classes[m["addr"].lower()] = m["cls"]
-        if m["ven"] == "10de" and m["cls"].startswith("03"):
-            functions[m["addr"].lower()] = m["cls"]
+        addr, vendor, cls = entry
+        classes[addr] = cls
+        if vendor == "10de" and cls.startswith("03"):
+            functions[addr] = cls
     xids = []
-    for hit in _hits(text, "NVRM: Xid", limit=MAX_HITS):
+    for hit in h["xids"]:
         for m in _XID_RE.finditer(hit.message):
             xids.append((m["addr"].lower(), int(m["code"]), hit))
-    lockdown = [
-        m["who"].strip() for h in _hits(text, "Lockdown:") if (m := _LOCKDOWN_RE.search(h.message))
-    ]
-    refused = [
-        m["module"]
-        for h in _hits(text, "could not insert '")
-        if (m := _REFUSED_RE.search(h.message))
-    ]
+    lockdown = [m["who"].strip() for x in h["lockdown"] if (m := _LOCKDOWN_RE.search(x.message))]
+    refused = [m["module"] for x in h["refused"] if (m := _REFUSED_RE.search(x.message))]
     bridges: dict[str, tuple[str, int, int]] = {}
-    for hit in _hits(text, "PCI bridge to [bus", limit=4096):
-        m = _BRIDGE_RE.match(hit.message)
-        if m:
-            addr = m["addr"].lower()
-            lo = int(m["lo"], 16)
-            hi = int(m["hi"], 16) if m["hi"] else lo
+    for bridge in found.bridges:
+        if bridge is not None:
+            addr, lo, hi = bridge
             bridges[addr] = (addr.split(":")[0], lo, hi)
 
+    nvrm = found.nvrm
     return DmesgScan(
         bar_failures=tuple(bars),
         nvrm_bar_invalid=tuple(nvrm["bar_invalid"]),
@@ -336,18 +473,16 @@ def scan_dmesg(text: str | None) -> DmesgScan:
         rm_init_failed=tuple(nvrm["rm_init"]),
         link_limits=tuple(limits),
         api_mismatch=tuple(nvrm["api"]),
-        api_versions=tuple(versions),
+        api_versions=tuple(v for v in found.api_versions if v is not None),
         fallen_off=tuple(nvrm["fallen"]),
-        atomics=tuple(_hits(text, "rejects atomics")),
+        atomics=tuple(h["atomics"]),
         key_rejected=_merge_hits(
-            (h for h in _hits(text, "rejected") if any(n in h.message for n in _KEY_REJECTED)),
-            _hits(text, "unsigned module loading is restricted"),
+            (x for x in h["rejected"] if any(n in x.message for n in _KEY_REJECTED)),
+            iter(h["restricted"]),
         ),
-        unsigned_tainted=tuple(
-            _hits(text, "module verification failed: signature and/or required key missing")
-        ),
+        unsigned_tainted=tuple(h["unsigned"]),
         legacy_ignored=tuple(nvrm["legacy"]),
-        nouveau=tuple(_hits(text, "nouveau 0000:", limit=20)),
+        nouveau=tuple(h["nouveau"]),
         xids=tuple(xids),
         driver_unbound=tuple(nvrm["unbound"]),
         lockdown_callers=tuple(dict.fromkeys(lockdown)),
@@ -355,11 +490,11 @@ def scan_dmesg(text: str | None) -> DmesgScan:
         pci_classes=classes,
         nvidia_functions=functions,
         bridges=bridges,
-        thunderbolt_seen=text.find("thunderbolt ") >= 0,
+        thunderbolt_seen=found.thunderbolt,
     )
 
 
-_NVRM_KINDS = {
+_NVRM_KINDS: dict[str, tuple[str, ...]] = {
     "bar_invalid": (
         "assigned to your NVIDIA device is invalid",
         "is 0M @ 0x0",

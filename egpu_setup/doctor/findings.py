@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from egpu_setup.doctor.catalog import BY_ID, SEVERITIES
+from egpu_setup.doctor.dmesg import DmesgScan
 
 MAX_EVIDENCE = 8
 
@@ -40,6 +41,8 @@ class DoctorInput:
     """Raw text from the host; every field is optional (None: the source was not available)."""
 
     dmesg: str | None = None
+    # The kernel log scanned as it was read (collect streams it): stands in for `dmesg` text.
+    dmesg_scan: DmesgScan | None = None
     lspci: str | None = None
     nvidia_smi: str | None = None
     boltctl: str | None = None
@@ -61,7 +64,7 @@ class DoctorInput:
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""
         return {
-            "dmesg": bool(self.dmesg),
+            "dmesg": bool(self.dmesg) or self.dmesg_scan is not None,
             "lspci": bool(self.lspci),
             "nvidia-smi": bool(self.nvidia_smi),
             "boltctl": bool(self.boltctl),

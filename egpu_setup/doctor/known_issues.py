@@ -55,13 +55,10 @@ class IssueHit:
 
 @functools.cache
 def load_issues() -> tuple[KnownIssue, ...]:
-    from importlib.resources import files
+    from egpu_setup.compat.shipped import load
 
-    import yaml
-
-    text = files("egpu_setup.data").joinpath("known_issues.yaml").read_text(encoding="utf-8")
     out = []
-    for entry in yaml.safe_load(text)["issues"]:
+    for entry in load("known_issues.yaml")["issues"]:
         match = entry["match"]
         out.append(
             KnownIssue(

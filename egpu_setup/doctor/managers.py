@@ -121,12 +121,9 @@ class ManagerState:
 @functools.cache
 def load_managers() -> tuple[Manager, ...]:
     """The data file, validated: a wrong effect or an empty undo is a bug in the data."""
-    from importlib.resources import files
+    from egpu_setup.compat.shipped import load
 
-    import yaml
-
-    text = files("egpu_setup.data").joinpath("gpu_managers.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = load("gpu_managers.yaml")
     return tuple(_manager(entry) for entry in data["managers"])
 
 

@@ -6,8 +6,13 @@
   variables are dropped, so an `extra-index-url` or `find-links` in somebody's config can never
   mix a second source into torch (dependency confusion, CVE-2018-20225). Certificates, proxies
   and timeouts from PIP_CERT / PIP_PROXY / PIP_DEFAULT_TIMEOUT and *_proxy variables still apply.
-- uv when it is on PATH (several times faster: benchmarks/torch_uv_vs_pip.py), else the venv's
-  own pip. Under sudo with a venv the invoking user owns, the installer runs as that user.
+- uv when it is on PATH (faster doing the same work: benchmarks/torch_uv_vs_pip.py), else the
+  venv's own pip. Under sudo with a venv the invoking user owns, the installer runs as that user.
+- Bytecode is compiled at install time with either installer: pip does it by default, uv only
+  with --compile-bytecode (`uv pip install --help`: "Compile Python files to bytecode after
+  installation"). A venv without it pays later, and for good where __pycache__ cannot be
+  written: a root-owned venv that lab users share imports torch from source every time (about
+  twice as slow: benchmarks/torch_uv_vs_pip.py).
 """
 
 from __future__ import annotations
@@ -140,6 +145,7 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
                 "pip",
                 "install",
                 "--no-config",
+                "--compile-bytecode",
                 "--python",
                 py,
                 "--index-url",
@@ -183,7 +189,10 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
         str(step.requirements_file),
     ]
     if uv:
-        out.append([uv, "pip", "install", "--no-config", "--offline", "--python", py, *offline])
+        out.append(
+            [uv, "pip", "install", "--no-config", "--compile-bytecode", "--offline"]
+            + ["--python", py, *offline]
+        )
     else:
         out.append([py, "-m", "pip", "install", "--progress-bar", "on", *offline])
     if step.run_as:

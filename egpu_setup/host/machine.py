@@ -13,11 +13,12 @@ sysfs tree behaves like the real one and a link in a bundle can never reach this
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
@@ -184,6 +185,25 @@ class Host:
             log.debug("%s", exc.message)
             return None
         return res.out if res.out.strip() else (res.err or None)
+
+    def command_lines(
+        self, name: str, argv: Sequence[str], timeout: float = 10.0, limit: int | None = None
+    ) -> TextLines | None:
+        """`command`'s text as TextLines, for a consumer that scans a log as it goes; None when
+        `command` would give None. A recording streams its file (RecordedHost); a command's
+        output is already held, and bounded, by host/process.py. Over `limit` bytes (default
+        MAX_READ) only the lines that start in the newest `limit` bytes are given."""
+        text = self.command(name, argv, timeout=timeout)
+        if text is None:
+            return None
+        data = text.encode("utf-8")
+        limit = MAX_READ if limit is None else limit
+        start = 0
+        if len(data) > limit:
+            newline = data.find(b"\n", len(data) - limit - 1)
+            start = len(data) if newline < 0 else newline + 1
+            text = data[start:].decode("utf-8")
+        return TextLines(iter(io.StringIO(text, newline="\n")), len(data), start)
 
     def argv_for(self, argv: Sequence[str]) -> list[str]:
         """How `argv` runs on this host (through chroot under --root); a recording runs nothing."""
@@ -363,11 +383,79 @@ class RecordedHost(Host):
             return None
         return data.decode("utf-8", errors="replace")
 
+    def command_lines(
+        self, name: str, argv: Sequence[str], timeout: float = 10.0, limit: int | None = None
+    ) -> TextLines | None:
+        """The lines of commands/<name>.txt, read as they are iterated (a 100 MB kernel log costs
+        no more memory than a 1 MB one). Over `limit` bytes (default MAX_READ) only the newest
+        part is read, from the first line that starts in the last `limit` bytes: a log's news is
+        at its end, and `skipped` says how much was left out. None when missing, unreadable or
+        binary, and when a link takes it out of the bundle."""
+        path = self.bundle / "commands" / f"{name}.txt"
+        if not path.resolve().is_relative_to(self.bundle.resolve()):
+            log.debug("ignoring %s: it leads out of the bundle", path)
+            return None
+        return _file_lines(path, MAX_READ if limit is None else limit)
+
     def which(self, name: str) -> str | None:
         return None
 
     def write_attr(self, path: str, value: str) -> None:
         raise UsageError("a recorded host cannot be changed", "run this on the machine itself")
+
+
+class TextLines:
+    """Lines of text (each with its "\n"), read as they are iterated (once), never held whole.
+
+    size: the source's length in bytes; skipped: bytes at its start that were not read because
+    the source is over the reader's limit (0 when it was read whole)."""
+
+    def __init__(self, lines: Iterator[str], size: int, skipped: int = 0) -> None:
+        self._lines = lines
+        self.size = size
+        self.skipped = skipped
+
+    def __iter__(self) -> Iterator[str]:
+        return self._lines
+
+
+_SNIFF = 65536  # bytes looked at for a NUL to call a file binary (what grep(1) does: its buffer)
+# A longer line comes in pieces (only the last ends in "\n"; a character cut in two there reads
+# as U+FFFD), so memory stays flat even for a file that is one line.
+_PIECE = 1024 * 1024
+
+
+def _file_lines(path: Path, limit: int) -> TextLines | None:
+    """A file's lines as TextLines, the newest `limit` bytes of it at most; soft like every read
+    (None, with a debug line, when it is missing, unreadable or binary)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = 0
+            if size > limit:
+                f.seek(size - limit - 1)  # the byte before the cut: is the cut at a line start?
+                while (rest := f.readline(_PIECE)) and not rest.endswith(b"\n"):
+                    pass  # no: the rest of the line the cut falls into is not read
+                start = f.tell()
+            head = f.read(_SNIFF)
+    except OSError as exc:
+        log.debug("cannot read %s: %s", path, exc.strerror or exc)
+        return None
+    if b"\0" in head:
+        log.debug("ignoring %s: binary content", path)
+        return None
+
+    def lines() -> Iterator[str]:
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                # split at b"\n" only (str.splitlines would also split at \r and others)
+                while raw := f.readline(_PIECE):
+                    yield raw.decode("utf-8", errors="replace")
+        except OSError as exc:  # gone or unreadable since: what was read is what there is
+            log.debug("cannot read %s: %s", path, exc.strerror or exc)
+
+    return TextLines(lines(), size, start)
 
 
 def _read_meta(path: Path) -> dict:

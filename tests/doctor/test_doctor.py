@@ -652,7 +652,9 @@ def test_collect_reads_rules_xorg_and_managers_through_the_host(tmp_path):
     assert "`sudo prime-select on-demand`, then reboot (UNCONFIRMED)" in cm.fix
     assert inp.cmdline == "ro quiet pci=realloc"
     assert inp.power_control == {"0000:3c:00.0": "auto"}
-    assert "fallen off the bus" in inp.dmesg
+    # the kernel log was scanned as it was read: the scan, not the text, is kept
+    assert inp.dmesg is None and inp.dmesg_scan == scan_dmesg(text("xid79.txt"))
+    assert inp.dmesg_scan.fallen_off and inp.sources()["dmesg"]
 
 
 def test_unreadable_kernel_log_is_not_a_source(tmp_path, caplog):

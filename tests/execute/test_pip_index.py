@@ -59,6 +59,13 @@ def test_commands_use_one_index_and_never_break_system_packages() -> None:
         flat = [a for argv in argvs for a in argv]
         assert flat.count("--index-url") == 1
         assert "--extra-index-url" not in flat and "--break-system-packages" not in flat
+        # both compile bytecode: pip by default (never --no-compile), uv when asked
+        assert "--no-compile" not in flat
+        assert ("--compile-bytecode" in argvs[-1]) == (uv is not None)
+    offline = PipInstall(
+        "/opt/v", (), "", True, "python3", find_links="/b/wheels", requirements_file="/b/req.txt"
+    )
+    assert "--compile-bytecode" in commands(offline, "/usr/bin/uv")[-1]
     env = installer_env()
     assert env["PIP_CONFIG_FILE"] == "/dev/null" and "PIP_FIND_LINKS" not in env
 
@@ -74,6 +81,9 @@ def test_small_wheel_from_the_local_index_then_no_installer(
     assert [s.kind for s in plan.steps] == ["pip-install"] and plan.steps[0].create_venv
     assert result.steps[0].detail == f"with {installer}"
     assert any("/simple/egpu-probe/" in r for r in small_index.requests)
+    # compiled at install time, before anything imported it (pip by default, uv as asked)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    assert list((site / "egpu_probe" / "__pycache__").glob("__init__.*.pyc")), installer
     out = subprocess.run(
         [venv / "bin/python", "-c", "import egpu_probe; print(egpu_probe.__version__)"],
         capture_output=True,

@@ -48,7 +48,7 @@ USER_FILES = {
     "bundle/": "the bundle directory (`bundle --out`, `install --bundle`)",
     "fleet/": "the report folders `egpu-setup report` is given",
     "render/tree.py": "`render --out DIR`",
-    "compat/matrix.py": "our own package data",
+    "compat/shipped.py": "our own package data: the compiled data files, read once a process",
     "compat/overlay.py": "the overlay `matrix update` cached",
     "commands/bundle.py": "checks that --out is a bundle or empty",
     "commands/report.py": "`report --html FILE`",
