@@ -135,6 +135,10 @@ def keep_blocker(
     egpu-setup installs no driver (see keep_unmanaged)."""
     arch = target.arch
     name = target.gpu.name
+    if c.driver_pin is not None and installed != DriverVersion.from_str(c.driver_pin):
+        return (
+            f"the profile pins driver {c.driver_pin} exactly (driver.pin); {installed} is installed"
+        )
     if arch is not None:
         if arch.last_branch is not None and installed.branch > arch.last_branch:
             return (
@@ -285,7 +289,26 @@ def linux_driver(
             ),
             chosen,
         )
+    if c.driver_pin is not None:
+        raise pin_unavailable(distro, c.driver_pin)
     raise no_driver(m, distro, target, cands, c)
+
+
+def pin_unavailable(distro: Distro, pin: str) -> MatrixError:
+    """No source gives exactly the pinned driver (or the torch wheels need another)."""
+    branch = int(pin.split(".")[0])
+    archive = next((b.version for b in distro.branches if b.branch == branch), None)
+    has = (
+        f"{distro.label}'s archive has {archive} for branch {branch}"
+        if archive
+        else f"{distro.label}'s archive has no branch {branch}"
+    )
+    return MatrixError(
+        f"the profile pins driver {pin} (driver.pin), and no source installs exactly it here: "
+        f"{has}; NVIDIA's repository gives a branch's newest release, whichever that is",
+        f"pin a version this archive has{f' ({archive})' if archive else ''}, or install "
+        f"{pin} yourself first (an installed pinned driver is kept)",
+    )
 
 
 def keep_unmanaged(
@@ -370,15 +393,19 @@ def unsupported_distro(
     n: Notes,
 ) -> tuple[DriverPlan, Candidate]:
     arch = target.arch
-    branch = c.driver_branch or c.preferred_branch or m.nvidia_repo.recommended_branch
-    if arch is not None and not arch.drives(branch):
+    pin = DriverVersion.from_str(c.driver_pin) if c.driver_pin else None
+    branch = (
+        pin.branch if pin else c.driver_branch or c.preferred_branch
+    ) or m.nvidia_repo.recommended_branch
+    if arch is not None and not arch.drives(branch) and pin is None:
         branch = arch.last_branch or branch
-    chosen = next((x for x in cands if allows(x, latest_of_branch(branch), m)), cands[0])
+    chosen = next((x for x in cands if allows(x, pin or latest_of_branch(branch), m)), cands[0])
     floor = driver_floor(chosen, arch, m)
     flavour = flavour_for(arch, branch, c.flavour, m)
+    what = f"driver {pin} (driver.pin)" if pin else f"driver branch {branch}"
     n.warnings.append(
         f"no driver packages known for {distro_label or 'this distribution'}: install NVIDIA "
-        f"driver branch {branch} ({flavour or 'open'} modules, >= {floor}) by hand; "
+        f"{what} ({flavour or 'open'} modules, >= {floor}) by hand; "
         "the torch side is resolved"
     )
     return (
