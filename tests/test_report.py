@@ -17,6 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from egpu_setup.cli import cli
+from egpu_setup.fleet.html import COLUMNS as HTML_COLUMNS
+from egpu_setup.fleet.html import cells as html_cells
 from egpu_setup.fleet.html import render_html
 from egpu_setup.fleet.load import load_report
 from egpu_setup.fleet.rows import SCHEMA_REPORT, collect
@@ -184,6 +186,52 @@ def test_a_cpu_verify_is_its_own_state_and_fails_strict_unless_cpu_ok(tmp_path: 
     data = json.loads(allowed.stdout)
     assert data["cpu_ok"] is True and data["hosts"][0]["ok"] is True
     assert data["summary"]["cpu"] == 1
+
+
+def test_only_a_verify_on_cuda_is_an_ok_egpu(tmp_path: Path) -> None:
+    """The green "ok" (status, row colour) needs a verify that ran on CUDA: a CPU verify is
+    "cpu only" with its AMP cell saying so, and a verify that does not say which device it ran
+    on (no device_kind, no device type, no cuda-available check) proves nothing about an eGPU."""
+    cpu = collect([DATA / "real" / "ci-cpu"], now=NOW).rows[0]
+    cells_of = dict(zip(HTML_COLUMNS, html_cells(cpu), strict=True))
+    assert (cells_of["status"], cells_of["device"], cells_of["AMP"]) == (
+        "cpu only",
+        "cpu",
+        "ok (cpu)",
+    )
+    page = render_html(collect([DATA / "real" / "ci-cpu"], now=NOW))
+    assert '<tr class="cpu"' in page and '<tr class="ok"' not in page
+
+    silent = verify_report("lab-07")
+    del silent["device_kind"], silent["device"]
+    write(tmp_path / "lab-07" / "verify-20261128T100000Z.json", silent)
+    cuda = verify_report("lab-08")
+    write(tmp_path / "lab-08" / "verify-20261128T100000Z.json", cuda)
+    rows = {r.machine: r for r in collect([tmp_path], now=NOW).rows}
+    row = rows["lab-07"]
+    assert (row.status, row.ok, row.device, row.verify) == ("not verified", False, None, "ok")
+    assert row.notes == (
+        "the verify of 2026-11-28T10:00+00:00 does not say which device it ran on",
+    )
+    assert (rows["lab-08"].status, rows["lab-08"].ok) == ("ok", True)  # the control
+    page = render_html(collect([tmp_path], now=NOW))
+    assert page.count('<tr class="ok"') == 1 and page.count('<tr class="unverified"') == 1
+
+
+def test_the_example_page_is_the_tools_page_of_the_recorded_reports() -> None:
+    """docs/lab-report-example.html is written by scripts/make_lab_example.py from the recorded
+    reports, never by hand: --check fails when the page's code changed and it was not redone."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "make_lab_example.py"
+    res = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    page = (script.parent.parent / "docs" / "lab-report-example.html").read_text()
+    p = Page()
+    p.feed(page)
+    machines = ["ci-cpu", "image-trixie", "lab-01", "lab-02", "lab-03", "lab-04", "lab-05",
+                "lab-06"]  # fmt: skip
+    assert p.marks == {"host-to-device bandwidth": machines, "matmul throughput": machines}
 
 
 def test_gpu_is_what_the_machine_saw_never_what_was_planned() -> None:

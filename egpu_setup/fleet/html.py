@@ -13,6 +13,7 @@ from egpu_setup.fleet.rows import FleetReport, MachineRow
 from egpu_setup.fleet.svg import chart, h2d_lanes, tflops_lanes
 from egpu_setup.fleet.text import (
     age_text,
+    amp_text,
     detail_lines,
     gpu_text,
     h2d_text,
@@ -80,7 +81,7 @@ def cells(row: MachineRow) -> tuple[str, ...]:
         link_text(row),
         h2d_text(row),
         tflops_text(row),
-        row.amp or "-",
+        amp_text(row),
         row.torch or "-",
         row.driver or "-",
         row.install or "-",

@@ -268,6 +268,8 @@ def build_row(machine: Machine, *, cpu_ok: bool, now: datetime) -> MachineRow:
             f"the verify of {_iso(verify.time)} predates the install of {_iso(install.time)}, "
             "which changed the machine"
         )
+    if verify is not None and not stale and kind is None:
+        notes.append(f"the verify of {_iso(verify.time)} does not say which device it ran on")
     if machine.identity is not None and machine.identity.root:
         notes.append(f"an image root ({machine.identity.root}): verified on its first boot")
 
@@ -322,7 +324,11 @@ def _status(
         return "suspect"
     if verify is None or stale:
         return "reboot required" if install == "reboot required" else "not verified"
-    return "cpu only" if device == "cpu" else "ok"
+    if device == "cuda":
+        return "ok"
+    # a CPU verify proves torch, not a GPU; a verify that does not say what it ran on proves
+    # neither: only a run on CUDA is an ok eGPU
+    return "cpu only" if device == "cpu" else "not verified"
 
 
 def _newest(reports: Sequence[LoadedReport], kind: str) -> LoadedReport | None:
@@ -349,7 +355,7 @@ def _device_kind(
 ) -> str | None:
     """What the verify ran on: its `device_kind`, else the device's type; a report from before
     either field says "cuda" through a passing cuda-available check, "cpu" by its device name."""
-    for value in (data.get("device_kind"), _get(device, "type")):
+    for value in (data.get("device_kind"), _get(device, "type"), _get(data, "options", "device")):
         if value in ("cpu", "cuda"):
             return str(value)
     cuda = by_id.get("cuda-available")

@@ -79,6 +79,14 @@ def tflops_text(row: MachineRow) -> str:
     return text + (f" of {_sig(m.expected)}" if m.expected else "")
 
 
+def amp_text(row: MachineRow) -> str:
+    """The AMP training result, with the device when it was the CPU: a CPU's "ok" says torch
+    trains there, nothing about an eGPU."""
+    if row.amp is None:
+        return "-"
+    return f"{row.amp} (cpu)" if row.device == "cpu" and row.amp != "skipped" else row.amp
+
+
 def age_text(seconds: float | None) -> str:
     if seconds is None:
         return "-"
