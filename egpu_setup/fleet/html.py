@@ -11,17 +11,8 @@ from html import escape
 
 from egpu_setup.fleet.rows import FleetReport, MachineRow
 from egpu_setup.fleet.svg import chart, h2d_lanes, tflops_lanes
-from egpu_setup.fleet.text import (
-    age_text,
-    amp_text,
-    detail_lines,
-    gpu_text,
-    h2d_text,
-    link_text,
-    plural,
-    summary_line,
-    tflops_text,
-)
+from egpu_setup.fleet.text import cells as text_cells
+from egpu_setup.fleet.text import detail_lines, plural, summary_line
 
 COLUMNS = (
     "machine", "status", "device", "GPU", "connection", "link (ceiling)", "H2D GB/s",
@@ -72,22 +63,8 @@ _ROW_CLASS = {
 
 
 def cells(row: MachineRow) -> tuple[str, ...]:
-    return (
-        row.machine,
-        row.status,
-        row.device or "-",
-        gpu_text(row),
-        row.connection or "-",
-        link_text(row),
-        h2d_text(row),
-        tflops_text(row),
-        amp_text(row),
-        row.torch or "-",
-        row.driver or "-",
-        row.install or "-",
-        row.time.strftime("%Y-%m-%d %H:%M") if row.time else "-",
-        age_text(row.age_s),
-    )
+    """The row's cells, in the page's COLUMNS order."""
+    return text_cells(row, COLUMNS)
 
 
 def _row(row: MachineRow) -> str:

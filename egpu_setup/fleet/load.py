@@ -101,8 +101,11 @@ def find_folders(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, Pa
     """(folder, base, json files) for every folder holding JSON files under the arguments.
 
     A file belongs to the nearest folder above it (up to the argument) that holds an
-    identity.json; else to the folder right below the argument; else to the argument itself.
-    A file argument belongs to its own folder. The same file named twice is read once."""
+    identity.json; else to the folder right below the argument (<dest>/<host>/, whatever lies
+    below it), or, when that folder holds no file itself and its files lie in several folders
+    (the argument is the parent of the role's dest: <parent>/<dest>/<host>/), the first folder
+    down the path that does; else to the argument itself. A file argument belongs to its own
+    folder. The same file named twice is read once."""
     groups: dict[Path, tuple[Path, list[Path]]] = {}
     seen: set[Path] = set()
     for raw in paths:
@@ -116,12 +119,13 @@ def find_folders(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, Pa
                 f"report path not found: {arg}",
                 "pass directories holding verify-*.json / install-*.json reports",
             )
+        spread = _spread_folders(files, base)
         for f in files:
             key = _abs(f)
             if key in seen:
                 continue
             seen.add(key)
-            folder = _folder_of(f, base)
+            folder = _folder_of(f, base, spread)
             groups.setdefault(folder, (base, []))[1].append(f)
     return [(folder, base, files) for folder, (base, files) in groups.items()]
 
@@ -139,7 +143,23 @@ def _abs(path: Path) -> Path:
     return Path(os.path.abspath(path))
 
 
-def _folder_of(path: Path, base: Path) -> Path:
+def _spread_folders(files: Sequence[Path], base: Path) -> set[Path]:
+    """The folders below `base` that hold no file themselves and whose files lie in more than
+    one of their subfolders: several machines' folders, never one machine's."""
+    direct: set[Path] = set()
+    children: dict[Path, set[str]] = {}
+    for f in files:
+        try:
+            rel = f.parent.relative_to(base)
+        except ValueError:
+            continue
+        direct.add(f.parent)
+        for i in range(1, len(rel.parts)):
+            children.setdefault(base.joinpath(*rel.parts[:i]), set()).add(rel.parts[i])
+    return {d for d, kids in children.items() if d not in direct and len(kids) > 1}
+
+
+def _folder_of(path: Path, base: Path, spread: set[Path]) -> Path:
     parent = path.parent
     try:
         rel = parent.relative_to(base)
@@ -149,7 +169,11 @@ def _folder_of(path: Path, base: Path) -> Path:
     for folder in chain:
         if (folder / IDENTITY_FILE).is_file():
             return folder
-    return base / rel.parts[0] if rel.parts else base
+    for i in range(1, len(rel.parts) + 1):
+        folder = base.joinpath(*rel.parts[:i])
+        if folder not in spread:
+            return folder
+    return base
 
 
 # -- loading ---------------------------------------------------------------------------------------
@@ -218,7 +242,7 @@ def load_report(path: Path) -> LoadedReport:
         data=data,
         hostname=_claimed_hostname(data),
         machine_id=_sha256(data.get("machine_id_sha256"))
-        or _sha256(_get(data, "host", "machine_id_sha256")),
+        or _sha256(dig(data, "host", "machine_id_sha256")),
     )
 
 
@@ -240,7 +264,7 @@ def load_identity(path: Path) -> Identity:
 
 
 def _claimed_hostname(data: Mapping[str, Any]) -> str | None:
-    for candidate in (_get(data, "host", "hostname"), data.get("hostname")):
+    for candidate in (dig(data, "host", "hostname"), data.get("hostname")):
         text = _text(candidate)
         if text:
             return text
@@ -257,7 +281,8 @@ def _text(value: Any) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
-def _get(obj: Any, *keys: str) -> Any:
+def dig(obj: Any, *keys: str) -> Any:
+    """obj[k1][k2]... through nested JSON objects; None where a level is missing or not one."""
     for key in keys:
         if not isinstance(obj, dict):
             return None

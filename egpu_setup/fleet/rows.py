@@ -30,7 +30,7 @@ from egpu_setup.fleet.expected import (
     tflops_measure,
 )
 from egpu_setup.fleet.identity import Machine, machines, unique_names
-from egpu_setup.fleet.load import FileProblem, LoadedReport, find_folders, load_folder
+from egpu_setup.fleet.load import FileProblem, LoadedReport, dig, find_folders, load_folder
 
 log = logging.getLogger("egpu_setup.report")
 
@@ -231,25 +231,25 @@ def build_row(machine: Machine, *, cpu_ok: bool, now: datetime) -> MachineRow:
 
     link_check = by_id.get(LINK_CHECK)
     link = Link.from_json(link_check.get("value") if link_check else None)
-    link = link or next((lk for h in hosts if (lk := Link.from_json(_get(h, "link")))), None)
+    link = link or next((lk for h in hosts if (lk := Link.from_json(dig(h, "link")))), None)
     connection = _first_str(
-        *(_get(h, "connection") for h in hosts),
-        _get(device, "connection"),
-        _get(link_check, "expected", "connection"),
+        *(dig(h, "connection") for h in hosts),
+        dig(device, "connection"),
+        dig(link_check, "expected", "connection"),
     )
     h2d_check = by_id.get(H2D_CHECK)
     h2d_value = number(h2d_check.get("value")) if h2d_check else None
     ceiling = link_ceiling(link, connection, h2d_value)
     h2d = h2d_measure(h2d_check, link, ceiling, connection)
     gpu = _first_str(
-        _get(device, "name") if kind == "cuda" else None,
-        *(_get(h, "gpu", "name") for h in hosts),
-        *(_get(h, "gpu") for h in hosts),
+        dig(device, "name") if kind == "cuda" else None,
+        *(dig(h, "gpu", "name") for h in hosts),
+        *(dig(h, "gpu") for h in hosts),
     )
     driver = _first_str(
-        *(_get(h, "driver") for h in hosts),
-        *(_get(h, "driver", "version") for h in hosts),
-        _get(device, "driver"),
+        *(dig(h, "driver") for h in hosts),
+        *(dig(h, "driver", "version") for h in hosts),
+        dig(device, "driver"),
     )
 
     stale = _stale(verify, install)
@@ -355,13 +355,13 @@ def _device_kind(
 ) -> str | None:
     """What the verify ran on: its `device_kind`, else the device's type; a report from before
     either field says "cuda" through a passing cuda-available check, "cpu" by its device name."""
-    for value in (data.get("device_kind"), _get(device, "type"), _get(data, "options", "device")):
+    for value in (data.get("device_kind"), dig(device, "type"), dig(data, "options", "device")):
         if value in ("cpu", "cuda"):
             return str(value)
     cuda = by_id.get("cuda-available")
     if cuda is not None and (cuda.get("status") == "pass" or cuda.get("ok") is True):
         return "cuda"
-    if _get(device, "name") == "cpu":
+    if dig(device, "name") == "cpu":
         return "cpu"
     return None
 
@@ -412,16 +412,16 @@ def _install_state(install: LoadedReport | None) -> str | None:
 def _install_problem(data: Mapping[str, Any]) -> Problem:
     """The failed install: its step and the error's one line (the role's install-ansible.json
     keeps the tool's last stderr lines; the tool's own report its message)."""
-    steps = _list(_get(data, "result", "steps")) or _list(data.get("steps"))
+    steps = _list(dig(data, "result", "steps")) or _list(data.get("steps"))
     failed = [st for st in steps if isinstance(st, dict) and st.get("status") == "failed"]
     step = _first_str(
-        _get(failed[0], "kind") if failed else None,
-        _get(data, "failed_step", "kind"),
-        _get(data, "failed_step", "id"),
+        dig(failed[0], "kind") if failed else None,
+        dig(data, "failed_step", "kind"),
+        dig(data, "failed_step", "id"),
         data.get("failed_step"),
     )
     error = data.get("error")
-    message = _one_line(_get(error, "message"))
+    message = _one_line(dig(error, "message"))
     if not message and isinstance(error, list):
         lines = [_one_line(x) for x in error if isinstance(x, str)]
         errs = [x for x in lines if x.startswith("error:")]
@@ -445,7 +445,7 @@ def _torch(
     if verify is not None:
         imported = by_id.get(IMPORT_CHECK)
         if imported is not None and imported.get("status", "pass") == "pass":
-            version = _first_str(imported.get("value"), _get(verify.data, "device", "torch"))
+            version = _first_str(imported.get("value"), dig(verify.data, "device", "torch"))
             if version:
                 evidence.append((verify, version))
     for rep in reports:
@@ -457,17 +457,17 @@ def _torch(
 
 
 def _installed_torch(data: Mapping[str, Any]) -> str | None:
-    steps = _list(_get(data, "result", "steps")) or _list(data.get("steps"))
+    steps = _list(dig(data, "result", "steps")) or _list(data.get("steps"))
     if not any(
         isinstance(st, dict) and st.get("kind") == "pip-install" and st.get("status") == "done"
         for st in steps
     ):
         return None
-    torch = _get(data, "resolution", "torch") or data.get("torch")
-    version, variant = _first_str(_get(torch, "version")), _first_str(_get(torch, "variant"))
+    torch = dig(data, "resolution", "torch") or data.get("torch")
+    version, variant = _first_str(dig(torch, "version")), _first_str(dig(torch, "variant"))
     if version:
         return f"{version}+{variant}" if variant and "+" not in version else version
-    return _first_str(_get(data, "host", "torch"))
+    return _first_str(dig(data, "host", "torch"))
 
 
 def _amp(check: Mapping[str, Any]) -> str:
@@ -487,14 +487,6 @@ def _one_line(value: Any) -> str:
         return ""
     line = " ".join(value.split())
     return line if len(line) <= _MESSAGE_MAX else line[: _MESSAGE_MAX - 1] + "…"
-
-
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _list(value: Any) -> list[Any]:

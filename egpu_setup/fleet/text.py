@@ -19,22 +19,30 @@ COLUMNS = (
 _MARK = {"failure": "!", "flag": "?", "warning": "~", "note": "-"}
 
 
-def cells(row: MachineRow) -> tuple[str, ...]:
-    """The row's cells, in COLUMNS order ("-": unknown or not measured)."""
-    return (
-        row.machine,
-        row.status,
-        row.device or "-",
-        gpu_text(row),
-        row.connection or "-",
-        link_text(row),
-        h2d_text(row),
-        tflops_text(row),
-        row.torch or "-",
-        row.driver or "-",
-        row.time.strftime("%Y-%m-%d %H:%M") if row.time else "-",
-        age_text(row.age_s),
-    )
+def cell_values(row: MachineRow) -> dict[str, str]:
+    """Every column either table shows, by name ("-": unknown or not measured)."""
+    return {
+        "machine": row.machine,
+        "status": row.status,
+        "device": row.device or "-",
+        "GPU": gpu_text(row),
+        "connection": row.connection or "-",
+        "link (ceiling)": link_text(row),
+        "H2D GB/s": h2d_text(row),
+        "TFLOPS": tflops_text(row),
+        "AMP": amp_text(row),
+        "torch": row.torch or "-",
+        "driver": row.driver or "-",
+        "install": row.install or "-",
+        "time (UTC)": row.time.strftime("%Y-%m-%d %H:%M") if row.time else "-",
+        "age": age_text(row.age_s),
+    }
+
+
+def cells(row: MachineRow, columns: tuple[str, ...] = COLUMNS) -> tuple[str, ...]:
+    """The row's cells, in `columns` order (the terminal's by default)."""
+    values = cell_values(row)
+    return tuple(values[c] for c in columns)
 
 
 def gpu_text(row: MachineRow) -> str:

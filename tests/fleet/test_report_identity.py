@@ -127,6 +127,28 @@ def test_the_same_machine_folder_name_in_two_collections_is_told_apart(tmp_path:
                      f"lab-01 ({tmp_path / 'spring' / 'lab-01'})"]  # fmt: skip
 
 
+def test_the_parent_of_a_collection_keeps_its_machines_apart(tmp_path: Path) -> None:
+    """`report ansible/` instead of `report ansible/reports/`: the recorded lab (no
+    identity.json) is six machines either way, never one row of reports claiming six hosts; a
+    machine whose reports lie deeper (a fetch that kept the full path) stays one machine."""
+    import shutil
+
+    shutil.copytree(LAB, tmp_path / "ansible" / "reports")
+    deep = tmp_path / "ansible" / "reports" / "lab-07" / "var/lib/egpu-setup/reports"
+    write(deep / "verify-20261128T100000Z.json", report("lab-07", mid(7)))
+    install = json.loads(
+        (LAB.parent / "real/image-trixie/install-20261129T165800Z.json").read_text()
+    )
+    write(deep / "install-20261127T090000Z.json", install)
+    direct = {r.machine: (r.status, r.sources and len(r.sources)) for r in collect([LAB]).rows}
+    rows = {r.machine: r for r in collect([tmp_path / "ansible"], now=NOW).rows}
+    assert sorted(rows) == [*sorted(direct), "lab-07"]
+    assert {m: (r.status, len(r.sources)) for m, r in rows.items() if m in direct} == direct
+    assert all(not r.flags for r in rows.values())
+    assert rows["lab-07"].folder == str(tmp_path / "ansible" / "reports" / "lab-07")
+    assert len(rows["lab-07"].sources) == 2
+
+
 # -- claims that disagree with the folder ----------------------------------------------------------
 
 
