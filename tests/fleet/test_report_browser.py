@@ -3,8 +3,9 @@ runs: the page has none and its CSP forbids any), decoded here with zlib and str
 
 The screenshot must show the charts, not only text: the green bars of the good machines, the
 red one of lab-04 stuck on an x1 link, the pale band of each link's ceiling; and the page must
-draw exactly one mark per machine in each chart. A blank page put through the same checks
-fails them, so they can tell a rendered chart from nothing.
+draw exactly one mark per machine in each chart: in its markup, and in the pixels (counted down
+the plots' first pixel column; a page with one bar left out counts one fewer). A blank page put
+through the same checks fails them, so they can tell a rendered chart from nothing.
 """
 
 from __future__ import annotations
@@ -78,6 +79,32 @@ def looks_rendered(png: Path) -> tuple[bool, dict[str, int]]:
     return ok, stats
 
 
+def _first_x(row: bytes, channels: int, colour: tuple[int, int, int]) -> int | None:
+    """The first pixel of a scanline in exactly this colour."""
+    at = row.find(bytes(colour))
+    while at >= 0 and at % channels:
+        at = row.find(bytes(colour), at + 1)
+    return at // channels if at >= 0 else None
+
+
+def marks_drawn(png: Path) -> int:
+    """The marks a screenshot shows, counted down the pixel column one pixel into the plots
+    (where the legend's first swatch starts, as every bar and stub does) from the top to the
+    table's header row: runs of a mark colour, the two legend swatches included."""
+    img = decode(png)
+    header = (0xF0, 0xF0, 0xF0)  # the th background (fleet/html.py)
+    top = next(y for y, row in enumerate(img.rows) if row.count(bytes(header)) > 100)
+    starts = [_first_x(row, img.channels, _rgb(svg.GOOD)) for row in img.rows[:top]]
+    x = min(v for v in starts if v is not None) + 1
+    colours = {_rgb(c) for c in (svg.GOOD, svg.LOW, svg.BAD, svg.NEUTRAL, svg.MISSING)}
+    runs, inside = 0, False
+    for y in range(top):
+        now = img.pixel(x, y) in colours
+        runs += now and not inside
+        inside = now
+    return runs
+
+
 def test_the_page_renders_charts_with_one_mark_per_machine(tmp_path: Path) -> None:
     report = collect([DATA / "lab", DATA / "real"], now=NOW)
     html = render_html(report, title="Lab 3.12")
@@ -89,8 +116,11 @@ def test_the_page_renders_charts_with_one_mark_per_machine(tmp_path: Path) -> No
     assert len(machines) == 8
     assert p.marks == {"host-to-device bandwidth": machines, "matmul throughput": machines}
 
-    ok, stats = looks_rendered(screenshot(page, tmp_path / "lab.png", tmp_path))
+    png = screenshot(page, tmp_path / "lab.png", tmp_path)
+    ok, stats = looks_rendered(png)
     assert ok, stats
+    # drawn, not only written: two legend swatches and one mark per machine in each chart
+    assert marks_drawn(png) == 2 + 2 * len(machines)
 
     # the control: a blank page fails the same checks
     blank = tmp_path / "blank.html"

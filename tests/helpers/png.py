@@ -33,6 +33,10 @@ class Image:
             count.update(zip(row[0::n], row[1::n], row[2::n], strict=True))
         return count
 
+    def pixel(self, x: int, y: int) -> tuple[int, int, int]:
+        row, n = self.rows[y], self.channels
+        return (row[x * n], row[x * n + 1], row[x * n + 2])
+
 
 def decode(path: Path) -> Image:
     data = path.read_bytes()
