@@ -34,8 +34,18 @@ def command(as_json: bool, from_dir: str | None, run_smi: bool) -> None:
     facts = detect_host(open_host(from_dir), run_smi=run_smi)
     if as_json:
         echo_json(facts.to_json())
+        # the JSON is a contract; the known problems are said beside it, on stderr
+        for line in known_problem_lines(facts):
+            click.echo(f"warning: {line}", err=True)
     else:
         click.echo(format_facts(facts))
+
+
+def known_problem_lines(facts: HostFacts) -> list[str]:
+    """Known-bad combinations of a GPU here and its link (doctor/known_issues.py)."""
+    from egpu_setup.doctor.known_issues import known_issues
+
+    return [hit.text() for hit in known_issues(facts)]
 
 
 def _v(value: object) -> str:
@@ -79,6 +89,9 @@ def format_facts(facts: HostFacts) -> str:
         lines.append(f"GPU {g.pci_address}  {_v(g.name)} [{ids}]")
         via = g.connection + (f" ({g.connection_generation})" if g.connection_generation else "")
         lines.append(f"    {where} via {via}, driver {_v(g.driver)}, link {_link(g)}")
+        if len(facts.numa_nodes) > 1:
+            node = "unknown (numa_node -1)" if g.numa_node is None else str(g.numa_node)
+            lines.append(f"    NUMA node {node} of {len(facts.numa_nodes)}")
         if g.architecture:
             chip = f" ({g.codename})" if g.codename else ""
             lines.append(
@@ -99,4 +112,18 @@ def format_facts(facts: HostFacts) -> str:
             f"  {_v(dev.vendor)} {_v(dev.name)}: authorized {_v(dev.authorized)}, "
             f"gen {_v(dev.generation)}, policy {_v(dev.policy)}, uuid {_v(dev.unique_id)}"
         )
+    problems = known_problem_lines(facts)
+    if problems:
+        import textwrap
+
+        lines += ["", "Known problems (`egpu-setup doctor` says what helps)"]
+        for p in problems:
+            lines += textwrap.wrap(
+                p,
+                100,
+                initial_indent="  ! ",
+                subsequent_indent="    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
     return "\n".join(plain(line) for line in lines)

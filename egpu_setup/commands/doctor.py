@@ -14,7 +14,7 @@ from egpu_setup.commands._options import echo_json, from_option, json_option
 from egpu_setup.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
-    from egpu_setup.doctor.findings import Finding
+    from egpu_setup.doctor.findings import DoctorInput, Finding
     from egpu_setup.doctor.torchcheck import TorchInfo
 
 log = logging.getLogger("egpu_setup.doctor")
@@ -100,6 +100,8 @@ def command(
         torch_info = load_torch_info(torch_info_path) if torch_info_path is not None else None
     facts = detect_host(host)
     inputs = collect(host, facts)
+    if torch_info_path is not None:
+        inputs = _with_verify_report(inputs, torch_info_path)
     findings = diagnose(facts, inputs, torch_info)
     missing = [name for name, ok in inputs.sources().items() if not ok]
     if missing:
@@ -112,6 +114,22 @@ def command(
         # sys.exit, not click's Exit: cli.main runs click with standalone_mode=False, which
         # turns Exit into a return value that is then dropped.
         sys.exit(EXIT_FAILED)
+
+
+def _with_verify_report(inputs: DoctorInput, path: Path) -> DoctorInput:
+    """A verify report named with --torch-info is the one doctor judges (its temperature too),
+    not the newest the machine kept."""
+    import dataclasses
+
+    from egpu_setup.host.machine import LiveHost
+
+    try:
+        data = json.loads(LiveHost().read(str(path), limit=4 * 1024 * 1024) or "")
+    except ValueError:
+        return inputs
+    if not isinstance(data, dict) or data.get("schema") != "egpu-setup/verify/1":
+        return inputs
+    return dataclasses.replace(inputs, verify_report=data, verify_report_path=str(path))
 
 
 def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:

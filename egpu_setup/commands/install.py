@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 EPILOG = """\b
 Examples:
-  egpu-setup install --profile rtx4090 --dry-run        # the plan and every file diff
+  egpu-setup install --profile rtx4090 --dry-run        # the plan, what a person must do
+  egpu-setup install --profile rtx4090 --dry-run --diff # and every file's diff
   sudo egpu-setup install --profile rtx4090 --yes       # provision this laptop
   egpu-setup install --profile rtx4090 --only torch --cuda cpu --venv ~/torch-venv
   sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
@@ -44,8 +45,11 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     help="Profile name or path to a YAML file (default with --bundle: the bundle's).",
 )
 @click.option(
-    "--dry-run", is_flag=True, help="Show the resolution, every step and file diff; change nothing."
+    "--dry-run",
+    is_flag=True,
+    help="Show the resolution, what a person must do, every step and a summary; change nothing.",
 )
+@click.option("--diff", "show_diff", is_flag=True, help="Also show each file's unified diff.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @click.option("--only", default=None, metavar="PARTS", help="Comma list of driver,torch,config.")
@@ -89,7 +93,10 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
 )
 @from_option
 @click.option(
-    "--force", is_flag=True, help="Replace files edited since egpu-setup wrote them (backed up)."
+    "--force",
+    is_flag=True,
+    help="Replace files edited since egpu-setup wrote them (backed up); go ahead despite another "
+    "GPU manager or a profile for another card.",
 )
 @click.option(
     "--lock-timeout",
@@ -108,6 +115,7 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
 def command(
     profile_name: str | None,
     dry_run: bool,
+    show_diff: bool,
     yes: bool,
     as_json: bool,
     only: str | None,
@@ -159,9 +167,9 @@ def command(
         if as_json:
             echo_json(plan_json(prepared))
         else:
-            _show(prepared)
+            _show(prepared, show_diff)
         return
-    outcome = apply(prepared, warn=_warn, confirm=_confirm)
+    outcome = apply(prepared, warn=_warn, confirm=lambda run: _confirm(run, show_diff))
     if as_json:
         echo_json(outcome_json(outcome))
     else:
@@ -174,19 +182,19 @@ def _warn(text: str) -> None:
     click.echo(f"warning: {text}", err=True)
 
 
-def _show(run: Prepared) -> None:
+def _show(run: Prepared, show_diff: bool = False) -> None:
     from egpu_setup.install.show import plan_text
 
     for w in run.warnings:
         _warn(w)
-    click.echo(plan_text(run))
+    click.echo(plan_text(run, diff=show_diff))
 
 
-def _confirm(run: Prepared) -> None:
+def _confirm(run: Prepared, show_diff: bool = False) -> None:
     """The plan, then a yes from a person at a terminal (click.Abort otherwise: exit 130)."""
     from egpu_setup.errors import UsageError
 
-    _show(run)
+    _show(run, show_diff)
     if not sys.stdin.isatty():
         raise UsageError("confirmation needed and stdin is not a terminal", "pass --yes")
     click.confirm("Apply this plan?", abort=True, err=True)

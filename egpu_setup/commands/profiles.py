@@ -156,7 +156,7 @@ Examples:
 )
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def check(files: tuple[Path, ...]) -> None:
-    """Validate profile files: exit 0 when all are valid, 2 with file:line:column otherwise."""
+    """Validate profiles (`name:` = file name): exit 0 when all are valid, 2 with file:line:col."""
     from egpu_setup.profile.load import load_file
 
     failures: list[UsageError] = []
@@ -165,7 +165,9 @@ def check(files: tuple[Path, ...]) -> None:
             failures.append(UsageError(f"profile file not found: {path}", "check the path"))
             continue
         try:
-            profile = load_file(path)
+            # checked as install would find it in a profile directory: by file name, so a
+            # `name:` that differs from it is refused here too (profile/document.py)
+            profile = load_file(path, "custom")
         except UsageError as exc:
             failures.append(exc)
             continue

@@ -64,13 +64,16 @@ def command(
     from egpu_setup.detect.probe import detect_host
     from egpu_setup.host.machine import open_host
     from egpu_setup.profile.load import load_profile
-    from egpu_setup.render.files import entry_point_path, render_set
+    from egpu_setup.render.context import detected_cards, profile_card_mismatch
+    from egpu_setup.render.files import entry_point_path, render_set, tool_path_exposed
     from egpu_setup.render.tree import write_links, write_tree
 
     profile = load_profile(profile_name)
     host = open_host(from_dir)
     facts = detect_host(host)
     bolt = None if host.kind == "recorded" else host.which("boltctl") is not None
+    # egpu-eject execs the egpu-setup that rendered it, as install does.
+    tool_path = entry_point_path(sys.argv[0])
     result = render_set(
         facts,
         profile,
@@ -78,12 +81,15 @@ def command(
         mode or profile.mode,
         bolt_available=bolt,
         bar_allocation_failed=pci_realloc,
-        # egpu-eject execs the egpu-setup that rendered it, as install does.
-        tool_path=entry_point_path(sys.argv[0]),
+        tool_path=tool_path,
+        tool_exposed=tool_path_exposed(host, tool_path) if host.kind == "live" else None,
     )
     written = write_tree(out_dir, result.files)
     linked = write_links(out_dir, result.links)
-    for note in result.notes:
+    mismatch = profile_card_mismatch(profile, detected_cards(facts))
+    notes = [f"{mismatch}: the rules match the detected card only"] if mismatch else []
+    notes += result.notes
+    for note in notes:
         log.warning("note: %s", note)
     if as_json:
         echo_json(
@@ -108,7 +114,7 @@ def command(
                     }
                     for c in result.commands
                 ],
-                "notes": list(result.notes),
+                "notes": notes,
             }
         )
         return

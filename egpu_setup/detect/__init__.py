@@ -4,5 +4,6 @@ through a Host; the result is one frozen HostFacts. Soft: a missing source gives
 Modules: `facts` (HostFacts and its parts), `probe` (detect_host: everything merged), `system`
 (OS, kernel, WSL, Secure Boot, Python), `osrelease`, `pci` (the PCI tree and which GPU is
 external), `pciids`, `sysfs` (attribute parsers), `lspci`, `nvidia` and `nvidia_smi` (the
-driver), `thunderbolt` and `boltctl` (domains, devices, policies).
+driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa` (nodes, each GPU's
+node).
 """

@@ -64,6 +64,9 @@ class Gpu:
     codename: str | None = None  # the chip as pci.ids names it: "AD102", "TU117M"
     # "TB3" / "TB4" / "TB5" / "USB4" when connection is thunderbolt or usb4 and it is known
     connection_generation: str | None = None
+    # the NUMA node the device is attached to (sysfs numa_node); None for -1 ("unknown", what
+    # every device of a one-node laptop reports) or where it was not read
+    numa_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class HostFacts:
     nvidia: NvidiaFacts = field(default_factory=NvidiaFacts)
     thunderbolt: ThunderboltFacts = field(default_factory=ThunderboltFacts)
     source: str = "live"  # live / recorded / root
+    numa_nodes: tuple[int, ...] = ()  # /sys/devices/system/node/online; () when not known
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -21,6 +21,7 @@ NVIDIA = "10de"
 
 def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
     """Everything egpu-setup knows about `host`. Never raises for a missing or odd source."""
+    from egpu_setup.detect.numa import probe_numa_nodes, with_numa_nodes
     from egpu_setup.detect.nvidia import probe_nvidia
     from egpu_setup.detect.system import probe_os, probe_python
     from egpu_setup.detect.thunderbolt import probe_thunderbolt
@@ -28,7 +29,7 @@ def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
     os_facts = probe_os(host)
     tb = probe_thunderbolt(host)
     nvidia, smi = probe_nvidia(host, run_smi=run_smi)
-    gpus = probe_gpus(host, tb, smi)
+    gpus = with_numa_nodes(host, probe_gpus(host, tb, smi))
     if nvidia.module_loaded is None and any(g.driver == "nvidia" for g in gpus):
         nvidia = replace(nvidia, module_loaded=True)  # a device bound to it proves it loaded
     return HostFacts(
@@ -38,6 +39,7 @@ def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
         nvidia=nvidia,
         thunderbolt=tb,
         source=host.kind,
+        numa_nodes=probe_numa_nodes(host),
     )
 
 

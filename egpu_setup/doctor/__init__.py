@@ -8,7 +8,8 @@
 every finding is tested by replaying real text through the same code path.
 
 Modules: `catalog` (the finding ids, severities and sources), `findings` (Finding, DoctorInput),
-`collect`, `diagnose`, `checks` (one check per failure mode), `rules` (udev/Xorg/other-manager
-parsers), `dmesg` (the kernel-log scanner), `torchcheck` (a venv's torch build), `record` (the
+`collect`, `diagnose`, `checks` (one check per failure mode), `rules` (udev/Xorg parsers),
+`managers` (other GPU managers: mode, effect, undo), `known_issues` (known-bad GPU and link
+combinations), `dmesg` (the kernel-log scanner), `torchcheck` (a venv's torch build), `record` (the
 `--from` diagnostics bundle).
 """

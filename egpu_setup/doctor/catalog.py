@@ -180,6 +180,29 @@ CATALOG: tuple[Spec, ...] = (
             "#1228",
         ),
     ),
+    Spec(
+        "known-egpu-issue",
+        "warning",
+        "This GPU on this link is a combination with known, unfixed problems in public reports "
+        "(Blackwell over Thunderbolt/USB4/OCuLink: hard lock-ups under CUDA, falling off the bus "
+        "at idle).",
+        (
+            "egpu_setup/data/known_issues.yaml (each entry's reports)",
+            "https://github.com/NVIDIA/open-gpu-kernel-modules/issues/979",
+            "https://github.com/NVIDIA/open-gpu-kernel-modules/pull/1228",
+        ),
+    ),
+    Spec(
+        "gpu-temperature-over-limit",
+        "warning",
+        "During `egpu-setup verify` the GPU got as hot as the profile's limit (expect.max_temp_c) "
+        "or hotter: an enclosure's airflow or supply is not keeping up.",
+        (
+            "the verify report's gpu-temperature check (nvidia-smi temperature.gpu samples)",
+            "NVIDIA lists 90 C as the maximum GPU temperature of the RTX 40 series "
+            "(profiles/rtx4090.yaml)",
+        ),
+    ),
 )
 
 BY_ID: dict[str, Spec] = {s.id: s for s in CATALOG}

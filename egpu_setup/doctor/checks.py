@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.detect.lspci import LspciEntry
@@ -334,8 +334,9 @@ _SMI_NO_DRIVER = frozenset({"driver-not-loaded", "no-devices"})
 
 def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
     """The driver is not loaded, or drives no GPU. `suppressed` (a BAR failure, nouveau, Secure
-    Boot, a lost GPU explains it) silences what is only inferred (a module absent, a device with
-    no driver); what the driver or nvidia-smi say outright is still reported, with the cause."""
+    Boot, a lost GPU, a GPU manager that disables NVIDIA explains it) silences what is only
+    inferred (a module absent, a device with no driver); what the driver or nvidia-smi say
+    outright is still reported, with the cause."""
     # Under WSL2 the Windows host owns the driver: there is no nvidia kernel module to load.
     if ctx.facts.os.wsl:
         return []
@@ -390,7 +391,8 @@ def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
     elif suppressed:
         fix = (
             "The driver is installed but could not take the GPU; fix the cause reported with it "
-            "(the BAR, nouveau or Secure Boot finding above), then reload the module or reboot."
+            "(the BAR, nouveau, Secure Boot or GPU manager finding), then reload the module or "
+            "reboot."
         )
     elif rm_init and not said:
         fix = (
@@ -720,27 +722,29 @@ def check_torch(ctx: _Context, torch_info: TorchInfo | None) -> list[Finding]:
 
 
 def check_managers(ctx: _Context) -> list[Finding]:
-    from egpu_setup.doctor.rules import competing_managers
+    """Other GPU managers: an error when one blacklists the driver or removes the GPU, a warning
+    when it manages the eGPU or the display itself; each with the command that undoes it."""
+    from egpu_setup.doctor.managers import manager_states
 
-    hits = competing_managers(ctx.inputs.managers)
-    if not hits:
+    states = [s for s in manager_states(ctx.inputs.managers) if s.effect != "installed"]
+    if not states:
         return []
-    tools = sorted({h.tool for h in hits})
-    disabling = [h for h in hits if h.disables_nvidia]
-    summary = f"Another GPU manager is configured: {', '.join(tools)}"
+    all_states = manager_states(ctx.inputs.managers)
+    names = ", ".join(s.manager.name for s in states)
+    disabling = [s for s in states if s.effect == "disables-nvidia"]
+    summary = f"Another GPU manager is configured: {names}"
     if disabling:
         summary += " - and it disables or removes the NVIDIA GPU"
+    evidence = [f"{line} [{s.manager.id}]" for s in all_states for line in s.evidence()]
+    fixes = [f"{s.manager.name}: {s.undo('display')}" for s in states]
     return [
         Finding(
             "competing-gpu-manager",
             "error" if disabling else "warning",
             summary,
-            _evidence([f"{h.path}: {h.detail} ({h.tool})" for h in hits]),
-            "Switch that tool back to its hybrid/on-demand mode or uninstall it (envycontrol "
-            "--reset, "
-            "prime-select on-demand, optimus-manager --cleanup, egpu-switcher disable), then "
-            "reboot. "
-            "Compute-only egpu-setup profiles can coexist with it; display mode cannot.",
+            _evidence(evidence),
+            "Undo it: " + "; ".join(fixes) + ". A compute-mode egpu-setup profile can coexist "
+            "with a manager that only owns the display; display mode cannot.",
         )
     ]
 
@@ -846,6 +850,71 @@ def check_runtime_pm(ctx: _Context) -> list[Finding]:
     ]
 
 
+def check_known_issues(ctx: _Context) -> list[Finding]:
+    """Known-bad combinations of this GPU and its link (data/known_issues.yaml), with what the
+    reports confirm and what helps; never presented as fixed."""
+    from egpu_setup.doctor.known_issues import known_issues
+
+    out: list[Finding] = []
+    for hit in known_issues(ctx.facts):
+        g = hit.gpu
+        driver = ctx.facts.nvidia.driver_version
+        out.append(
+            Finding(
+                "known-egpu-issue",
+                "warning",
+                f"{hit.where()}: {hit.issue.summary}",
+                _evidence(
+                    [
+                        f"{g.pci_address}: {g.architecture}, {g.connection}"
+                        + (f" ({g.connection_generation})" if g.connection_generation else "")
+                        + (f", driver {driver}" if driver else ""),
+                        f"reported: {hit.issue.confirmed}",
+                        "reports: " + ", ".join(hit.issue.sources),
+                    ]
+                ),
+                hit.issue.mitigation + ".",
+            )
+        )
+    return out
+
+
+def check_verify_temperature(ctx: _Context) -> list[Finding]:
+    """The newest verify report's gpu-temperature check: a peak at or above the limit verify
+    judged it by (the profile's expect.max_temp_c) is a finding, whatever verify's exit was."""
+    report = ctx.inputs.verify_report
+    checks = report.get("checks") if isinstance(report, dict) else None
+    check = next(
+        (c for c in checks or [] if isinstance(c, dict) and c.get("id") == "gpu-temperature"),
+        None,
+    )
+    if check is None:
+        return []
+    peak, limit = check.get("value"), check.get("expected")
+    if not (_is_number(peak) and _is_number(limit)) or peak < limit:
+        return []
+    assert isinstance(report, dict)
+    profile = report.get("profile") or "the default limits"
+    where = ctx.inputs.verify_report_path or "the verify report"
+    return [
+        Finding(
+            "gpu-temperature-over-limit",
+            "warning",
+            f"The GPU reached {peak:.0f} °C during verify ({report.get('time', '?')}), at or "
+            f"above the {limit:.0f} °C limit of {profile}",
+            (f"{where}: gpu-temperature {check.get('detail') or peak}",),
+            "Give the enclosure air: clear its intake and exhaust, keep it off soft surfaces, "
+            "check that its fan spins up under load; a lower power limit (sudo nvidia-smi -pl "
+            "WATTS) trades a little speed for heat; then run `egpu-setup verify --burn-in 10` "
+            "and watch the peak.",
+        )
+    ]
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def run_checks(
     facts: HostFacts, inputs: DoctorInput, torch_info: TorchInfo | None = None
 ) -> list[Finding]:
@@ -866,12 +935,20 @@ def run_checks(
     # A BAR failure, nouveau or Secure Boot explains an unbound GPU better than "driver missing"
     # (the BAR failures of system76/firmware-open#66 and Dunedan/mbp-2016-linux#60 look like one).
     fallen = [f for f in out if f.id == "gpu-fallen-off-bus"]
-    suppressed = any(f.severity == "error" for f in bar) or bool(nouveau or secure or fallen)
+    # so does another GPU manager that blacklists the driver or removes the GPU (EnvyControl's
+    # integrated mode): its undo is the fix, not `modprobe nvidia`
+    managers = check_managers(ctx)
+    disabling = [f for f in managers if f.severity == "error"]
+    suppressed = any(f.severity == "error" for f in bar) or bool(
+        nouveau or secure or fallen or disabling
+    )
     out += check_driver_loaded(ctx, suppressed)
     out += check_torch(ctx, torch_info)
-    out += check_managers(ctx)
+    out += managers
     out += check_xorg(ctx)
     out += check_atomics(ctx)
     out += check_pep668(ctx)
     out += check_runtime_pm(ctx)
+    out += check_known_issues(ctx)
+    out += check_verify_temperature(ctx)
     return out

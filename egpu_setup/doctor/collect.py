@@ -6,6 +6,7 @@ Soft: a missing or unreadable source is None or empty, and shown as such with th
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.doctor.findings import DoctorInput
@@ -33,15 +34,13 @@ def _rule_files(host: Host, directory: str, suffix: str) -> list[tuple[str, str]
 
 def probe_manager_files(host: Host) -> dict[str, str | None]:
     """The marker files of other GPU managers that exist, with their text (None: a directory)."""
-    from egpu_setup.doctor.rules import MANAGER_MARKERS
+    from egpu_setup.doctor.managers import marker_paths
 
     managers: dict[str, str | None] = {}
-    for marker in MANAGER_MARKERS:
-        if marker.path in managers or not host.exists(marker.path):
+    for path in marker_paths():
+        if not host.exists(path):
             continue
-        managers[marker.path] = (
-            None if host.is_dir(marker.path) else host.read(marker.path, limit=65536)
-        )
+        managers[path] = None if host.is_dir(path) else host.read(path, limit=65536)
     return managers
 
 
@@ -64,6 +63,7 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         text = host.read(f"/proc/driver/nvidia/gpus/{gpu.pci_address}/power", limit=4096)
         if text:
             nv_power[gpu.pci_address] = text
+    report, report_path = latest_verify_report(host)
     dmesg = host.command("dmesg", ["dmesg"])
     if dmesg is not None and "read kernel buffer failed" in dmesg[:300]:
         # kernel.dmesg_restrict=1 (Debian/Ubuntu default): only root reads the kernel log.
@@ -81,4 +81,32 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         managers=managers,
         power_control=power,
         nvidia_power=nv_power,
+        verify_report=report,
+        verify_report_path=report_path,
     )
+
+
+def latest_verify_report(host: Host) -> tuple[dict[str, Any] | None, str | None]:
+    """The newest `egpu-setup verify` report the machine kept (<state>/reports/verify-*.json:
+    root's, and this user's own on the running system; a recording's under its root), read
+    through the host. (None, None) when there is none or it is not a verify report."""
+    import json
+    from pathlib import Path
+
+    from egpu_setup.state.paths import STATE_DIR, StatePaths
+
+    dirs = [f"{STATE_DIR}/reports"]
+    if host.kind == "live":
+        dirs.insert(0, str(StatePaths.for_root(Path("/")).state_dir / "reports"))
+    # verify-<UTC stamp>[-n].json: the name sorts by time
+    found = sorted(
+        {p for d in dirs for p in host.glob(d, "verify-*.json")}, key=lambda p: p.rsplit("/", 1)[1]
+    )
+    for path in reversed(found):
+        try:
+            data = json.loads(host.read(path, limit=4 * 1024 * 1024) or "")
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("schema") == "egpu-setup/verify/1":
+            return data, path
+    return None, None

@@ -54,6 +54,9 @@ class DoctorInput:
     nvidia_power: dict[str, str] = field(
         default_factory=dict
     )  # address -> /proc/driver/nvidia/gpus/*/power
+    # the newest `egpu-setup verify` report (schema egpu-setup/verify/1) and where it was read
+    verify_report: dict[str, Any] | None = None
+    verify_report_path: str | None = None
 
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""

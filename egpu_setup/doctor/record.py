@@ -41,6 +41,7 @@ PCI_ATTRS = (
     "power/control",
     "power/runtime_status",
     "enable",
+    "numa_node",  # detect/numa.py: the node the GPU is attached to
 )
 TB_ATTRS = (
     "security",
@@ -61,6 +62,7 @@ TB_ATTRS = (
 )  # never `key`: it is the enclosure's secret
 FILES = (
     "/etc/os-release",
+    "/sys/devices/system/node/online",  # the NUMA nodes (detect/numa.py)
     "/proc/cmdline",
     "/proc/modules",
     "/proc/version",

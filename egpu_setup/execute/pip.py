@@ -124,7 +124,11 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
     out: list[list[str]] = []
     if step.find_links:
         return _offline_commands(step, uv, py)
-    if step.create_venv:
+    if step.rebuild_venv:
+        # A venv a failed run left half-made (no pip, no activate): the stdlib's --clear empties
+        # it and runs ensurepip again, the same on every uv version (plan/venv.py)
+        out.append([step.python, "-m", "venv", "--clear", step.venv])
+    elif step.create_venv:
         if uv:
             out.append([uv, "venv", "--seed", "--no-config", "--python", step.python, step.venv])
         else:
@@ -168,7 +172,8 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
     if step.create_venv:
         # `python -m venv` seeds pip from ensurepip, with no network; `uv venv --seed` would
         # have to fetch pip from an index
-        out.append([step.python, "-m", "venv", step.venv])
+        clear = ["--clear"] if step.rebuild_venv else []
+        out.append([step.python, "-m", "venv", *clear, step.venv])
     offline = [
         "--no-index",
         "--find-links",

@@ -8,5 +8,7 @@
 Modules: `options` (InstallOptions), `prepared` (Prepared, Outcome), `pipeline` (prepare and
 apply), `inputs` (what prepare gathers), `offline` (`--bundle DIR`), `show` (the plan and the
 outcome as text and JSON), `report` (the saved install report), `preflight` (checks before
-anything changes), `rollback` (what rollback restores, and doing it).
+anything changes), `review` (the plan reviewed: `attention` for what a person must do, `advice`
+for the summary), `day_after` (the verify after the reboot), `rollback` (what rollback
+restores, and doing it).
 """

@@ -68,23 +68,14 @@ def refuse_non_nvidia_egpu(facts: HostFacts) -> None:
 def scope(
     facts: HostFacts, profile: Profile, only: frozenset[str]
 ) -> tuple[frozenset[str], list[str]]:
-    """The parts the facts allow (WSL2: torch only), and what to say about the GPUs seen."""
+    """The parts the facts allow (WSL2: torch only). Which GPU the plan is for, and what to say
+    about it, is the resolver's (resolve/target.py): one message, whatever the command."""
     warnings: list[str] = []
     if facts.os.wsl:
         # The Windows host owns the driver and the device: nothing to render or apt-install.
         if only - {"torch"}:
             warnings.append("WSL2: the Windows driver serves the GPU; planning the torch part only")
         only = only & frozenset({"torch"})
-    external = [g.pci_address for g in facts.nvidia_gpus if g.external]
-    if len(external) > 1:
-        warnings.append(
-            f"{len(external)} external NVIDIA GPUs ({', '.join(external)}): the rules match them "
-            "by device id; pin hotplug.enclosure_unique_id to say which enclosure to authorize"
-        )
-    elif facts.egpu is None and len(facts.nvidia_gpus) != 1:
-        warnings.append(
-            f"no external NVIDIA GPU detected: planning for the profile's GPU ({profile.gpu.name})"
-        )
     return only, warnings
 
 
@@ -107,17 +98,20 @@ def render(
     only: frozenset[str],
 ) -> RenderSet:
     """The configuration files, when the plan has a driver or config part."""
-    from egpu_setup.render.files import entry_point_path, render_set
+    from egpu_setup.render.files import entry_point_path, render_set, tool_path_exposed
 
     if not only & {"driver", "config"}:
         return RenderSet(files=(), commands=(), notes=())
+    tool_path = entry_point_path(sys.argv[0])
     return render_set(
         facts,
         profile,
         resolution,
         options.mode or profile.mode,
         venv=options.venv_path,
-        tool_path=entry_point_path(sys.argv[0]),
+        tool_path=tool_path,
+        # the running egpu-setup is this machine's: who could replace it is known only here
+        tool_exposed=tool_path_exposed(target, tool_path) if target.kind == "live" else None,
         bolt_available=bolt_usable(target),
     )
 

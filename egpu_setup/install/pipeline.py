@@ -11,13 +11,21 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.execute.executor import ExecOptions, ExecResult
 from egpu_setup.install.options import InstallOptions
 from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
 from egpu_setup.state.paths import StatePaths
+
+if TYPE_CHECKING:
+    from egpu_setup.detect.facts import HostFacts
+    from egpu_setup.host.machine import Host
+    from egpu_setup.install.review import Review
+    from egpu_setup.plan.steps import Plan
+    from egpu_setup.profile.types import Profile
+    from egpu_setup.resolve.resolution import Resolution
 
 log = logging.getLogger("egpu_setup.install")
 
@@ -69,6 +77,7 @@ def prepare(options: InstallOptions) -> Prepared:
     stale = inputs.stale_warning(paths)
     warnings += [stale] if stale else []
     warnings += [*resolution.warnings, *plan.warnings, *rendered.notes]
+    seen = _review(facts, profile, resolution, plan, target, options, only)
     return Prepared(
         options,
         facts,
@@ -79,8 +88,36 @@ def prepare(options: InstallOptions) -> Prepared:
         target,
         paths,
         plan_options,
-        tuple(warnings),
+        tuple(warnings + list(seen.warnings)),
         stale,
+        actions=seen.actions,
+        mok_key=seen.mok_key,
+        mismatch=seen.mismatch,
+        advice=seen.advice,
+    )
+
+
+def _review(
+    facts: HostFacts,
+    profile: Profile,
+    resolution: Resolution,
+    plan: Plan,
+    target: Host,
+    options: InstallOptions,
+    only: frozenset[str],
+) -> Review:
+    """What a person must do, the card check, known problems and the summary (install/review)."""
+    from egpu_setup.install.review import review
+
+    return review(
+        facts,
+        profile,
+        resolution,
+        plan,
+        target,
+        mode=options.mode or profile.mode,
+        only=only,
+        venv=options.venv_path,
     )
 
 
@@ -93,10 +130,12 @@ def apply(
     """Execute under the lock, verify, keep a report. `confirm` shows the plan and returns when
     the user agreed (it raises to refuse); it is not called with --yes."""
     from egpu_setup.execute.executor import execute
+    from egpu_setup.install.attention import refuse_blocking
     from egpu_setup.install.preflight import preflight
     from egpu_setup.install.report import save_install_report
     from egpu_setup.state.lock import RunLock
 
+    refuse_blocking(prepared.actions, prepared.options.force, warn)  # before any change
     preflight(prepared.plan, prepared.target, prepared.paths, prepared.facts, prepared.plan_options)
     with RunLock(prepared.paths.lock):
         run = prepare(prepared.options)  # plan again: another run may have finished meanwhile
@@ -104,7 +143,7 @@ def apply(
             if w != run.stale_warning:
                 warn(w)
         if run.plan.empty:
-            return Outcome(run, message=NOTHING_TO_DO)
+            return _nothing_to_do(run)
         _consent(run, confirm)
         started = time.time()
         options = ExecOptions.from_env(force=run.options.force)
@@ -114,7 +153,7 @@ def apply(
             save_install_report(run, started, None, None, exc)
             raise
     try:
-        _require_enrolled_key(run, result)
+        _require_enrolled_key(run)
     except EgpuSetupError as exc:
         save_install_report(run, started, result, None, exc)
         raise
@@ -123,8 +162,35 @@ def apply(
     return Outcome(run, result, verify)
 
 
+def _nothing_to_do(run: Prepared) -> Outcome:
+    """The machine matches the plan: after the reboot an install asked for, the boot-time
+    verify's result comes with it (and decides the exit code); a key still not enrolled is a
+    console step (exit 4). A report is saved either way (`changed: 0`), so a fleet's newest
+    report is this run's, not the run that asked for the reboot."""
+    from egpu_setup.install.day_after import after_reboot
+    from egpu_setup.install.report import save_install_report
+
+    started = time.time()
+    try:
+        _require_enrolled_key(run)
+    except EgpuSetupError as exc:
+        save_install_report(run, started, None, None, exc)
+        raise
+    seen = after_reboot(run.paths, run.target)
+    verify = seen.report if seen is not None else None
+    save_install_report(run, started, None, verify, None)
+    return Outcome(run, verify=verify, message=NOTHING_TO_DO, seen=seen)
+
+
 def _consent(run: Prepared, confirm: Callable[[Prepared], None]) -> None:
-    """--yes agrees to the plan, never to a change of the boot configuration."""
+    """--yes agrees to the plan, never to a change of the boot configuration, and not to a
+    plan for another card than the profile's unless --force says so."""
+    if run.mismatch and run.options.yes and not run.options.force:
+        raise UsageError(
+            f"{run.mismatch}; nothing was changed",
+            "pass the profile of the detected card (see `egpu-setup profiles list`, or "
+            "generic-nvidia), or add --force to install this plan for it anyway",
+        )
     if run.plan.consent_steps and run.options.yes:
         what = ", ".join(" ".join(s.argv) for s in run.plan.consent_steps)
         raise UsageError(
@@ -135,33 +201,36 @@ def _consent(run: Prepared, confirm: Callable[[Prepared], None]) -> None:
         confirm(run)
 
 
-def _require_enrolled_key(run: Prepared, result: ExecResult) -> None:
-    """Secure Boot: dkms made its signing key with the first build; exit 4 before the reboot."""
-    from egpu_setup.install.preflight import builds_dkms_module, require_enrolled_key
+def _require_enrolled_key(run: Prepared) -> None:
+    """Secure Boot: DKMS made its signing key with the first build; after the automatic steps,
+    exit 4 with the console steps while it is not enrolled (install/attention.py)."""
+    from egpu_setup.install.attention import require_enrolled_key
 
-    driver_done = any(s.kind == "apt-install" and s.status == "done" for s in result.steps)
-    if not driver_done or not builds_dkms_module(run.plan):
-        return
-    if run.facts.os.secure_boot and run.target.kind == "live":
-        require_enrolled_key(run.target)
+    mok = any(a.id == "mok-enrolment" for a in run.actions)
+    if mok and run.mok_key and run.target.kind == "live":
+        require_enrolled_key(run.target, run.mok_key)
 
 
 def _verify_after(run: Prepared, result: ExecResult) -> dict[str, Any] | None:
-    """`verify --quick` when torch went in on the running system and no reboot is due."""
+    """`verify --quick` when torch went in on the running system and no reboot is due; on the
+    CPU when the CPU build went in (a CI box, a laptop away from its eGPU)."""
     torch_done = any(s.kind == "pip-install" and s.status == "done" for s in result.steps)
     live = run.target.kind == "live"
     if not (run.options.run_verify and torch_done and not result.reboot_required and live):
         return None
-    return quick_verify(run.plan_options.venv)
+    torch = run.resolution.torch
+    device = "cpu" if torch is not None and torch.variant == "cpu" else "auto"
+    return quick_verify(run.plan_options.venv, device)
 
 
-def quick_verify(venv: str) -> dict[str, Any] | None:
+def quick_verify(venv: str, device: str = "auto") -> dict[str, Any] | None:
     """`egpu-setup verify --quick --json` in a child process (a hung GPU cannot hang us)."""
     import json
 
     from egpu_setup.host.machine import LiveHost
 
     argv = [sys.executable, "-m", "egpu_setup", "verify", "--quick", "--json", "--venv", venv]
+    argv += ["--device", device]
     try:
         res = LiveHost().run(argv, timeout=VERIFY_TIMEOUT_S)
     except EgpuSetupError as exc:  # verify's failure is reported, it does not undo the install

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import EXIT_FAILED, EXIT_OK, EXIT_REBOOT
@@ -16,6 +16,11 @@ from egpu_setup.profile.types import Profile
 from egpu_setup.render.files import RenderSet
 from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.state.paths import StatePaths
+
+if TYPE_CHECKING:
+    from egpu_setup.install.advice import Advice
+    from egpu_setup.install.attention import PersonAction
+    from egpu_setup.install.day_after import VerifySeen
 
 NOTHING_TO_DO = "Nothing to do: this machine already matches the profile."
 
@@ -37,6 +42,13 @@ class Prepared:
     # another run held the lock while this was planned: said among the warnings of a dry run,
     # and not under the lock, where the holder is this very run
     stale_warning: str | None = None
+    # what a person must do (install/attention.py), and the key a Secure Boot check reads
+    actions: tuple[PersonAction, ...] = ()
+    mok_key: str | None = None
+    # the detected eGPU is not the profile's card (render/context.profile_card_mismatch)
+    mismatch: str | None = None
+    # the plan summary's lines: power, NUMA, how to use torch, a re-login (install/advice.py)
+    advice: tuple[Advice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,8 @@ class Outcome:
     result: ExecResult | None = None
     verify: dict[str, Any] | None = None
     message: str | None = None
+    # nothing to do after the reboot an install asked for: what the boot-time verify found
+    seen: VerifySeen | None = None
 
     @property
     def reboot_required(self) -> str | None:

@@ -48,6 +48,8 @@ def install_report(
         "resolution": run.resolution.to_json(),
         "steps": steps,
         "verify_ok": verify.get("ok") if verify else None,
+        # "cpu": the verify that ran trained on the CPU (a CPU install), no GPU was verified
+        "verify_device": verify.get("device_kind") if verify else None,
         "error": {"message": error.message, "hint": error.hint} if error else None,
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from egpu_setup.install.advice import Advice
 from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
 from egpu_setup.plan.steps import WriteFile
 from egpu_setup.resolve.resolution import format_resolution
@@ -17,21 +18,80 @@ def plan_json(run: Prepared) -> dict[str, Any]:
     data = dict(run.resolution.to_json())
     data["steps"] = run.plan.to_json()
     data["plan_warnings"] = list(run.warnings)
+    data["actions"] = [a.to_json() for a in run.actions]
+    data["advice"] = [a.to_json() for a in run.advice]
+    data["profile_mismatch"] = run.mismatch
     return data
 
 
-def plan_text(run: Prepared) -> str:
-    """The resolution, every step, then each file's unified diff."""
+def plan_text(run: Prepared, *, diff: bool = False) -> str:
+    """What fits a screen: the resolution, what a person must do first, the steps, what a person
+    must do after them, the summary; each file's unified diff only with `diff` (--diff), after a
+    separator (the warnings go to stderr, before all of it)."""
     lines = [format_resolution(run.resolution, warnings=False)]
+    lines += _actions(run, "before", "Before anything changes, a person must:")
     if run.plan.empty:
-        return "\n".join([*lines, NOTHING_TO_DO])
+        lines += ["", NOTHING_TO_DO]
+        return "\n".join(lines)
     n = len(run.plan.steps)
-    lines.append(f"Plan ({n} step{'' if n == 1 else 's'}):")
+    lines += ["", f"Plan ({n} step{'' if n == 1 else 's'}):"]
     lines += [f"  {i:2d}. [{s.part_name}] {s.describe()}" for i, s in enumerate(run.plan.steps, 1)]
-    for step in run.plan.steps:
-        if isinstance(step, WriteFile) and step.diff:
-            lines += ["", step.diff.rstrip("\n")]
+    lines += _actions(
+        run, "after", "After these steps, a person must (the run stops there, exit 4):"
+    )
+    lines += summary_lines(run.advice)
+    diffs = [s.diff for s in run.plan.steps if isinstance(s, WriteFile) and s.diff]
+    if diffs and not diff:
+        lines += [
+            "",
+            f"{len(diffs)} file{'' if len(diffs) == 1 else 's'} change: --diff shows how.",
+        ]
+    elif diffs:
+        lines += ["", "-" * 30 + " file diffs " + "-" * 30]
+        for d in diffs:
+            lines += ["", d.rstrip("\n")]
     return "\n".join(lines)
+
+
+def _actions(run: Prepared, when: str, title: str) -> list[str]:
+    todo = [a for a in run.actions if a.when == when]
+    if not todo:
+        return []
+    out = ["", title]
+    for a in todo:
+        out += _wrapped("  ! ", a.summary)
+        for i, step in enumerate(a.steps, 1):
+            out += _wrapped(f"    {i}. ", step)
+    if when == "before":
+        out.append("  install refuses (exit 4) until then; --force goes ahead anyway")
+    return out
+
+
+def summary_lines(advice: tuple[Advice, ...]) -> list[str]:
+    """The plan's (and the run's) summary: one labelled paragraph per piece of advice."""
+    if not advice:
+        return []
+    out = ["", "Summary"]
+    for a in advice:
+        out += _wrapped(f"  {a.label:<8} ", a.text)
+    return out
+
+
+def _wrapped(head: str, text: str) -> list[str]:
+    """`text` wrapped at 100 columns under `head`; each of its lines a paragraph of its own."""
+    import textwrap
+
+    out: list[str] = []
+    for paragraph in text.split("\n"):
+        out += textwrap.wrap(
+            paragraph,
+            100,
+            initial_indent=head if not out else " " * len(head),
+            subsequent_indent=" " * len(head),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return out
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -44,14 +104,29 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         "reboot_required": result.reboot_required if result else None,
         "resumed_from": result.resumed_from if result else None,
         "verify": outcome.verify,
+        "after_reboot": _seen_json(outcome),
     }
+    data["actions"] = [a.to_json() for a in run.actions]
+    data["advice"] = [a.to_json() for a in run.advice]
     return data
 
 
+def _seen_json(outcome: Outcome) -> dict[str, Any] | None:
+    seen = outcome.seen
+    if seen is None:
+        return None
+    return {"ok": seen.ok, "report": seen.path, "pending": seen.pending, "text": seen.text()}
+
+
 def outcome_text(outcome: Outcome) -> str:
+    """What the run did, the verify that followed, then the summary: how to use torch, a
+    re-login in display mode, the power and NUMA advice."""
     result = outcome.result
     if result is None:
-        return outcome.message or NOTHING_TO_DO
+        lines = [outcome.message or NOTHING_TO_DO]
+        if outcome.seen is not None:
+            lines.append(f"After the reboot: {outcome.seen.text()}")
+        return "\n".join(lines + summary_lines(outcome.prepared.advice))
     changed = sum(1 for s in result.steps if s.status == "done")
     simulated = sum(1 for s in result.steps if s.status == "simulated")
     skipped = sum(1 for s in result.steps if s.status == "skipped")
@@ -60,7 +135,14 @@ def outcome_text(outcome: Outcome) -> str:
     ]
     lines += [f"  {s.index + 1}. {s.status}: {s.detail}" for s in result.steps if s.detail]
     if outcome.verify is not None:
-        lines.append(f"verify: {'FAILED' if outcome.verify_failed else 'ok'}")
+        lines.append(f"verify: {'FAILED' if outcome.verify_failed else 'ok'}{_on(outcome.verify)}")
     if result.reboot_required:
         lines.append(f"Reboot needed: {result.reboot_required}. Then run the same command again.")
-    return "\n".join(lines)
+    return "\n".join(lines + summary_lines(outcome.prepared.advice))
+
+
+def _on(verify: dict[str, Any]) -> str:
+    if verify.get("device_kind") == "cpu":
+        return " (device: cpu; torch trains on the CPU, no GPU was verified)"
+    name = (verify.get("device") or {}).get("name")
+    return f" (device: {name})" if name else ""

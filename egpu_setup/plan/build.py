@@ -64,7 +64,7 @@ def build_plan(
     # them: a torch download that fails or is interrupted must not leave them undone
     steps += file_steps + unit_steps + link_steps(links, host, options) + cmd_steps
     if "torch" in options.only:
-        steps += torch_steps(resolution, host, options, warnings)
+        steps += torch_steps(resolution, host, options, warnings, facts)
     reboot = _reboot_reason(driver, file_steps, facts, options)
     if live and reboot:
         steps.append(RebootNeeded(reboot))

@@ -142,8 +142,6 @@ def _command_steps(
         if after and not changed & set(after) and not reload_for_links and not is_owed:
             continue
         reloads = argv[0] in ("udevadm", "systemctl", "boltctl")
-        if argv[0] == "boltctl" and _bolt_already_stored(facts, argv):
-            continue
         part = "driver" if any(a.startswith("/etc/modprobe.d/") for a in after) else "config"
         if part not in options.only:
             continue
@@ -161,12 +159,6 @@ def _command_steps(
             )
         )
     return cmds
-
-
-def _bolt_already_stored(facts: HostFacts, argv: tuple[str, ...]) -> bool:
-    uid = argv[-1]
-    devices = facts.thunderbolt.devices
-    return any(d.unique_id == uid and d.policy for d in devices)
 
 
 def _head(data: bytes) -> str:

@@ -143,9 +143,13 @@ class PipInstall(Step):
     # offline bundle: --no-index --find-links DIR --require-hashes -r FILE (index_url unused)
     find_links: str | None = None
     requirements_file: str | None = None
+    # the venv is there but half-made by a failed run (plan/venv.py): made again with --clear
+    rebuild_venv: bool = False
 
     def describe(self) -> str:
         create = f"create venv {self.venv}; " if self.create_venv else ""
+        if self.rebuild_venv:
+            create = f"rebuild the half-made venv {self.venv}; "
         who = f" as {self.run_as}" if self.run_as else ""
         source = (
             f" offline from {self.find_links} (hashes from {self.requirements_file})"

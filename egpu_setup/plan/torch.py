@@ -1,27 +1,35 @@
-"""The torch planner: torch into a venv through exactly one index (or offline, from a bundle)."""
+"""The torch planner: torch into a venv through exactly one index (or offline, from a bundle);
+first python3.X-venv where the Python lacks ensurepip, and a half-made venv rebuilt."""
 
 from __future__ import annotations
 
 from packaging.utils import canonicalize_name
 
 from egpu_setup.compat.index_url import check_index_url
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.installed import venv_versions
 from egpu_setup.plan.options import PlanOptions
-from egpu_setup.plan.steps import PipInstall, Step
+from egpu_setup.plan.steps import AptInstall, PipInstall, Step
+from egpu_setup.plan.venv import missing_venv_package, venv_state
 from egpu_setup.resolve.resolution import Resolution
 
 
 def torch_steps(
-    resolution: Resolution, host: Host, options: PlanOptions, warnings: list[str]
+    resolution: Resolution,
+    host: Host,
+    options: PlanOptions,
+    warnings: list[str],
+    facts: HostFacts | None = None,
 ) -> list[Step]:
     torch = resolution.torch
     if torch is None or not torch.requirements:
         return []
     from packaging.requirements import InvalidRequirement, Requirement
 
-    installed = venv_versions(host, options.venv)
+    half_made = venv_state(host, options.venv) == "half-made"
+    installed = None if half_made else venv_versions(host, options.venv)
     missing: list[str] = []
     for text in torch.requirements:
         try:
@@ -33,11 +41,18 @@ def torch_steps(
             missing.append(text)
     if not missing:
         return []
+    if half_made:
+        warnings.append(
+            f"{options.venv} was left half-made by a failed run (pyvenv.cfg and bin/python, no "
+            "pip, no bin/activate): it is rebuilt"
+        )
     b = options.bundle
+    first = _venv_package_step(facts, host, resolution, options, installed is None)
     if b is not None:
         if b.find_links is None:
             return []
         return [
+            *first,
             PipInstall(
                 venv=options.venv,
                 requirements=tuple(torch.requirements),
@@ -48,11 +63,13 @@ def torch_steps(
                 reason=f"torch {torch.version} ({torch.variant}) from the bundle",
                 find_links=b.find_links,
                 requirements_file=b.requirements_file,
-            )
+                rebuild_venv=half_made,
+            ),
         ]
     index = check_index_url(options.index_url or torch.index_url)
     why = f"torch {torch.version} ({torch.variant})"
     return [
+        *first,
         PipInstall(
             venv=options.venv,
             requirements=tuple(torch.requirements),
@@ -61,6 +78,37 @@ def torch_steps(
             python=_python_for(resolution, host),
             run_as=_run_as(host, options, installed),
             reason=why,
+            rebuild_venv=half_made,
+        ),
+    ]
+
+
+def _venv_package_step(
+    facts: HostFacts | None,
+    host: Host,
+    resolution: Resolution,
+    options: PlanOptions,
+    creating: bool,
+) -> list[Step]:
+    """apt-get install python3.X-venv before a venv is made with a Python that lacks ensurepip
+    (stock Debian/Ubuntu); offline, a clear error before anything changes."""
+    package = missing_venv_package(facts, host, resolution.python) if creating else None
+    if package is None:
+        return []
+    if options.bundle is not None:
+        raise UsageError(
+            f"Python {resolution.python} here has no ensurepip ({package} is not installed), "
+            "and an offline bundle does not carry it; nothing was changed",
+            f"install it from this machine's own sources first (sudo apt-get install {package}), "
+            "then run this command again",
+        )
+    return [
+        AptInstall(
+            (package,),
+            no_install_recommends=True,
+            lock_timeout=options.apt_lock_timeout,
+            reason=f"the venv needs ensurepip, which stock Debian/Ubuntu ship in {package}",
+            for_part="torch",
         )
     ]
 

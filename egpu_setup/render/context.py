@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from egpu_setup.detect.facts import HostFacts
+from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.profile.types import Profile
 from egpu_setup.render.checks import (
@@ -172,6 +172,67 @@ def distro_family(facts: HostFacts) -> str | None:
     return None
 
 
+def detected_cards(facts: HostFacts) -> tuple[Gpu, ...]:
+    """The NVIDIA GPUs the rules are for, as detected: the eGPU; else every external NVIDIA GPU
+    (two identical enclosures); else the only NVIDIA GPU when nothing says it is internal (its
+    placement undecided, e.g. a report with lspci text only: README "How decisions are made").
+    Empty when none is there (the profile's ids are used then)."""
+    if facts.egpu is not None:
+        return (facts.egpu,)
+    external = tuple(g for g in facts.nvidia_gpus if g.external)
+    if external:
+        return external
+    nvidia = facts.nvidia_gpus
+    if len(nvidia) == 1 and nvidia[0].external is None:
+        return nvidia
+    return ()
+
+
+def profile_card_mismatch(profile: Profile, cards: Iterable[Gpu]) -> str | None:
+    """'the detected eGPU is X, not this profile's Y', or None: the card is the profile's, the
+    profile is generic (no device ids: it accepts any NVIDIA card), or no card is detected."""
+    spec = profile.gpu
+    if not spec.device_ids:
+        return None
+    other = [g for g in cards if g.device_id and not spec.matches(g.device_id)]
+    if not other:
+        return None
+    by_id: dict[str, list[Gpu]] = {}
+    for g in other:
+        by_id.setdefault(g.device_id or "", []).append(g)
+    seen = "; ".join(
+        f"{gs[0].name or 'NVIDIA GPU'} [10de:{dev}] at {', '.join(g.pci_address for g in gs)}"
+        for dev, gs in by_id.items()
+    )
+    ids = ", ".join(spec.device_ids)
+    return f"the detected eGPU is {seen}, not profile {profile.name}'s {spec.name} ({ids})"
+
+
+def _device_ids(profile: Profile, cards: tuple[Gpu, ...], name: str) -> list[str]:
+    """The device ids the udev rules match: the detected cards' (and the profile's, when the
+    cards are the profile's), else the profile's; a UsageError when there are none at all."""
+    ids: list[str] = []
+    for card in cards:
+        if card.device_id:
+            dev = check_device_id(card.device_id, "detected eGPU device id")
+            if dev not in ids:
+                ids.append(dev)
+    # every profile id is checked, whether it ends up in a rule or not
+    wanted = [
+        check_device_id(dev_id, f"profile gpu.device_ids[{i}]")
+        for i, dev_id in enumerate(profile.gpu.device_ids)
+    ]
+    if not ids or profile_card_mismatch(profile, cards) is None:
+        ids += [d for d in wanted if d not in ids]
+    if not ids:
+        raise UsageError(
+            f"profile {name}: no GPU device id and no NVIDIA GPU detected, "
+            "so no rule could match the card",
+            "add gpu.device_ids to the profile or connect the eGPU",
+        )
+    return ids
+
+
 def build_context(
     facts: HostFacts,
     profile: Profile,
@@ -181,6 +242,7 @@ def build_context(
     bolt_available: bool | None = None,
     kernel_params: Iterable[str] = (),
     tool_path: str = DEFAULT_TOOL_PATH,
+    tool_exposed: bool | None = None,
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
 ) -> RenderContext:
@@ -194,27 +256,26 @@ def build_context(
         hp.connection, ("thunderbolt", "usb4", "oculink", "any"), "profile hotplug.connection"
     )
     _check_wait_timeout(wait_timeout)
-    gpu, ids = _card(facts, profile, name)
+    gpu, ids, cards = _card(facts, profile, name)
     tb, tb_notes = plan_thunderbolt(facts, hp, facts.egpu, bolt_available)
     notes = list(tb_notes)
     branch = driver_branch(facts, resolution)
     drm_params = _display(mode, branch, notes)
     family = distro_family(facts)
     initramfs, params, grub = _boot(family, kernel_params, notes)
-    tool_path = _tool_path(tool_path, notes)
+    tool_path = _tool_path(tool_path, tool_exposed, notes)
     internal_nvidia = [g for g in facts.nvidia_gpus if g.external is False]
     if runtime_pm_off and internal_nvidia:
         notes.append(
             f"the internal {internal_nvidia[0].name or 'NVIDIA GPU'} shares the nvidia module: "
             "runtime D3 stays on in the module (battery), only the eGPU's path is kept awake"
         )
-    egpu = facts.egpu
     return RenderContext(
         profile=name,
         mode=mode,
         device_ids=ids,
         gpu=gpu,
-        match_removable=bool(egpu is not None and egpu.removable == "removable"),
+        match_removable=bool(cards) and all(c.removable == "removable" for c in cards),
         debian_modules=(facts.os.id or "").lower() == "debian",
         branch=branch,
         drm_params=drm_params,
@@ -244,32 +305,24 @@ def _check_wait_timeout(wait_timeout: object) -> None:
 
 def _card(
     facts: HostFacts, profile: Profile, name: str
-) -> tuple[PciAddress | None, tuple[str, ...]]:
-    """The eGPU's address (when attached) and every device id the rules match, checked.
+) -> tuple[PciAddress | None, tuple[str, ...], tuple[Gpu, ...]]:
+    """The eGPU's address (when one is attached), every device id the rules match, checked,
+    and the detected cards they are for (detected_cards).
 
     Display mode needs no address here: the boot helper writes Xorg's BusID from the address the
     eGPU has at that boot (another port means another bus number), or no Xorg file at all when
     it is absent, so X falls back to the built-in GPU."""
-    egpu = facts.egpu
+    cards = detected_cards(facts)
+    egpu = cards[0] if len(cards) == 1 else None
     gpu = PciAddress.parse(egpu.pci_address, "detected eGPU address") if egpu else None
-    ids: list[str] = []
-    if egpu is not None and egpu.device_id:
-        ids.append(check_device_id(egpu.device_id, "detected eGPU device id"))
-    for i, dev_id in enumerate(profile.gpu.device_ids):
-        dev_id = check_device_id(dev_id, f"profile gpu.device_ids[{i}]")
-        if dev_id not in ids:
-            ids.append(dev_id)
-    if not ids:
-        raise UsageError(
-            f"profile {name}: no GPU device id and no eGPU detected, "
-            "so no rule could match the card",
-            "add gpu.device_ids to the profile or connect the eGPU",
-        )
-    if egpu is not None and egpu.vendor_id and egpu.vendor_id.lower() != NVIDIA_VENDOR:
-        raise UsageError(
-            f"the eGPU at {gpu.sysfs if gpu else '?'} is not an NVIDIA GPU", "use an NVIDIA GPU"
-        )
-    return gpu, tuple(ids)
+    ids = _device_ids(profile, cards, name)
+    for card in cards:
+        address = PciAddress.parse(card.pci_address, "detected eGPU address")
+        if card.vendor_id and card.vendor_id.lower() != NVIDIA_VENDOR:
+            raise UsageError(
+                f"the eGPU at {address.sysfs} is not an NVIDIA GPU", "use an NVIDIA GPU"
+            )
+    return gpu, tuple(ids), cards
 
 
 def _display(mode: str, branch: int | None, notes: list[str]) -> tuple[str, ...]:
@@ -313,10 +366,14 @@ def _boot(
     return initramfs, params, grub
 
 
-def _tool_path(tool_path: str, notes: list[str]) -> str:
-    """The egpu-setup egpu-eject runs as root; said when a user could replace it."""
+def _tool_path(tool_path: str, tool_exposed: bool | None, notes: list[str]) -> str:
+    """The egpu-setup egpu-eject runs as root; said when a user could replace it (tool_exposed:
+    what the caller found out about the file; None: judged by its path alone)."""
     tool_path = check_path(tool_path, "egpu-setup path")
-    if not tool_path.startswith(ROOT_OWNED_PREFIXES):
+    exposed = (
+        not tool_path.startswith(ROOT_OWNED_PREFIXES) if tool_exposed is None else tool_exposed
+    )
+    if exposed:
         notes.append(
             f"egpu-eject runs {tool_path} as root: allow egpu-eject in sudoers only if that file "
             "and every directory above it are root-owned and not writable by the user"

@@ -12,11 +12,14 @@ rollback removes only our files and notices a hand edit (`classify_generated`).
 from __future__ import annotations
 
 import shlex
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from egpu_setup.detect.facts import HostFacts
+from egpu_setup.host.machine import Host
 from egpu_setup.profile.types import Profile
 from egpu_setup.render.context import DEFAULT_TOOL_PATH, RenderContext, build_context
 from egpu_setup.render.headers import add_header
@@ -242,7 +245,7 @@ def _links_for(ctx: RenderContext) -> tuple[RenderedLink, ...]:
 def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
     cmds: list[HostCommand] = []
     tb = ctx.thunderbolt
-    if tb.kind == "bolt" and tb.unique_id and tb.policy:
+    if tb.kind == "bolt" and tb.unique_id and tb.policy and not tb.stored:
         cmds.append(
             HostCommand(
                 ("boltctl", "enroll", "--policy", tb.policy, tb.unique_id),
@@ -308,6 +311,7 @@ def render_set(
     bar_allocation_failed: bool = False,
     kernel_params: Iterable[str] = (),
     tool_path: str | None = None,
+    tool_exposed: bool | None = None,
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
 ) -> RenderSet:
@@ -319,6 +323,8 @@ def render_set(
     tool_path: absolute path of the egpu-setup entry point that egpu-eject execs; pass the one
     that is running (`entry_point_path(sys.argv[0])`), so the wrapper works wherever egpu-setup
     was installed. None: /usr/local/bin/egpu-setup. Checked like every path (UsageError).
+    tool_exposed: tool_path_exposed() of it (None: judged by its directory alone); the sudoers
+    note about egpu-eject comes only when the path is exposed.
     The result's `links` (display mode: the Xorg drop-in) are symlinks to create next to files.
     """
     if bolt_available is None and any(d.policy for d in facts.thunderbolt.devices):
@@ -334,6 +340,7 @@ def render_set(
         bolt_available=bolt_available,
         kernel_params=params,
         tool_path=DEFAULT_TOOL_PATH if tool_path is None else tool_path,
+        tool_exposed=tool_exposed,
         venv=venv,
         wait_timeout=wait_timeout,
     )
@@ -344,6 +351,31 @@ def render_set(
         body = env.get_template(template).render(**variables)
         files.append(RenderedFile(path, add_header(body, ctx.profile, ctx.mode), perm, purpose))
     return RenderSet(tuple(files), _commands(ctx), ctx.notes, _links_for(ctx))
+
+
+def tool_path_exposed(host: Host, path: str | None) -> bool | None:
+    """Whether someone other than root could replace the egpu-setup that egpu-eject runs as
+    root (through a sudoers rule): the file, its link target, or a directory above either is
+    owned by another user or writable by group/others (a sticky directory such as /tmp protects
+    root's entries). None where it cannot be told (not this machine); False for None, the
+    default /usr/local/bin/egpu-setup that scripts/install.sh makes root-owned."""
+    if path is None:
+        return False
+    if host.kind != "live":
+        return None
+    resolved = host.resolve(path) or path
+    for name in {path, resolved}:
+        for part in (PurePosixPath(name), *PurePosixPath(name).parents):
+            try:
+                st = host.real_path(str(part)).lstat()
+            except OSError:
+                return None
+            sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+            others_write = st.st_mode & stat.S_IWOTH and not sticky_dir
+            group_write = st.st_mode & stat.S_IWGRP and st.st_gid != 0
+            if st.st_uid != 0 or others_write or group_write:
+                return True
+    return False
 
 
 def entry_point_path(argv0: str) -> str | None:

@@ -24,6 +24,9 @@ class ThunderboltPlan:
     iommu: bool | None = None
     policy: str | None = None  # bolt policy: iommu / auto / manual
     require_iommu: bool = True  # udev fallback: match only on IOMMU-protected domains
+    # bolt already stores this enclosure with a policy: nothing to enrol (and nothing to say
+    # about the policy it would get)
+    stored: bool = False
 
 
 _NO_PCIE = ("dponly", "usbonly", "nopcie")
@@ -89,6 +92,14 @@ def _enclosure(
         f"({listed or 'no authorized device is listed'}), so none is authorized: connect the "
         "eGPU alone, or pin hotplug.enclosure_unique_id in the profile, then re-run"
     )
+
+
+def _stored_policy(facts: HostFacts, uuid: str) -> str | None:
+    """The policy bolt stores for this enclosure (boltctl list), None when it stores none."""
+    for d in facts.thunderbolt.devices:
+        if (d.unique_id or "").lower() == uuid and d.policy:
+            return d.policy
+    return None
 
 
 def _domain_of(facts: HostFacts, dev: TbDevice | None) -> TbDomain | None:
@@ -160,7 +171,13 @@ def plan_thunderbolt(
             "would authorize without the key, so none is written",
             "install bolt (Debian/Ubuntu: apt-get install bolt) and re-run",
         )
-    if bolt_available is not False or security == "secure":
+    use_bolt = bolt_available is not False or security == "secure"
+    stored = _stored_policy(facts, uuid) if use_bolt else None
+    if stored:
+        # boltd already has this enclosure with a policy: nothing to enrol (render and install
+        # plan the same commands)
+        return replace(base, kind="bolt", policy=stored, stored=True), ()
+    if use_bolt:
         return _by_bolt(base, policy, accept)
     return _by_udev(base, policy, accept)
 

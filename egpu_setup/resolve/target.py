@@ -137,24 +137,16 @@ def pick_target(
         ]
         return target, others
     if nvidia:
-        chosen = facts.egpu if facts is not None else None
-        if chosen is None and profile is not None:
-            ids = set(profile.gpu.device_ids)
-            chosen = next((g for g in nvidia if g.device_id in ids), None)
-        if chosen is None and len(nvidia) == 1:
-            chosen = nvidia[0]
-        if chosen is None:
-            targets = [target_from_fact(g, m) for g in nvidia]
-            best = max(range(len(nvidia)), key=lambda i: targets[i].cc or ComputeCapability(0, 0))
-            chosen = nvidia[best]
-            n.warnings.append(
-                f"{len(nvidia)} NVIDIA GPUs and none known to be external: planning for "
-                f"{targets[best].gpu.name} at {chosen.pci_address} (pass --gpu to choose)"
-            )
+        chosen = _choose(facts, profile, nvidia, m, n)
         others = [target_from_fact(g, m) for g in nvidia if g is not chosen]
         target = target_from_fact(chosen, m)
         if chosen.external:
             n.reasons.append(f"planning for the external GPU at {chosen.pci_address}")
+        elif chosen.external is False and profile is not None:
+            n.warnings.append(
+                f"no external NVIDIA GPU detected: planning for the internal "
+                f"{target.gpu.name} at {chosen.pci_address}"
+            )
         return target, others
     if profile is not None:
         from_profile = target_from_profile(profile, m)
@@ -162,5 +154,48 @@ def pick_target(
             n.reasons.append(
                 f"no NVIDIA GPU detected: planning for the profile's GPU, {from_profile.gpu.name}"
             )
+            n.warnings.append(
+                f"no external NVIDIA GPU detected: planning for the profile's GPU "
+                f"({from_profile.gpu.name})"
+            )
         return from_profile, []
     return None, []
+
+
+def _choose(
+    facts: HostFacts | None, profile: Profile | None, nvidia: list[Gpu], m: Matrix, n: Notes
+) -> Gpu:
+    """The NVIDIA GPU to plan for: the eGPU; else among the external ones (all of them when
+    several are), the profile's card, else the only one, else the newest; one warning that says
+    which when there was a choice."""
+    egpu = facts.egpu if facts is not None else None
+    if egpu is not None:
+        return egpu
+    external = [g for g in nvidia if g.external]
+    pool = external or nvidia
+    ids = set(profile.gpu.device_ids) if profile is not None else set()
+    chosen = next((g for g in pool if g.device_id in ids), None)
+    if chosen is None and len(pool) == 1:
+        return pool[0]
+    if chosen is None:
+        targets = [target_from_fact(g, m) for g in pool]
+        best = max(range(len(pool)), key=lambda i: targets[i].cc or ComputeCapability(0, 0))
+        chosen = pool[best]
+    name = target_from_fact(chosen, m).gpu.name
+    if len(external) > 1:
+        same = len({g.device_id for g in external}) == 1
+        n.warnings.append(
+            f"{len(external)} external NVIDIA GPUs "
+            f"({', '.join(g.pci_address for g in external)}): planning for {name}"
+            + (
+                ", the same model in each, so one driver and one torch serve all of them"
+                if same
+                else f" at {chosen.pci_address} (pass --gpu to choose)"
+            )
+        )
+    elif not external and len(pool) > 1 and chosen.device_id not in ids:
+        n.warnings.append(
+            f"{len(nvidia)} NVIDIA GPUs and none known to be external: planning for "
+            f"{name} at {chosen.pci_address} (pass --gpu to choose)"
+        )
+    return chosen

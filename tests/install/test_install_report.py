@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from conftest import FIXTURES
@@ -15,19 +16,9 @@ def test_config_install_into_an_image_writes_a_report(cli, tmp_path: Path) -> No
     img.mkdir()
     state = tmp_path / "state"
     env = {"EGPU_SETUP_STATE_DIR": str(state)}
-    res = cli(
-        "install",
-        "--profile",
-        "rtx4090",
-        "--only",
-        "config",
-        "--root",
-        str(img),
-        "--from",
-        TB4,
-        "--yes",
-        env=env,
-    )
+    args = ("install", "--profile", "rtx4090", "--only", "config", "--root", str(img))
+    args += ("--from", TB4, "--yes")
+    res = cli(*args, env=env)
     assert res.returncode == 0, res.stderr
     (report,) = (state / "reports").glob("install-*.json")
     data = json.loads(report.read_text())
@@ -43,6 +34,17 @@ def test_config_install_into_an_image_writes_a_report(cli, tmp_path: Path) -> No
     # Without bolt in the image, the enclosure is authorized by its UUID alone, never blanket.
     rule = (img / "etc/udev/rules.d/61-egpu-setup-tb-authorize.rules").read_text()
     assert 'ATTR{unique_id}=="00e8d1a4-3c2b-0e01-ffff-ffffffffffff"' in rule
+    # a second run finds nothing to do and saves its own report of that (issue 19: the day
+    # after, a fleet report shows the run)
+    time.sleep(1.1)  # reports are named by the second
+    again = cli(*args, env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("Nothing to do: this machine already matches the profile.")
+    reports = sorted((state / "reports").glob("install-*.json"))
+    assert len(reports) == 2
+    newest = json.loads(reports[-1].read_text())
+    assert newest["schema"] == "egpu-setup/install/1" and newest["changed"] == 0
+    assert newest["ok"] is True and newest["exit_code"] == 0 and newest["steps"] == []
 
 
 def test_a_failed_install_is_reported_too(cli, tmp_path: Path) -> None:

@@ -418,7 +418,7 @@ def test_cli_show_output_is_a_valid_profile(cli, tmp_path):
 
 
 def test_cli_check(cli, tmp_path):
-    good = write(tmp_path, GOOD, "good.yaml")
+    good = write(tmp_path, GOOD, "lab-4090.yaml")
     res = cli("profiles", "check", str(good))
     assert res.returncode == 0 and res.stdout == f"ok: {good} (lab-4090: GeForce RTX 4090)\n"
     bad = write(tmp_path, GOOD + "  runtime_pm_off: on\n", "bad.yaml")
@@ -432,6 +432,26 @@ def test_cli_check(cli, tmp_path):
     assert "Traceback" not in res.stderr
     res = cli("profiles", "check", str(good), str(bad), str(tmp_path / "missing.yaml"))
     assert res.returncode == 2 and "error: 2 of 3 profiles are invalid" in res.stderr
+
+
+def test_cli_check_refuses_a_name_that_differs_from_the_file_name(
+    cli, tmp_path, _no_local_profiles
+):
+    """As install does when it finds the profile by name: `profiles check` says so first."""
+    renamed = write(tmp_path, GOOD, "lab.yaml")
+    res = cli("profiles", "check", str(renamed))
+    assert res.returncode == 2, res.stdout
+    first, hint = res.stderr.splitlines()[:2]
+    assert first == (
+        f"error: {renamed}:1:7: name: 'lab-4090' differs from the file name 'lab.yaml'"
+    )
+    assert hint == (
+        "hint: profiles are found by file name: rename the file to lab-4090.yaml or set name: lab"
+    )
+    # and install, finding it by name in a profile directory, refuses it the same way
+    (_no_local_profiles / "lab.yaml").write_text(GOOD)
+    res = cli("install", "--profile", "lab", "--dry-run")
+    assert res.returncode == 2 and "differs from the file name 'lab.yaml'" in res.stderr
 
 
 def test_cli_show_unknown(cli):

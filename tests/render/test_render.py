@@ -426,7 +426,7 @@ def test_several_authorized_devices_and_no_uuid_in_the_profile_enrol_nothing() -
 
 def test_an_unauthorized_dock_does_not_hide_the_enclosure() -> None:
     """The visible eGPU's tunnel runs through authorized routers only: one candidate left."""
-    core_x = replace(DEBIAN12_TB3_4090.thunderbolt.devices[0], authorized=True)
+    core_x = replace(DEBIAN12_TB3_4090.thunderbolt.devices[0], authorized=True, policy=None)
     devices = (core_x, replace(DOCK, authorized=False))
     result = render_set(_tb(DEBIAN12_TB3_4090, "user", True, devices), profile(), None, "compute")
     assert ("boltctl", "enroll", "--policy", "iommu", CORE_X_UUID) in [

@@ -1,0 +1,228 @@
+"""What a person must do, said before anything changes: another GPU manager to undo first, the
+Secure Boot key to enrol at the console after the driver is built.
+
+Both are computed when the plan is made, so `install --dry-run` shows them; `apply` refuses a
+blocking manager (exit 4) before any change unless --force, and stops with exit 4 after the
+automatic steps when the module signing key still waits for a person.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from egpu_setup.detect.facts import HostFacts
+from egpu_setup.errors import ActionRequired
+from egpu_setup.host.machine import Host
+from egpu_setup.plan.steps import AptInstall, Plan
+
+
+@dataclass(frozen=True)
+class PersonAction:
+    """One thing a person must do. `when`: "before" (install refuses until it is done, or
+    --force) or "after" (the run does its automatic steps first, then stops with exit 4)."""
+
+    id: str
+    when: str
+    summary: str
+    steps: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "when": self.when,
+            "summary": self.summary,
+            "steps": list(self.steps),
+        }
+
+
+# -- another GPU manager ---------------------------------------------------------------------------
+
+
+def manager_actions(
+    target: Host, mode: str, only: frozenset[str]
+) -> tuple[list[PersonAction], list[str]]:
+    """(what must be undone first, warnings) for the GPU managers configured on the target.
+
+    Blocking only when the plan sets up the driver or the configuration: a `--only torch` run
+    (a CI box, a laptop away from its eGPU) is told, not stopped."""
+    from egpu_setup.doctor.collect import probe_manager_files
+    from egpu_setup.doctor.managers import manager_states
+
+    actions: list[PersonAction] = []
+    warnings: list[str] = []
+    for state in manager_states(probe_manager_files(target)):
+        m = state.manager
+        if state.blocks(mode) and only & {"driver", "config"}:
+            why = (
+                "it conflicts with display mode (two tools writing the display configuration)"
+                if state.effect == "display"
+                else "the NVIDIA driver cannot drive the eGPU while it is so"
+                if state.effect == "disables-nvidia"
+                else "it manages the same eGPU with its own boot units and Xorg configuration"
+            )
+            actions.append(
+                PersonAction(
+                    f"competing-gpu-manager:{m.id}",
+                    "before",
+                    f"{state.summary()}: {why}",
+                    (f"undo it: {state.undo(mode)}", "then run this command again"),
+                )
+            )
+        elif state.blocks(mode) or (state.effect == "x-on-nvidia" and mode == "compute"):
+            warnings.append(
+                f"{state.summary()}: to undo it, {state.undo(mode)} (`egpu-setup doctor` has "
+                "the details)"
+            )
+    return actions, warnings
+
+
+def refuse_blocking(actions: tuple[PersonAction, ...], force: bool, warn: Any) -> None:
+    """Exit 4 before any change while something must be undone first; --force goes on."""
+    before = [a for a in actions if a.when == "before"]
+    if not before:
+        return
+    if force:
+        for a in before:
+            warn(f"going ahead although {a.summary} (--force)")
+        return
+    first = before[0]
+    more = f" (and {len(before) - 1} more, shown by --dry-run)" if len(before) > 1 else ""
+    raise ActionRequired(
+        f"{first.summary}; nothing was changed{more}",
+        f"{first.steps[0]}, then run this command again (or pass --force to install anyway)",
+    )
+
+
+# -- Secure Boot: the DKMS module signing key ------------------------------------------------------
+
+# Where DKMS keeps the key it signs modules with. Debian (dkms >= 3.0.4): /var/lib/dkms/mok.pub,
+# made on the first build; Ubuntu: shim-signed's MOK.der, made by `update-secureboot-policy
+# --new-key` when missing (dkms.in prepare_mok, https://github.com/dkms-project/dkms/blob/
+# 04154266549a7b3723f8e7a18515b59c34e921b1/dkms.in; README "Module signing").
+DKMS_KEY = "/var/lib/dkms/mok.pub"
+UBUNTU_KEY = "/var/lib/shim-signed/mok/MOK.der"
+MOK_KEYS = (DKMS_KEY, UBUNTU_KEY)
+
+# The console steps, as the dkms README ("Secure Boot") and the Debian wiki give them:
+# https://github.com/dkms-project/dkms/blob/04154266549a7b3723f8e7a18515b59c34e921b1/README.md,
+# https://wiki.debian.org/SecureBoot
+_ENROL = (
+    "reboot; in the blue MokManager screen choose 'Enroll MOK', 'Continue', 'Yes', type that "
+    "password, and let it reboot"
+)
+
+
+def parse_test_key(text: str | None) -> str:
+    """`mokutil --test-key FILE` -> not-enrolled / pending / enrolled / unknown.
+
+    Its exit status cannot tell them apart: 0 for "is already enrolled", "is already in the
+    enrollment request" (imported, waiting for MokManager) and "is already in db"; 1 only for
+    "is not enrolled" (mokutil src/mokutil.c test_key, print_skip_message:
+    https://github.com/lcp/mokutil/blob/9ae73db13e2bf0c610b0dcced5410fd6dc61f68a/src/mokutil.c).
+    So the text decides."""
+    low = (text or "").lower()
+    if "is not enrolled" in low:
+        return "not-enrolled"
+    if "enrollment request" in low:
+        return "pending"
+    if "already enrolled" in low or "already in db" in low:
+        return "enrolled"
+    return "unknown"
+
+
+def signing_key(facts: HostFacts, target: Host) -> str:
+    """The key DKMS signs with here: one that exists, else the distribution's default."""
+    for key in MOK_KEYS:
+        if target.exists(key):
+            return key
+    ids = {(facts.os.id or "").lower(), *facts.os.id_like}
+    return UBUNTU_KEY if "ubuntu" in ids else DKMS_KEY
+
+
+def key_state(target: Host, key: str) -> str:
+    """missing / not-enrolled / pending / enrolled / unknown (no mokutil, or an image, whose
+    key each machine enrols at its own console)."""
+    if not target.exists(key):
+        return "missing"
+    if target.kind == "root":
+        return "unknown"
+    # a recording replays commands/mokutil-test-key.txt; the live host runs it (read-only)
+    text = target.command("mokutil-test-key", ["mokutil", "--test-key", key], timeout=30.0)
+    return parse_test_key(text)
+
+
+def has_dkms_driver(plan: Plan, target: Host) -> bool:
+    """The plan installs a driver whose module DKMS builds; or, planning no driver, such a
+    driver is installed (a plan that installs one replaces it).
+
+    Ubuntu's linux-modules-nvidia-* are prebuilt and signed by Canonical's key, which the
+    firmware already trusts: no enrolment for them."""
+    from egpu_setup.plan.installed import installed_packages
+
+    planned = [
+        p
+        for s in plan.steps
+        if isinstance(s, AptInstall) and s.part_name == "driver"
+        for p in s.packages
+    ]
+    if planned:
+        return not any(p.startswith("linux-modules-nvidia-") for p in planned)
+    return any(_is_dkms_nvidia(p) for p in installed_packages(target))
+
+
+def _is_dkms_nvidia(package: str) -> bool:
+    # Debian: nvidia-kernel-dkms, nvidia-open-kernel-dkms; Ubuntu and NVIDIA's repository:
+    # nvidia-dkms-<branch>[-open]
+    return package.startswith("nvidia-dkms-") or (
+        package.startswith("nvidia") and package.endswith("kernel-dkms")
+    )
+
+
+def mok_action(facts: HostFacts, plan: Plan, target: Host) -> tuple[PersonAction | None, str]:
+    """(the console steps, the key) when Secure Boot is on and a DKMS-built module must be
+    signed by a key the firmware does not trust yet; (None, key) otherwise."""
+    key = signing_key(facts, target)
+    if not facts.os.secure_boot or target.kind == "root" or not has_dkms_driver(plan, target):
+        return None, key
+    state = key_state(target, key)
+    if state == "enrolled":
+        return None, key
+    import_step = f"run `sudo mokutil --import {key}` and choose a one-time password"
+    steps: list[str] = []
+    if state == "missing":
+        steps.append(f"DKMS creates the signing key {key} when it builds the module (this run)")
+    if state != "pending":
+        steps.append(import_step)
+    steps += [_ENROL, "run this command again: it checks the key and goes on"]
+    summary = (
+        f"Secure Boot is on: the NVIDIA module DKMS builds is signed with {key}, which the "
+        "firmware must trust before the module loads"
+    )
+    if state == "pending":
+        summary += " (the key is imported and waits for MokManager)"
+    elif state == "unknown":
+        summary += " (whether it is enrolled could not be checked: mokutil --test-key)"
+    return PersonAction("mok-enrolment", "after", summary, tuple(steps)), key
+
+
+def require_enrolled_key(target: Host, key: str) -> None:
+    """Exit 4 with the console steps when the key exists and is not enrolled yet.
+
+    Called after the automatic steps (DKMS made the key with its first build), so the reboot
+    into MokManager is also the one the new driver needs."""
+    state = key_state(target, key)
+    if state == "not-enrolled":
+        raise ActionRequired(
+            f"Secure Boot is on and the module signing key {key} is not enrolled: the NVIDIA "
+            "module will not load until it is (everything else is done)",
+            f"run `sudo mokutil --import {key}`, choose a one-time password, reboot, pick "
+            "'Enroll MOK' in the blue MokManager screen, then run this command again",
+        )
+    if state == "pending":
+        raise ActionRequired(
+            f"Secure Boot is on and the module signing key {key} waits for enrolment at the "
+            "console (everything else is done)",
+            "reboot, pick 'Enroll MOK' in the blue MokManager screen and type the password "
+            "chosen at import, then run this command again",
+        )
