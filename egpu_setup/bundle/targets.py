@@ -43,13 +43,15 @@ def resolve_targets(
     *,
     cuda: str | None = None,
     torch_spec: str | None = None,
+    matrix_choice: str = "shipped",
 ) -> list[Target]:
-    """Resolve every (Python x distro) pair with the real resolver, from what-if inputs only."""
-    from egpu_setup.compat.matrix import load_matrix
+    """Resolve every (Python x distro) pair with the real resolver, from what-if inputs only,
+    with the matrix `install` would use (`--matrix`, compat/matrix.py select_matrix)."""
+    from egpu_setup.compat.matrix import select_matrix
     from egpu_setup.resolve.constraints import constraints_from_profile, parse_distro
     from egpu_setup.resolve.resolver import resolve
 
-    matrix = load_matrix()
+    matrix = select_matrix(matrix_choice)
     out: list[Target] = []
     for distro in distros:
         dist_id, dist_ver = parse_distro(distro, matrix)
@@ -64,7 +66,7 @@ def resolve_targets(
             constraints = constraints_from_profile(
                 profile, python=python, distro=label, cuda=cuda, torch_spec=torch_spec
             )
-            res = resolve(None, profile, constraints)
+            res = resolve(None, profile, constraints, matrix)
             out.append(Target(res.python, label, res))
     names = [t.name for t in out]
     dupes = sorted({n for n in names if names.count(n) > 1})

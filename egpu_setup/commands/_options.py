@@ -18,6 +18,16 @@ from_option = click.option(
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (a stable contract)."
 )
+# compat/matrix.py select_matrix: the shipped snapshot decides unless a run asks for the overlay
+matrix_option = click.option(
+    "--matrix",
+    "matrix_choice",
+    type=click.Choice(["shipped", "updated"]),
+    default="shipped",
+    show_default=True,
+    help="Compatibility data that decides: the snapshot shipped with this egpu-setup (the same "
+    "on every machine), or `updated`: it plus what the last `matrix update` read.",
+)
 
 
 def complete_profile(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from egpu_setup.commands._options import complete_profile, echo_json, json_option
+from egpu_setup.commands._options import complete_profile, echo_json, json_option, matrix_option
 
 log = logging.getLogger("egpu_setup.bundle")
 
@@ -62,6 +62,7 @@ def _parts_of(text: str | None) -> frozenset[str]:
 @click.option("--only", default=None, metavar="PARTS", help="Comma list of torch,driver,tool.")
 @click.option("--refresh", is_flag=True, help="Download again even when the inputs are unchanged.")
 @json_option
+@matrix_option
 def command(
     profile_name: str,
     out: str,
@@ -73,6 +74,7 @@ def command(
     only: str | None,
     refresh: bool,
     as_json: bool,
+    matrix_choice: str,
 ) -> None:
     """Build an offline bundle: torch wheelhouse with hashes, driver .debs, the tool, a manifest.
 
@@ -111,6 +113,7 @@ def command(
         list(distros) or [host_distro(host)],
         cuda=cuda,
         torch_spec=torch_spec,
+        matrix_choice=matrix_choice,
     )
     report = Builder(
         host, profile, targets, BuildOptions(target_dir, index_url, parts, refresh)

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
+from egpu_setup.commands._options import (
+    complete_profile,
+    echo_json,
+    from_option,
+    json_option,
+    matrix_option,
+)
 
 if TYPE_CHECKING:
     from egpu_setup.install.prepared import Prepared
@@ -23,6 +29,7 @@ Examples:
   sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
   sudo egpu-setup install --bundle /media/usb/lab-bundle --yes   # offline, from `bundle`
+  sudo egpu-setup install --profile rtx4090 --matrix updated --yes  # after `matrix update`
 \b
 Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again after),
 4 a person must act, 5 another run or the package manager holds a lock.
@@ -104,6 +111,7 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     default=True,
     help="Run `verify --quick` after installing torch.",
 )
+@matrix_option
 def command(
     profile_name: str | None,
     dry_run: bool,
@@ -123,6 +131,7 @@ def command(
     force: bool,
     lock_timeout: int,
     run_verify: bool,
+    matrix_choice: str,
 ) -> None:
     """Provision this machine: NVIDIA driver, torch venv, hot-plug configuration.
 
@@ -151,6 +160,7 @@ def command(
         force=force,
         lock_timeout=lock_timeout,
         run_verify=run_verify,
+        matrix=matrix_choice,
     )
     prepared = prepare(options)
     if dry_run:

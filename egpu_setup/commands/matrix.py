@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from egpu_setup.commands._options import echo_json, json_option
+from egpu_setup.commands._options import complete_profile, echo_json, json_option
 
 
 @click.group(
@@ -17,6 +17,7 @@ Examples:
   egpu-setup matrix show --json | jq '.torch[0]'
   egpu-setup matrix update
   egpu-setup matrix update --index-url https://mirror.lab.example/whl/
+  egpu-setup matrix update --profile lab.yaml      # what `--matrix updated` would change
 """
 )
 def command() -> None:
@@ -52,6 +53,7 @@ Examples:
   egpu-setup matrix update
   EGPU_SETUP_STATE_DIR=~/.cache/egpu-setup egpu-setup matrix update
   egpu-setup matrix update --index-url http://127.0.0.1:8000/whl/ --json
+  egpu-setup matrix update --profile rtx4090 --profile lab.yaml
 """,
 )
 @json_option
@@ -62,17 +64,49 @@ Examples:
 )
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Read timeout, s.")
 @click.option("--retries", type=click.IntRange(0, 10), default=3, show_default=True)
-def update(as_json: bool, index_url: str | None, timeout: float, retries: int) -> None:
-    """Refresh the torch rows from the PyTorch wheel index (validated before anything changes)."""
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    shell_complete=complete_profile,
+    metavar="NAME",
+    help="Show the drift for this profile on this machine (repeatable; default: no profile).",
+)
+def update(
+    as_json: bool,
+    index_url: str | None,
+    timeout: float,
+    retries: int,
+    profiles: tuple[str, ...],
+) -> None:
+    """Refresh the torch rows from the PyTorch wheel index (validated before anything changes).
+
+    Installs keep deciding with the shipped snapshot, the same on every machine; the refreshed
+    data decides only for `install/resolve/bundle --matrix updated`. What that would change on
+    this machine (for each --profile) is printed as the drift; a profile's pins never drift.
+    """
     import logging
 
     from egpu_setup.compat.fetch import update_matrix
 
     log = logging.getLogger("egpu_setup.matrix")
+    if profiles:  # a bad profile is bad input: refused before the network is touched
+        from egpu_setup.profile.load import load_profile
+
+        loaded = [load_profile(p) for p in profiles]
+    else:
+        loaded = []
     log.info("reading the PyTorch wheel index ...")
     result = update_matrix(index_url=index_url, timeout=(5.0, timeout), retries=retries)
+    drifts = _drifts(loaded)
     if as_json:
-        echo_json({"schema": "egpu-setup/matrix-update/1", **result.__dict__})
+        echo_json(
+            {
+                "schema": "egpu-setup/matrix-update/1",
+                **result.__dict__,
+                "drift": [d.to_json() for d in drifts],
+            }
+        )
         return
     verb = "unchanged (HTTP 304)" if result.status == "not-modified" else "updated"
     click.echo(f"matrix {verb}: {result.versions} torch releases from {result.url}")
@@ -81,6 +115,35 @@ def update(as_json: bool, index_url: str | None, timeout: float, retries: int) -
     for change in result.changes:
         click.echo(f"  {change}")
     click.echo(f"cached in {result.path}")
+    click.echo(
+        "installs still decide with the shipped snapshot; with --matrix updated they would "
+        "choose (this machine):"
+    )
+    for d in drifts:
+        click.echo(f"  {d.text()}")
+
+
+def _drifts(profiles: list[Any]) -> list[Any]:
+    """The drift of this machine, with each profile (or none), between the two matrices."""
+    from egpu_setup.compat.matrix import select_matrix
+    from egpu_setup.detect.probe import detect_host
+    from egpu_setup.host.machine import LiveHost
+    from egpu_setup.resolve.constraints import constraints_from_profile
+    from egpu_setup.resolve.drift import drift
+
+    facts = detect_host(LiveHost())
+    shipped, updated = select_matrix("shipped"), select_matrix("updated")
+    return [
+        drift(
+            p.name if p is not None else "no profile",
+            facts,
+            p,
+            constraints_from_profile(p),
+            shipped,
+            updated,
+        )
+        for p in (profiles or [None])
+    ]
 
 
 def _age_days(day: str | None) -> int | None:
@@ -174,7 +237,8 @@ def format_matrix(data: dict[str, Any]) -> str:
     if ov:
         lines.append(
             f"Index     {ov['versions']} releases read {ov['fetched_at']} "
-            f"({ov['age_days']} days ago) from {ov['index_url']}"
+            f"({ov['age_days']} days ago) from {ov['index_url']}; decides only with "
+            "--matrix updated"
         )
     else:
         lines.append("Index     never updated here (run `egpu-setup matrix update`)")

@@ -8,13 +8,15 @@ import click
 
 from egpu_setup.commands._options import echo_json, json_option
 from egpu_setup.errors import EXIT_FAILED, EgpuSetupError, UsageError
+from egpu_setup.text import plain
 
 EPILOG = """\b
 Examples:
   egpu-setup report reports/                      # table of every host under reports/
   egpu-setup report reports/ --html lab.html      # also a self-contained web page
   egpu-setup report /var/lib/egpu-setup/reports   # this machine's own history
-  egpu-setup report reports/ --json --strict      # for CI: exit 1 if any host failed
+  egpu-setup report reports/ --json --strict      # for CI: exit 1 unless every machine is ok
+  egpu-setup report ci-reports/ --strict --cpu-ok  # CI runners verify on the CPU by design
 """
 
 
@@ -28,29 +30,58 @@ Examples:
     help="Also write a self-contained HTML page to this file.",
 )
 @click.option("--title", default="egpu-setup fleet report", show_default=True, help="HTML title.")
-@click.option("--strict", is_flag=True, help="Exit 1 when any host failed or was not verified.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 unless every machine is ok: verified on its eGPU, nothing failed, no report "
+    "claiming another machine.",
+)
+@click.option(
+    "--cpu-ok",
+    is_flag=True,
+    help="Count a machine verified on the CPU only (`verify --device cpu`) as ok: for CI "
+    "runners and machines without an eGPU by design.",
+)
 @json_option
 def command(
-    paths: tuple[str, ...], html_out: str | None, title: str, strict: bool, as_json: bool
+    paths: tuple[str, ...],
+    html_out: str | None,
+    title: str,
+    strict: bool,
+    cpu_ok: bool,
+    as_json: bool,
 ) -> None:
     """Merge install/verify JSON reports (folders are searched recursively) into one table.
 
-    One row per host: GPU, connection, PCIe link, driver, torch, host-to-device bandwidth,
-    the AMP training result and every failed check. The newest report of each kind wins.
+    One row per machine: a machine is the folder the Ansible role collected its reports into
+    (<dest>/<inventory_hostname>/, with identity.json), and the machine id its reports record;
+    never the hostname alone. Each row shows the device verify ran on, the GPU, link and its
+    ceiling, host-to-device GB/s and TFLOPS against what the link and the profile allow, the
+    torch really installed, the newest report's time and age, and every failure with its
+    message. A report that claims another machine than its folder's is set aside and makes
+    that row "suspect". The HTML page draws the bandwidth and TFLOPS of every machine.
     """
-    from egpu_setup.fleet.report import collect, render_html, render_text
+    from egpu_setup.fleet.html import render_html
+    from egpu_setup.fleet.rows import collect
+    from egpu_setup.fleet.text import render_text
 
-    report = collect(paths)
+    report = collect(paths, cpu_ok=cpu_ok)
     if html_out is not None:
         _write_atomic(Path(html_out), render_html(report, title))
     if as_json:
         echo_json(report.to_json())
     else:
         click.echo(render_text(report), nl=False)
-    if strict and any(not row.ok for row in report.rows):
+    bad = report.not_ok
+    if strict and bad:
+        names = ", ".join(r.machine for r in bad[:5]) + (" …" if len(bad) > 5 else "")
+        cpu = [r for r in bad if r.status == "cpu only"]
+        hint = "see the failures under each row; re-run `egpu-setup verify` on those machines"
+        if cpu and len(cpu) == len(bad):
+            hint = "they were verified on the CPU only: verify on the eGPU, or pass --cpu-ok"
         raise EgpuSetupError(
-            f"{sum(not r.ok for r in report.rows)} of {len(report.rows)} hosts are not ok",
-            "see the failures column; re-run `egpu-setup verify` on those hosts",
+            f"{len(bad)} of {len(report.rows)} machines are not ok: {plain(names)}",
+            hint,
             exit_code=EXIT_FAILED,
         )
 

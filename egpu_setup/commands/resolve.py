@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
+from egpu_setup.commands._options import (
+    complete_profile,
+    echo_json,
+    from_option,
+    json_option,
+    matrix_option,
+)
 
 if TYPE_CHECKING:
     from egpu_setup.detect.facts import HostFacts
@@ -26,6 +32,7 @@ Examples:
   egpu-setup resolve --gpu 10de:2684 --platform wsl --driver 572.60
   egpu-setup resolve --profile rtx4090 --torch ">=2.9,<2.12" --cuda cu128
   egpu-setup resolve --from ./bug-report-bundle
+  egpu-setup resolve --matrix updated          # with what the last `matrix update` read
 """
 )
 @json_option
@@ -53,6 +60,7 @@ Examples:
     metavar="NAME",
     help="A GPU profile (name or YAML file).",
 )
+@matrix_option
 def command(
     as_json: bool,
     from_dir: str | None,
@@ -65,6 +73,7 @@ def command(
     cuda: str | None,
     driver_branch: int | None,
     profile_name: str | None,
+    matrix_choice: str,
 ) -> None:
     """Show what would be installed (driver, CUDA variant, torch wheel) and why.
 
@@ -94,7 +103,9 @@ def command(
         cuda=cuda,
         driver_branch=driver_branch,
     )
-    resolution = resolve(facts, profile, constraints)
+    from egpu_setup.compat.matrix import select_matrix
+
+    resolution = resolve(facts, profile, constraints, select_matrix(matrix_choice))
     if as_json:
         echo_json(resolution.to_json())
     else:

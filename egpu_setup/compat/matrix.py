@@ -4,6 +4,11 @@ Knowledge lives in cuda.yaml (variant -> driver floor), torch.yaml (releases, va
 lists, Python versions), drivers.yaml (architecture <-> branch) and distros.yaml (packages, NVIDIA's
 repo). Every row carries a `source:`. `matrix update` (fetch.py) may add an overlay read from the
 live PyTorch index; `load_matrix()` applies it on top of the shipped snapshot.
+
+Which matrix decides an install is a choice, `select_matrix("shipped" | "updated")`: the shipped
+snapshot unless `--matrix updated` asks for the overlay. So the same egpu-setup resolves the same
+torch on every laptop of a lab, whatever `matrix update` ran on some of them and when; the
+overlay is used when someone asks for it, and the resolution says which one decided.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from egpu_setup.compat.versions import (
     PythonVersion,
     parse_variant,
 )
-from egpu_setup.errors import MatrixError
+from egpu_setup.errors import MatrixError, UsageError
 
 DATA_FILES = ("cuda.yaml", "torch.yaml", "drivers.yaml", "distros.yaml")
 
@@ -479,6 +484,28 @@ def load_matrix(state_dir: str | None = None, *, use_overlay: bool = True) -> Ma
 
     overlay = load_overlay(state_dir)
     return apply_overlay(snapshot, overlay) if overlay else snapshot
+
+
+MATRIX_CHOICES = ("shipped", "updated")
+
+
+def select_matrix(choice: str = "shipped", state_dir: str | None = None) -> Matrix:
+    """The matrix an install, a resolve or a bundle decides with: the shipped snapshot, or with
+    `updated` the snapshot plus the overlay of the last `matrix update` (UsageError when there
+    is none: silently deciding with the snapshot instead would not be what was asked)."""
+    if choice not in MATRIX_CHOICES:
+        raise UsageError(f"--matrix {choice!r}: expected shipped or updated")
+    if choice == "shipped":
+        return load_snapshot()
+    from egpu_setup.compat.overlay import load_overlay, overlay_path
+
+    overlay = load_overlay(state_dir)
+    if overlay is None:
+        raise UsageError(
+            f"--matrix updated: no usable updated matrix at {overlay_path(state_dir)}",
+            "run `egpu-setup matrix update` first, or leave --matrix out for the shipped snapshot",
+        )
+    return apply_overlay(load_snapshot(), overlay)
 
 
 # -- the overlay from the live index ---------------------------------------------------------------

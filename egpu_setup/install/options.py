@@ -33,6 +33,7 @@ class InstallOptions:
     force: bool = False
     lock_timeout: int = 600
     run_verify: bool = True
+    matrix: str = "shipped"  # "updated": the overlay of `matrix update` decides (--matrix)
 
     @property
     def venv_path(self) -> str:

@@ -35,6 +35,7 @@ VERIFY_TIMEOUT_S = 300
 
 def prepare(options: InstallOptions) -> Prepared:
     """Detect, resolve, render and plan; nothing on the target changes. UsageError on bad flags."""
+    from egpu_setup.compat.matrix import select_matrix
     from egpu_setup.detect.probe import detect_host
     from egpu_setup.install import inputs
     from egpu_setup.install.offline import narrow_to_bundle, open_bundle
@@ -51,7 +52,9 @@ def prepare(options: InstallOptions) -> Prepared:
     facts = detect_host(facts_host)
     inputs.refuse_non_nvidia_egpu(facts)
     only, warnings = inputs.scope(facts, profile, only)
-    resolution = resolve(facts, profile, inputs.constraints(options, profile))
+    resolution = resolve(
+        facts, profile, inputs.constraints(options, profile), select_matrix(options.matrix)
+    )
     source = None
     if bundle is not None:
         resolution, source = narrow_to_bundle(bundle, resolution, only, target)

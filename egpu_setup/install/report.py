@@ -9,6 +9,7 @@ from typing import Any
 
 from egpu_setup.errors import EXIT_FAILED, EXIT_REBOOT, EgpuSetupError
 from egpu_setup.execute.executor import ExecResult
+from egpu_setup.host.identity import machine_id_sha256
 from egpu_setup.install.prepared import Prepared
 
 log = logging.getLogger("egpu_setup.install")
@@ -38,6 +39,9 @@ def install_report(
         "reboot_required": result.reboot_required if result else None,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "profile": run.profile.name,
+        # which machine (or image, under --root) this is: `egpu-setup report` keeps machines
+        # apart by it, never by the hostname alone (cloned laptops share one)
+        "machine_id_sha256": machine_id_sha256(run.target),
         "host": run.facts.fleet_summary(
             run.facts.egpu, hostname=run.target.read_attr("/proc/sys/kernel/hostname"), torch=torch
         ),

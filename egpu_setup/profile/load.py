@@ -48,6 +48,7 @@ def cross_checks(data: dict[str, Any], marks: Marks) -> None:
                 f"{b} is below {a}",
                 "driver branches must satisfy min_branch <= preferred_branch <= max_branch",
             ).error()
+    pin_checks(data, marks)
     arch = data.get("gpu", {}).get("architecture")
     if driver.get("flavour") == "open" and arch in _PRE_TURING:
         raise Problem(
@@ -56,6 +57,38 @@ def cross_checks(data: dict[str, Any], marks: Marks) -> None:
             f"open kernel modules do not support {arch} GPUs",
             "use flavour: proprietary (NVIDIA: open modules need Turing or newer)",
         ).error()
+
+
+def pin_checks(data: dict[str, Any], marks: Marks) -> None:
+    """A pin is exact: torch.pin fixes the release and the variant, so a spec or a variant beside
+    it could only disagree; driver.pin must lie inside the profile's own branch range."""
+    torch = data.get("torch", {})
+    if torch.get("pin") is not None:
+        for key in ("spec", "cuda"):
+            if torch.get(key) is not None:
+                raise Problem(
+                    marks.value(("torch", key)),
+                    ("torch", key),
+                    f"torch.pin {torch['pin']} already fixes the release and variant",
+                    f"drop torch.{key} (or drop torch.pin)",
+                ).error()
+    driver = data.get("driver", {})
+    pin = driver.get("pin")
+    if pin is None:
+        return
+    branch = int(str(pin).split(".")[0])
+    for key, bad in (
+        ("min_branch", lambda b: branch < b),
+        ("max_branch", lambda b: branch > b),
+    ):
+        limit = driver.get(key)
+        if limit is not None and bad(limit):
+            raise Problem(
+                marks.value(("driver", "pin")),
+                ("driver", "pin"),
+                f"driver {pin} is outside {key} {limit}",
+                "pin a driver inside the profile's branch range, or widen the range",
+            ).error()
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -113,8 +146,11 @@ def to_profile(d: dict[str, Any], path: str, origin: str, chain: tuple[str, ...]
             preferred_branch=_int(dr["preferred_branch"]),
             max_branch=_int(dr["max_branch"]),
             flavour=dr["flavour"],
+            pin=dr["pin"],
         ),
-        torch=TorchConstraints(spec=t["spec"], cuda=t["cuda"], extras=tuple(t["extras"])),
+        torch=TorchConstraints(
+            spec=t["spec"], cuda=t["cuda"], extras=tuple(t["extras"]), pin=t["pin"]
+        ),
         mode=d["mode"],
         hotplug=HotplugOptions(
             thunderbolt_policy=h["thunderbolt_policy"],

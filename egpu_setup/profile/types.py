@@ -48,6 +48,7 @@ class DriverConstraints:
     preferred_branch: int | None
     max_branch: int | None
     flavour: str  # "open" / "proprietary" / "auto"
+    pin: str | None = None  # exactly this driver version ("580.95.05"): a lab's fixed choice
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class TorchConstraints:
     spec: str | None
     cuda: str | None
     extras: tuple[str, ...]  # "torchvision", "torchaudio"
+    pin: str | None = None  # exactly this release and variant ("2.9.1+cu128"): a lab's choice
 
 
 @dataclass(frozen=True)
@@ -115,11 +117,13 @@ class Profile:
                 "preferred_branch": self.driver.preferred_branch,
                 "max_branch": self.driver.max_branch,
                 "flavour": self.driver.flavour,
+                "pin": self.driver.pin,
             },
             "torch": {
                 "spec": self.torch.spec,
                 "cuda": self.torch.cuda,
                 "extras": list(self.torch.extras),
+                "pin": self.torch.pin,
             },
             "hotplug": {
                 "thunderbolt_policy": self.hotplug.thunderbolt_policy,

@@ -7,5 +7,6 @@ branches in `branches` and the packages in `packages`), then the first wheel tha
 Modules: `resolution` (the frozen answer and its JSON), `constraints` (what was asked for),
 `target`, `wheels`, `glibc_floor` (the wheels a distribution's C library loads), `branches`,
 `packages`, `driver`, `explain` (what a newer driver would unlock, and why a request is
-impossible), `resolver` (the entry point).
+impossible), `resolver` (the entry point), `drift` (what `--matrix updated` would choose
+differently: `matrix update` prints it).
 """

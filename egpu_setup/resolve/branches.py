@@ -85,6 +85,10 @@ def driver_options(
         if other_archs and shared_flavour is not None:
             flavour = shared_flavour
         dv = DriverVersion.from_str(version) if version else latest_of_branch(branch)
+        if c.driver_pin is not None and dv != DriverVersion.from_str(c.driver_pin):
+            # a pin is exact: only a source known to give that very version qualifies (a
+            # branch's newest, as NVIDIA's repository gives it, may be any version)
+            return
         out.append(
             DriverOption(source, branch, dv, flavour, not other_archs or shared_flavour is not None)
         )

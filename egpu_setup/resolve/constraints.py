@@ -36,6 +36,8 @@ class Constraints:
     driver: str | None = None  # the installed driver, what-if: "550.163.01"
     extras: tuple[str, ...] = ()  # "torchvision", "torchaudio"
     glibc: str | None = None  # the host's glibc, what-if: "2.27" (else the distro's, distros.yaml)
+    torch_pin: str | None = None  # profile torch.pin: exactly this release and variant
+    driver_pin: str | None = None  # profile driver.pin: exactly this driver version
 
 
 def constraints_from_profile(profile: Profile | None, **cli: Any) -> Constraints:
@@ -47,16 +49,50 @@ def constraints_from_profile(profile: Profile | None, **cli: Any) -> Constraints
         values["preferred_branch"] = drv.preferred_branch
         values["max_branch"] = drv.max_branch
         values["flavour"] = drv.flavour or "auto"
+        values["driver_pin"] = drv.pin
         values["torch_spec"] = tor.spec
         values["cuda"] = tor.cuda
         values["extras"] = tuple(tor.extras)
+        values["torch_pin"] = tor.pin
     known = set(Constraints.__dataclass_fields__)
     for key, value in cli.items():
         if key not in known:
             raise TypeError(f"constraints_from_profile: unknown field {key!r}")
         if value is not None and value != ():
+            check_pin(key, value, values)
             values[key] = value
     return Constraints(**{k: v for k, v in values.items() if v is not None})
+
+
+# A flag that would choose differently from a profile's pin: the pin is the lab's record of
+# what every laptop gets, so a flag may restate it but never quietly override it.
+_PINNED_BY = {
+    "torch_spec": "torch_pin",
+    "cuda": "torch_pin",
+    "driver_branch": "driver_pin",
+}
+
+
+def check_pin(key: str, value: Any, values: dict[str, Any]) -> None:
+    """UsageError when the flag `key` contradicts the profile's pin."""
+    pin_key = _PINNED_BY.get(key)
+    pin = values.get(pin_key) if pin_key else None
+    if not pin:
+        return
+    version, _, variant = str(pin).partition("+")
+    if key == "torch_spec":
+        agrees = str(value).strip() in (pin, version, f"=={version}")
+    elif key == "cuda":
+        agrees = value == variant
+    else:  # driver_branch
+        agrees = str(value) == version.split(".")[0]
+    if not agrees:
+        flag = {"torch_spec": "--torch", "cuda": "--cuda", "driver_branch": "--driver-branch"}[key]
+        field = "torch.pin" if pin_key == "torch_pin" else "driver.pin"
+        raise UsageError(
+            f"{flag} {value}: the profile pins {pin} ({field}); a flag cannot change a pin",
+            f"leave {flag} out, or change {field} in the profile (then every laptop gets it)",
+        )
 
 
 def spec_filter(spec: str | None) -> tuple[Callable[[str], bool], str | None, str]:
@@ -122,12 +158,16 @@ def parse_distro(text: str, matrix: Matrix) -> tuple[str, str | None]:
 def branch_ok(branch: int, c: Constraints) -> bool:
     if c.driver_branch is not None and branch != c.driver_branch:
         return False
+    if c.driver_pin is not None and str(branch) != c.driver_pin.split(".")[0]:
+        return False
     if c.min_branch is not None and branch < c.min_branch:
         return False
     return not (c.max_branch is not None and branch > c.max_branch)
 
 
 def requested_range(c: Constraints) -> str:
+    if c.driver_pin is not None:
+        return f"the profile's driver.pin {c.driver_pin}"
     if c.driver_branch is not None:
         return f"--driver-branch {c.driver_branch}"
     parts = [

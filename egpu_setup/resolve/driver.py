@@ -164,6 +164,10 @@ def keep_blocker(
     egpu-setup installs no driver (see keep_unmanaged)."""
     arch, c = case.target.arch, case.constraints
     name = case.target.gpu.name
+    if c.driver_pin is not None and installed != DriverVersion.from_str(c.driver_pin):
+        return (
+            f"the profile pins driver {c.driver_pin} exactly (driver.pin); {installed} is installed"
+        )
     if arch is not None:
         if arch.last_branch is not None and installed.branch > arch.last_branch:
             return (
@@ -262,6 +266,8 @@ def _install(case: DriverCase, distro: Distro, n: Notes) -> tuple[DriverPlan, Ca
             repo=repo,
         )
         return plan, chosen
+    if c.driver_pin is not None:
+        raise pin_unavailable(distro, c.driver_pin)
     raise no_driver(m, distro, target, cands, c)
 
 
@@ -305,6 +311,23 @@ def _action(
         f"the installed driver {installed} will be replaced by branch {option.branch}"
     )
     return "install"
+
+
+def pin_unavailable(distro: Distro, pin: str) -> MatrixError:
+    """No source gives exactly the pinned driver (or the torch wheels need another)."""
+    branch = int(pin.split(".")[0])
+    archive = next((b.version for b in distro.branches if b.branch == branch), None)
+    has = (
+        f"{distro.label}'s archive has {archive} for branch {branch}"
+        if archive
+        else f"{distro.label}'s archive has no branch {branch}"
+    )
+    return MatrixError(
+        f"the profile pins driver {pin} (driver.pin), and no source installs exactly it here: "
+        f"{has}; NVIDIA's repository gives a branch's newest release, whichever that is",
+        f"pin a version this archive has{f' ({archive})' if archive else ''}, or install "
+        f"{pin} yourself first (an installed pinned driver is kept)",
+    )
 
 
 def keep_unmanaged(
@@ -374,18 +397,23 @@ def _kept(case: DriverCase, installed: DriverVersion, chosen: Candidate) -> Driv
 
 
 def unsupported_distro(case: DriverCase, n: Notes) -> tuple[DriverPlan, Candidate]:
-    """No driver packages known: the branch to install by hand, and the torch it runs."""
+    """No driver packages known: the branch (or the pinned driver) to install by hand, and the
+    torch it runs."""
     m, c, arch = case.matrix, case.constraints, case.target.arch
-    branch = c.driver_branch or c.preferred_branch or m.nvidia_repo.recommended_branch
-    if arch is not None and not arch.drives(branch):
+    pin = DriverVersion.from_str(c.driver_pin) if c.driver_pin else None
+    branch = (
+        pin.branch if pin else c.driver_branch or c.preferred_branch
+    ) or m.nvidia_repo.recommended_branch
+    if arch is not None and not arch.drives(branch) and pin is None:
         branch = arch.last_branch or branch
     cands = case.candidates
-    chosen = next((x for x in cands if allows(x, latest_of_branch(branch), m)), cands[0])
+    chosen = next((x for x in cands if allows(x, pin or latest_of_branch(branch), m)), cands[0])
     floor = case.floor(chosen)
     flavour = flavour_for(arch, branch, c.flavour, m)
+    what = f"driver {pin} (driver.pin)" if pin else f"driver branch {branch}"
     n.warnings.append(
         f"no driver packages known for {case.distro_label or 'this distribution'}: install NVIDIA "
-        f"driver branch {branch} ({flavour or 'open'} modules, >= {floor}) by hand; "
+        f"{what} ({flavour or 'open'} modules, >= {floor}) by hand; "
         "the torch side is resolved"
     )
     plan = DriverPlan(

@@ -48,6 +48,33 @@ class TorchPlan:
 
 
 @dataclass(frozen=True)
+class MatrixUsed:
+    """Which compatibility data decided: the shipped snapshot, or it plus the overlay of the last
+    `matrix update` (`--matrix updated`), with its date, so a lab can tell two plans apart."""
+
+    source: Literal["shipped", "updated"]
+    snapshot: str  # the date of the shipped snapshot
+    fetched_at: str | None = None  # when the overlay was read from the index
+    index_url: str | None = None
+
+    def text(self) -> str:
+        if self.source == "shipped":
+            return f"shipped snapshot of {self.snapshot}"
+        return (
+            f"updated: the PyTorch index as read {self.fetched_at} from {self.index_url} "
+            f"(over the snapshot of {self.snapshot})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "snapshot": self.snapshot,
+            "fetched_at": self.fetched_at,
+            "index_url": self.index_url,
+        }
+
+
+@dataclass(frozen=True)
 class Resolution:
     gpu: ResolvedGpu | None
     driver: DriverPlan
@@ -58,6 +85,9 @@ class Resolution:
     warnings: tuple[str, ...]
     distro: str | None = None  # the host's distribution, "linuxmint-21.3"
     archive: str | None = None  # whose packages the plan uses, "ubuntu-22.04"
+    matrix: MatrixUsed | None = None
+    torch_pin: str | None = None  # the exact "2.9.1+cu128" a profile pinned (torch.pin)
+    driver_pin: str | None = None  # the exact driver version a profile pinned (driver.pin)
 
     def to_json(self) -> dict[str, Any]:
         """The `resolve --json` contract (DESIGN.md, schema egpu-setup/resolution/1)."""
@@ -103,6 +133,8 @@ class Resolution:
             "archive": self.archive,
             "reasons": list(self.reasons),
             "warnings": list(self.warnings),
+            "matrix": self.matrix.to_json() if self.matrix else None,
+            "pinned": {"torch": self.torch_pin, "driver": self.driver_pin},
         }
 
 
@@ -139,6 +171,8 @@ def format_resolution(r: Resolution, *, warnings: bool = True) -> str:
             drv += f", replacing {d.installed}"
     if d.minimum:
         drv += f"; needs >= {d.minimum}"
+    if r.driver_pin:
+        drv += f" (pinned: driver.pin {r.driver_pin})"
     lines.append(f"Driver   {drv}")
     if d.packages:
         lines.append(f"         apt install {' '.join(d.packages)}")
@@ -146,8 +180,11 @@ def format_resolution(r: Resolution, *, warnings: bool = True) -> str:
         lines.append(f"         apt components: {' '.join(d.apt_components)}")
     if d.repo is not None:
         lines.append(f"         repo {d.repo.url} (key {d.repo.fingerprint})")
-    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({r.platform})")
+    pinned = " (pinned: torch.pin)" if r.torch_pin else ""
+    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({r.platform}){pinned}")
     lines.append(f"         pip install --index-url {t.index_url} {' '.join(t.requirements)}")
+    if r.matrix is not None:
+        lines.append(f"Matrix   {r.matrix.text()}")
     if r.reasons:
         lines.append("")
         lines.append("Why")

@@ -27,7 +27,7 @@ from typing import Literal
 from egpu_setup.compat.matrix import (
     Distro,
     Matrix,
-    load_matrix,
+    load_snapshot,
 )
 from egpu_setup.compat.versions import (
     DriverVersion,
@@ -35,12 +35,12 @@ from egpu_setup.compat.versions import (
     parse_variant,
 )
 from egpu_setup.detect.facts import HostFacts, OsFacts
-from egpu_setup.errors import UsageError
+from egpu_setup.errors import MatrixError, UsageError
 from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.constraints import Constraints, parse_distro, parse_python
 from egpu_setup.resolve.driver import DriverCase, driver_unknown_gpu, linux_driver, wsl_driver
 from egpu_setup.resolve.glibc_floor import within_glibc
-from egpu_setup.resolve.resolution import Notes, Resolution
+from egpu_setup.resolve.resolution import MatrixUsed, Notes, Resolution
 from egpu_setup.resolve.target import Target, pick_target
 from egpu_setup.resolve.wheels import FALLBACK_PYTHON, candidates, torch_plan
 
@@ -53,10 +53,34 @@ def resolve(
 ) -> Resolution:
     """Choose the driver, CUDA variant and torch wheel, with a reason for every choice.
 
-    `facts` None: what-if inputs only (`resolve --gpu ...`, a bundle's targets)."""
-    m = matrix or load_matrix()
+    `facts` None: what-if inputs only (`resolve --gpu ...`, a bundle's targets). `matrix` None
+    is the shipped snapshot (compat/matrix.py `select_matrix`: the overlay of `matrix update`
+    decides only when asked for). A profile's pins (torch.pin, driver.pin) are exact: the matrix
+    checks that they fit, it never chooses something else instead."""
+    try:
+        return _resolve(facts, profile, constraints, matrix or load_snapshot())
+    except MatrixError as exc:
+        pins = [
+            f"{name} {value}"
+            for name, value in (
+                ("torch.pin", constraints.torch_pin),
+                ("driver.pin", constraints.driver_pin),
+            )
+            if value
+        ]
+        if not pins or "driver.pin" in exc.message:
+            raise
+        raise MatrixError(
+            f"the profile pins {' and '.join(pins)}, which does not fit: {exc.message}",
+            f"{exc.hint}; or change the pin in the profile" if exc.hint else "change the pin",
+        ) from exc
+
+
+def _resolve(
+    facts: HostFacts | None, profile: Profile | None, constraints: Constraints, m: Matrix
+) -> Resolution:
     n = Notes()
-    c = _checked(constraints, m)
+    c = _checked(constraints, m, n)
     installed = _installed_driver(facts, c)
     os_facts = facts.os if facts is not None else None
     platform: Literal["linux", "wsl"] = c.platform or (
@@ -89,6 +113,8 @@ def resolve(
             c,
         )
         driver, chosen = linux_driver(case, n)
+    if c.driver_pin is not None and platform != "wsl":
+        n.reasons.append(f"driver {c.driver_pin} is pinned by the profile (driver.pin)")
     torch = torch_plan(m, chosen, c, n)
     if chosen.how == "ptx":
         n.warnings.append(
@@ -106,11 +132,26 @@ def resolve(
         warnings=tuple(n.warnings),
         distro=distro_label,
         archive=distro.label if distro is not None else None,
+        matrix=_matrix_used(m),
+        torch_pin=c.torch_pin,
+        driver_pin=c.driver_pin,
     )
 
 
-def _checked(c: Constraints, m: Matrix) -> Constraints:
-    """The constraints with --cuda normalised; UsageError for what no matrix row can mean."""
+def _checked(c: Constraints, m: Matrix, n: Notes) -> Constraints:
+    """The constraints with --cuda normalised and a torch pin as the spec; UsageError for what
+    no matrix row can mean."""
+    if c.driver_pin is not None:
+        try:
+            DriverVersion.from_str(c.driver_pin)
+        except ValueError as exc:
+            raise UsageError(f"driver.pin: {exc}", "pin a version such as 580.95.05") from exc
+    if c.torch_pin is not None:
+        c = replace(c, torch_spec=c.torch_pin)
+        n.reasons.append(
+            f"torch {c.torch_pin} is pinned by the profile (torch.pin): the matrix only checks "
+            "that it fits"
+        )
     if c.cuda is not None:
         try:
             c = replace(c, cuda=parse_variant(c.cuda))
@@ -125,6 +166,12 @@ def _checked(c: Constraints, m: Matrix) -> Constraints:
             f"known branches: {known}",
         )
     return c
+
+
+def _matrix_used(m: Matrix) -> MatrixUsed:
+    if m.overlay is None:
+        return MatrixUsed("shipped", m.snapshot)
+    return MatrixUsed("updated", m.snapshot, m.overlay.fetched_at, m.overlay.index_url)
 
 
 def _distro_key(

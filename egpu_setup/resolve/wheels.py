@@ -195,7 +195,9 @@ def torch_plan(m: Matrix, chosen: Candidate, c: Constraints, n: Notes) -> TorchP
     release, variant = chosen.release, chosen.variant
     label = f"{release.version}+{variant.name}"
     why = f"torch {label}: the newest release"
-    if c.torch_spec:
+    if c.torch_pin:
+        why = f"torch {label}: the pinned release"
+    elif c.torch_spec:
         why += f" matching --torch {c.torch_spec}"
     if chosen.how == "sass":
         why += f" with kernels for the GPU (arch list {variant.arch})"

@@ -29,6 +29,7 @@ class VerifyReport:
     seconds: float
     hostname: str
     host: dict[str, Any] = field(default_factory=dict)
+    machine_id_sha256: str | None = None  # egpu_setup/host/identity.py
 
     @property
     def ok(self) -> bool:
@@ -54,6 +55,8 @@ class VerifyReport:
             "checks": [c.to_json() for c in self.checks],
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "hostname": self.hostname,
+            # which machine ran it: `egpu-setup report` keeps machines apart by it
+            "machine_id_sha256": self.machine_id_sha256,
             "host": self.host,
             "python": self.python,
             "profile": self.profile,

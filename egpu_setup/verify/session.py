@@ -17,12 +17,13 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
+from egpu_setup.host.identity import machine_id_sha256
 from egpu_setup.host.machine import Host, LiveHost
 from egpu_setup.verify.checks import Check
 from egpu_setup.verify.progress import PreviousRun, ProgressLog
@@ -341,7 +342,9 @@ def run_verify(
             progress.end(outcome.outcome if outcome else "interrupted", step)
             if outcome is None or not outcome.stuck:
                 shutil.rmtree(work, ignore_errors=True)
-    return assemble(options, python, profile, facts, checks, outcome, step, started, timeout)
+    report = assemble(options, python, profile, facts, checks, outcome, step, started, timeout)
+    # the machine that ran it (a CPU run has no Host of its own: this one)
+    return replace(report, machine_id_sha256=machine_id_sha256(host or LiveHost()))
 
 
 def previous_run_check(previous: PreviousRun) -> Check:

@@ -737,6 +737,7 @@ class _Drv:
     preferred_branch: int | None = None
     max_branch: int | None = None
     flavour: str = "auto"
+    pin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -744,6 +745,7 @@ class _Torch:
     spec: str | None = None
     cuda: str | None = None
     extras: tuple[str, ...] = ()
+    pin: str | None = None
 
 
 @dataclass(frozen=True)
