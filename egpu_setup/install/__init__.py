@@ -8,5 +8,8 @@
 Modules: `options` (InstallOptions), `prepared` (Prepared, Outcome), `pipeline` (prepare and
 apply), `inputs` (what prepare gathers), `offline` (`--bundle DIR`), `show` (the plan and the
 outcome as text and JSON), `report` (the saved install report), `preflight` (checks before
-anything changes), `rollback` (what rollback restores, and doing it).
+anything changes), `rollback` (what rollback restores, and doing it), `tool` (which egpu-setup
+the units run, and installing it root-owned), `lab_image` (what `--root` adds: the tool, the
+first-boot marker, the seal), `enrol` (enrolling the enclosure: one core for install and the
+first boot), `firstboot` (`egpu-setup firstboot`, a lab image's first boot).
 """

@@ -33,6 +33,7 @@ class InstallOptions:
     force: bool = False
     lock_timeout: int = 600
     run_verify: bool = True
+    enclosure: str | None = None  # --enclosure UUID: the Thunderbolt device to enrol and tie
 
     @property
     def venv_path(self) -> str:

@@ -104,6 +104,32 @@ def _domain_of(facts: HostFacts, dev: TbDevice | None) -> TbDomain | None:
     return domains[0] if len(levels) == 1 and domains else None
 
 
+def bolt_policy(
+    wanted: str, iommu: bool | None, security: str | None, accept_no_iommu: bool
+) -> tuple[str, tuple[str, ...]]:
+    """The bolt policy to enrol an enclosure with, and what to say about it.
+
+    `iommu` acts like `auto` only while IOMMU protection is active, else like `manual`
+    (bolt-enums.h [B2]): the stricter choice wherever the domain has protection."""
+    if wanted == "manual":
+        return "manual", ()
+    if iommu:
+        return "iommu", ()
+    if security == "secure" or accept_no_iommu:
+        # secure: bolt stores a key on the device and challenges it on every plug-in [B1].
+        return "auto", ()
+    return "manual", (
+        "no IOMMU DMA protection: the enclosure is enrolled with policy 'manual' (run "
+        "`boltctl authorize UUID` after each plug-in); set hotplug.accept_no_iommu: true "
+        "to auto-authorize it by UUID alone, which identity cloning defeats [Thunderspy]",
+    )
+
+
+def domain_of(facts: HostFacts, dev: TbDevice | None) -> TbDomain | None:
+    """The Thunderbolt domain `dev` hangs off (the only one, or all agreeing), else None."""
+    return _domain_of(facts, dev)
+
+
 def plan_thunderbolt(
     facts: HostFacts, hotplug: Any, egpu: Gpu | None, bolt_available: bool | None
 ) -> tuple[ThunderboltPlan, tuple[str, ...]]:
@@ -183,23 +209,8 @@ def plan_thunderbolt(
             "install bolt (Debian/Ubuntu: apt-get install bolt) and re-run",
         )
     if use_bolt:
-        # `iommu` acts like `auto` only while IOMMU protection is active, else like `manual`
-        # (bolt-enums.h [B2]): the stricter choice wherever the domain has protection.
-        if policy_wanted == "manual":
-            policy = "manual"
-        elif iommu:
-            policy = "iommu"
-        elif security == "secure" or accept:
-            # secure: bolt stores a key on the device and challenges it on every plug-in [B1].
-            policy = "auto"
-        else:
-            policy = "manual"
-            notes.append(
-                "no IOMMU DMA protection: the enclosure is enrolled with policy 'manual' (run "
-                "`boltctl authorize UUID` after each plug-in); set hotplug.accept_no_iommu: true "
-                "to auto-authorize it by UUID alone, which identity cloning defeats [Thunderspy]"
-            )
-        return ThunderboltPlan("bolt", policy=policy, **base), tuple(notes)
+        policy, why = bolt_policy(policy_wanted, iommu, security, accept)
+        return ThunderboltPlan("bolt", policy=policy, **base), (*notes, *why)
 
     if policy_wanted == "manual":
         return ThunderboltPlan("none", **base), (
