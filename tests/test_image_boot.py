@@ -2,7 +2,7 @@
 
 The image's base is made once per module from the cached debootstrap root (tests/helpers/image.py:
 a kernel with its headers, systemd, udev); everything else is the product, run as a person runs
-it: `egpu-setup install --profile rtx3080 --cuda cpu --index-url LOCAL --root IMAGE --yes`, the
+it: `egpu-setup install --profile LAB.yaml --index-url LOCAL --root IMAGE --yes`, the
 driver packages from this machine's Debian mirror (built by DKMS for the image's kernel), torch
 from a PEP 503 index on 127.0.0.1, egpu-setup itself into the image's own venv, the units, the
 first-boot marker and the seal. Then the image boots headless with no GPU (tests/helpers/vm.py)
@@ -33,13 +33,12 @@ from pathlib import Path
 
 import pytest
 
-import _debroot
-import _pypi_index
 from egpu_setup.host.image_root import clean_leftovers
 from egpu_setup.install.lab_image import DEBIAN_PERSISTENCED
 from egpu_setup.install.tool import TOOL_BIN, TOOL_LINK, TOOL_VENV
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
-from helpers import image, vm
+from helpers import debroot as _debroot
+from helpers import image, pypi_index, vm
 
 pytestmark = pytest.mark.slow
 
@@ -165,6 +164,19 @@ class LabImage:
 
 
 TORCH_VENV = "/opt/egpu-setup/venv"
+# A lab's own profile, as a lab writes one: the shipped card's, with the torch the local index
+# serves (the CPU wheel: no GPU here). Not shipped, so install copies it into the image for the
+# first-boot unit, which names it.
+LAB_PROFILE = "lab-rtx3080"
+LAB_PROFILE_YAML = f"""schema: egpu-setup/profile/1
+name: {LAB_PROFILE}
+extends: rtx3080
+description: RTX 3080 lab machines, CPU torch pinned for the image test
+torch:
+  spec: "=={pypi_index.TORCH_SPEC.split("==")[1]}"
+  cuda: cpu
+  extras: []
+"""
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +186,11 @@ def lab_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabImage]:
     log = work / "build.log"
     try:
         img = image.build_base(work / "image", phases, log=log)
-        wheels = _pypi_index.download_torch(_pypi_index.cache_dir())
-        with _pypi_index.LocalIndex(wheels) as index, phases.time("egpu-setup install --root"):
-            args = ["--profile", "rtx3080", "--cuda", "cpu", "--index-url", index.url, "--yes"]
+        wheels = pypi_index.download_torch(pypi_index.cache_dir())
+        profile = work / f"{LAB_PROFILE}.yaml"
+        profile.write_text(LAB_PROFILE_YAML)
+        with pypi_index.LocalIndex(wheels) as index, phases.time("egpu-setup install --root"):
+            args = ["--profile", str(profile), "--index-url", index.url, "--yes"]
             installed = image.egpu_setup_install(img, args, log=log, check=False)
             requests = tuple(index.requests)
         # 3: done, the image's driver needs the (first) boot; anything else is a failure
@@ -268,6 +282,8 @@ def test_torch_came_from_the_index_into_the_images_venv_and_verifies_on_the_cpu(
 def test_the_image_is_armed_for_its_first_boot_and_sealed(lab_image: LabImage) -> None:
     root = lab_image.image.root
     assert (root / FIRSTBOOT_MARKER.lstrip("/")).is_file()
+    copied = (root / f"etc/egpu-setup/profiles/{LAB_PROFILE}.yaml").read_text()
+    assert LAB_PROFILE_YAML in copied  # below the generated-by header
     unit = (root / "etc/systemd/system/egpu-setup-firstboot.service").read_text()
     assert f"ConditionPathExists={FIRSTBOOT_MARKER}" in unit
     assert os.readlink(root / DEBIAN_PERSISTENCED.lstrip("/")) == "/dev/null"
@@ -399,7 +415,7 @@ def test_the_first_boot_unit_without_an_egpu_ends_cleanly_says_so_and_stays_arme
     )
     report = json.loads((booted.out / "firstboot.json").read_text())
     assert report["outcome"] == "no-egpu", report
-    assert report["profile"] == "rtx3080"
+    assert report["profile"] == LAB_PROFILE  # found in the image, where install copied it
     made = (booted.out / "machine-id").read_text().strip()
     assert report["machine_id_sha256"] == hashlib.sha256(made.encode()).hexdigest()
     assert (booted.out / "marker").read_text() == "kept\n"  # the next boot or plug-in tries again

@@ -16,13 +16,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.compat.overlay import OVERLAY_SCHEMA, STATE_ENV, overlay_path, state_dir
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.state.atomic import atomic_write
+
+if TYPE_CHECKING:
+    import requests
+
+    from egpu_setup.compat.matrix import Matrix
 
 log = logging.getLogger("egpu_setup.matrix")
 
@@ -33,6 +38,7 @@ INDEX_ENV = "EGPU_SETUP_TORCH_INDEX"
 CACHE_DIR = "cache/torch-index"
 
 
+Timeout = float | tuple[float, float]  # requests: (connect, read) or both
 TIMEOUT = (5.0, 30.0)  # connect, read: the all-variants page is a few MB
 
 
@@ -148,7 +154,7 @@ class UpdateResult:
     path: str
 
 
-def _session(retries: int, backoff: float) -> Any:
+def _session(retries: int, backoff: float) -> requests.Session:
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
@@ -174,7 +180,7 @@ def _session(retries: int, backoff: float) -> Any:
 
 
 def _fetch(
-    url: str, cache: Path, timeout: Any, retries: int, backoff: float
+    url: str, cache: Path, timeout: Timeout, retries: int, backoff: float
 ) -> tuple[str, str, dict[str, str]]:
     """GET `url` with the cached ETag -> (body, 'fetched'|'not-modified', validators)."""
     import requests
@@ -222,7 +228,7 @@ def update_matrix(
     state: str | os.PathLike[str] | None = None,
     index_url: str | None = None,
     *,
-    timeout: Any = TIMEOUT,
+    timeout: Timeout = TIMEOUT,
     retries: int = RETRIES,
     backoff: float = BACKOFF,
 ) -> UpdateResult:
@@ -274,7 +280,7 @@ def update_matrix(
     )
 
 
-def _changes(snapshot: Any, parsed: dict[str, dict[str, list[str]]]) -> list[str]:
+def _changes(snapshot: Matrix, parsed: dict[str, dict[str, list[str]]]) -> list[str]:
     """Where the live index and the shipped snapshot disagree on variants (for the user)."""
     out = []
     for row in snapshot.torch:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from egpu_setup.errors import ExecutionError
 from egpu_setup.execute.console import show_line
+from egpu_setup.host.machine import Host
 
 log = logging.getLogger("egpu_setup.execute")
 
@@ -61,13 +61,13 @@ def missing_kernels(entries: list[DkmsEntry], kernels: list[str], prefix: str) -
     return [k for k in kernels if k not in have]
 
 
-def kernels_with_headers(host: Any) -> list[str]:
+def kernels_with_headers(host: Host) -> list[str]:
     from egpu_setup.host.image_root import boot_kernels
 
     return [k for k in boot_kernels(host) if host.is_dir(f"/lib/modules/{k}/build/include")]
 
 
-def ensure_modules(host: Any, prefix: str = "nvidia") -> list[str]:
+def ensure_modules(host: Host, prefix: str = "nvidia") -> list[str]:
     """Build the DKMS module for every kernel with headers that lacks it; the kernels built.
 
     ExecutionError when `dkms autoinstall` fails or the module is still missing after it."""

@@ -1,4 +1,4 @@
-"""torch into a venv through exactly one index (reference/hotplug-security.md §5.1–5.3).
+"""torch into a venv through exactly one index (PEP 668; docs/sources.md, "One index").
 
 - Never into a system Python, never --break-system-packages: the venv is created if missing.
 - Exactly one source: `--index-url` of the resolved variant (or the lab's mirror of it). pip's
@@ -6,7 +6,7 @@
   variables are dropped, so an `extra-index-url` or `find-links` in somebody's config can never
   mix a second source into torch (dependency confusion, CVE-2018-20225). Certificates, proxies
   and timeouts from PIP_CERT / PIP_PROXY / PIP_DEFAULT_TIMEOUT and *_proxy variables still apply.
-- uv when it is on PATH (several times faster, reference/fleet-and-testing.md §4), else the venv's
+- uv when it is on PATH (several times faster: benchmarks/torch_uv_vs_pip.py), else the venv's
   own pip. Under sudo with a venv the invoking user owns, the installer runs as that user.
 """
 
@@ -17,11 +17,11 @@ import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context
+from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.plan.steps import PipInstall
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
@@ -89,7 +89,7 @@ def installer_env(
     return env
 
 
-def account(host: Any, name: str) -> Account:
+def account(host: Host, name: str) -> Account:
     """`name`'s uid and home on the target: its /etc/passwd under --root, NSS on this machine."""
     if host.kind == "live":
         import pwd
@@ -110,7 +110,7 @@ def account(host: Any, name: str) -> Account:
     )
 
 
-def choose_installer(host: Any, wanted: str) -> str | None:
+def choose_installer(host: Host, wanted: str) -> str | None:
     """Path of uv to use, or None for the venv's pip."""
     if wanted == "pip":
         return None
@@ -212,10 +212,10 @@ IMAGE_BUNDLE = "/run/egpu-setup/bundle"
 
 
 @contextlib.contextmanager
-def _bundle_seen_from(host: Any, step: PipInstall) -> Iterator[PipInstall]:
+def _bundle_seen_from(host: Host, step: PipInstall) -> Iterator[PipInstall]:
     """The step as the installer sees it: inside an image (--root), a bundle's wheels and
     requirements file are this machine's files, bound read-only under /run for the commands."""
-    if host.kind != "root" or not step.find_links:
+    if not isinstance(host, RootHost) or not step.find_links:
         yield step
         return
     files = [step.find_links] + ([step.requirements_file] if step.requirements_file else [])

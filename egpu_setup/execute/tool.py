@@ -25,11 +25,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context
+from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.plan.steps import InstallTool
 
 log = logging.getLogger("egpu_setup.execute")
@@ -60,7 +60,7 @@ def tool_source() -> Path | None:
     return path if (path / "pyproject.toml").is_file() else None
 
 
-def target_python_version(host: Any, python: str) -> str:
+def target_python_version(host: Host, python: str) -> str:
     """X.Y of `python` on the target, from where its link resolves (python3 -> python3.11)."""
     import re
 
@@ -130,7 +130,7 @@ def install(ctx: Context, step: InstallTool) -> tuple[str, str]:
             ctx.manifest.add_venv(step.venv, ctx.run_id)
             ctx.manifest.save()
             host.run_checked([step.python, "-m", "venv", step.venv], on_line=show_line)
-        bind = host.bound(wheels, IMAGE_WHEELS) if host.kind == "root" else _same(wheels)
+        bind = host.bound(wheels, IMAGE_WHEELS) if isinstance(host, RootHost) else _same(wheels)
         with bind as seen:
             argv = [py, "-m", "pip", "install", "--no-index", "--no-cache-dir", "--upgrade"]
             argv += ["--find-links", str(seen), f"egpu-setup=={step.version}"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.execute.files import location
+from egpu_setup.host.machine import Host
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
 
@@ -30,7 +31,7 @@ class Undo:
         return {"path": self.path, "action": self.action, "detail": self.detail}
 
 
-def plan_undo(host: Any, manifest: Manifest) -> list[Undo]:
+def plan_undo(host: Host, manifest: Manifest) -> list[Undo]:
     """What rollback would do to each managed path (read-only)."""
     out: list[Undo] = []
     for path in reversed(list(manifest.files)):
@@ -84,7 +85,7 @@ def _plan_file(path: str, entry: dict[str, Any], real: Path, manifest: Manifest)
     return Undo(path, "restored", _prior(entry))
 
 
-def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = False) -> list[Undo]:
+def apply_undo(host: Host, manifest: Manifest, undo: list[Undo], force: bool = False) -> list[Undo]:
     """Carry out `undo`; entries that were handled leave the manifest (saved after each)."""
     done: list[Undo] = []
     for u in undo:
@@ -121,7 +122,7 @@ def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = Fa
     return done
 
 
-def remove_tree(host: Any, path: str) -> None:
+def remove_tree(host: Host, path: str) -> None:
     """Delete a venv egpu-setup created (only ever called for paths the manifest lists)."""
     import shutil
 

@@ -32,7 +32,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from egpu_setup.errors import ExecutionError
 
@@ -180,7 +180,15 @@ def _inside(root: Path, path: str) -> Path | None:
     return current
 
 
-def boot_kernels(host: Any) -> list[str]:
+class _Tree(Protocol):
+    """What boot_kernels reads of a Host (machine.py imports this module, so not Host itself)."""
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+
+def boot_kernels(host: _Tree) -> list[str]:
     """Kernel releases the image can boot: a /boot/vmlinuz-<release> with /lib/modules/<release>
     (what Debian's kernel packages install), oldest first by version; read through the Host, so
     links resolve inside the image."""

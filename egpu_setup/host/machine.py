@@ -333,7 +333,7 @@ class RecordedHost(Host):
 
     kind = "recorded"
 
-    def __init__(self, bundle: Path):
+    def __init__(self, bundle: str | os.PathLike[str]):
         bundle = Path(bundle)
         if not bundle.is_dir():
             raise UsageError(
@@ -401,7 +401,7 @@ class RootHost(Host):
 
     kind = "root"
 
-    def __init__(self, root: Path):
+    def __init__(self, root: str | os.PathLike[str]):
         root = Path(root).resolve()
         if not root.is_dir():
             raise UsageError(f"--root {root}: no such directory", "create the image root first")

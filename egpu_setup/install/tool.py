@@ -65,11 +65,11 @@ def choose_tool(
         steps = _install_steps(target, facts_os_id, bundle_tool, lock_timeout)
         return ToolChoice(TOOL_BIN, steps, note if steps else f"{note}; {_no_python(target)}")
     image_steps: list[Step] = []
-    note = None
+    missing: str | None = None
     if not _holds(target, __version__):
         image_steps += _install_steps(target, facts_os_id, bundle_tool, lock_timeout)
         if not image_steps:
-            note = _no_python(target)
+            missing = _no_python(target)
     if target.readlink(TOOL_LINK) != TOOL_BIN:
         image_steps.append(
             CreateLink(
@@ -79,7 +79,7 @@ def choose_tool(
                 conflict=target.readlink(TOOL_LINK) is None and target.exists(TOOL_LINK),
             )
         )
-    return ToolChoice(TOOL_BIN, tuple(image_steps), note)
+    return ToolChoice(TOOL_BIN, tuple(image_steps), missing)
 
 
 def _no_python(target: Host) -> str:

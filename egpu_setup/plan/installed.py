@@ -7,12 +7,13 @@ importing torch, so a recording (--from) and an image (--root) are read the same
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from egpu_setup.host.machine import Host
 
-def installed_packages(host: Any) -> dict[str, str]:
+
+def installed_packages(host: Host) -> dict[str, str]:
     """name -> version of every package dpkg says is installed (reads /var/lib/dpkg/status)."""
     text = host.read("/var/lib/dpkg/status") or ""
     out: dict[str, str] = {}
@@ -38,7 +39,7 @@ UNFINISHED_STATES = (
 )
 
 
-def unfinished_packages(host: Any) -> list[str]:
+def unfinished_packages(host: Host) -> list[str]:
     """Packages an interrupted dpkg run left unfinished: in one of UNFINISHED_STATES, or flagged
     `reinstreq` ("in a very bad inconsistent state"). Read from /var/lib/dpkg/status."""
     text = host.read("/var/lib/dpkg/status") or ""
@@ -54,7 +55,7 @@ def unfinished_packages(host: Any) -> list[str]:
     return out
 
 
-def dpkg_interrupted(host: Any) -> str | None:
+def dpkg_interrupted(host: Host) -> str | None:
     """Why dpkg must finish an earlier run first (`dpkg --configure -a`), or None: journal files
     in /var/lib/dpkg/updates/ (apt then refuses everything: "dpkg was interrupted"), or packages
     left unpacked or half-configured by a failed maintainer script."""
@@ -69,7 +70,7 @@ def dpkg_interrupted(host: Any) -> str | None:
     return None
 
 
-def venv_versions(host: Any, venv: str) -> dict[str, str] | None:
+def venv_versions(host: Host, venv: str) -> dict[str, str] | None:
     """Normalised distribution name -> version installed in `venv`; None when there is no venv."""
     if not host.exists(f"{venv}/bin/python"):
         return None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
+from egpu_setup.host.machine import Host
 from egpu_setup.state.atomic import atomic_write
 
 # Host path (under the target root), the ConditionPathExists= of egpu-setup-verify.service
@@ -16,13 +16,13 @@ VERIFY_MARKER = "/var/lib/egpu-setup/verify-after-reboot"
 FIRSTBOOT_MARKER = "/var/lib/egpu-setup/firstboot-pending"
 
 
-def write_verify_marker(host: Any, run_id: str, reason: str) -> None:
+def write_verify_marker(host: Host, run_id: str, reason: str) -> None:
     """Arm egpu-setup-verify.service for the next boot (atomically, under the target root)."""
     data = {"run": run_id, "reason": reason, "time": round(time.time(), 3)}
     atomic_write(host.real_path(VERIFY_MARKER), (json.dumps(data) + "\n").encode(), 0o644)
 
 
-def remove_verify_marker(host: Any) -> bool:
+def remove_verify_marker(host: Host) -> bool:
     """Disarm it (rollback took the unit away); True when there was one."""
     try:
         host.real_path(VERIFY_MARKER).unlink()
@@ -31,7 +31,7 @@ def remove_verify_marker(host: Any) -> bool:
     return True
 
 
-def remove_firstboot_marker(host: Any) -> bool:
+def remove_firstboot_marker(host: Host) -> bool:
     """First boot is done (a verify passed); True when there was a marker."""
     try:
         host.real_path(FIRSTBOOT_MARKER).unlink()

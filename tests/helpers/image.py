@@ -1,6 +1,6 @@
 """Bootable Debian 12 images for the slow tests: a base made here, the rest by egpu-setup itself.
 
-An image starts as a copy of the debootstrap root of tests/_debroot.py (its cache, its mirror:
+An image starts as a copy of the debootstrap root of tests/helpers/debroot.py (its cache, its mirror:
 the one this machine's apt uses) and gets what any bootable Debian has: a kernel with its
 headers, systemd and udev (`build_base`). Everything a lab image adds on top is done by the
 product, `egpu-setup install --root IMAGE --yes` (`egpu_setup_install`): the driver built by DKMS
@@ -36,8 +36,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import _debroot
 from egpu_setup.host.image_root import clean_leftovers, enter_argv, image_env
+from helpers import debroot as _debroot
 
 SUITE = "bookworm"
 # What a booted image needs beyond minbase: a kernel with its initramfs (initramfs-tools pulls
