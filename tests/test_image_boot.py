@@ -113,7 +113,10 @@ def test_an_interrupted_or_killed_run_leaves_no_mount_and_no_process(
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; sys.path[:0] = [sys.argv[1]]\n"
+            "import signal, sys; from pathlib import Path; sys.path[:0] = [sys.argv[1]]\n"
+            # Ctrl-C as at a terminal: a suite started in the background (`cmd &`) inherits
+            # SIGINT ignored, and Python then keeps it ignored
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from helpers import image\n"
             "image.run_in(Path(sys.argv[2]), ['sh', '-c', 'sleep 300 & sleep 300'])",
             str(TESTS),
