@@ -46,6 +46,7 @@ from egpu_setup.bundle.wheels import (
     without_marker,
 )
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
+from egpu_setup.execute.tool import tool_source
 from egpu_setup.host.machine import Host
 from egpu_setup.profile.types import Profile
 from egpu_setup.state.atomic import atomic_copy, atomic_write
@@ -514,7 +515,7 @@ class Builder:
         dest = self.out / "tool"
         pythons = sorted({t.python for t in self.targets})
         distros = sorted({t.distro for t in self.targets})
-        src = _tool_source()
+        src = tool_source()
         inputs = {"version": __version__, "pythons": pythons, "distros": distros}
         if self._unchanged("tool", inputs):
             return
@@ -626,25 +627,3 @@ def _move(src: Path, dest: Path) -> None:
         pass
     atomic_copy(src, dest, 0o644)
     src.unlink()
-
-
-def _tool_source() -> Path | None:
-    """The source tree egpu-setup can be rebuilt from: this checkout (an editable install), or
-    the local directory a `pip install DIR` came from (PEP 610 direct_url.json), if still there.
-    None: fall back to this machine's pip index."""
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "pyproject.toml").is_file():
-        return checkout
-    from importlib.metadata import PackageNotFoundError, distribution
-    from urllib.parse import unquote, urlsplit
-
-    try:
-        text = distribution("egpu-setup").read_text("direct_url.json")
-        url = json.loads(text or "{}").get("url", "")
-    except (PackageNotFoundError, ValueError, AttributeError):
-        return None
-    parts = urlsplit(url)
-    if parts.scheme != "file":
-        return None
-    path = Path(unquote(parts.path))
-    return path if (path / "pyproject.toml").is_file() else None

@@ -18,6 +18,9 @@ from egpu_setup.commands._options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from egpu_setup.detect.facts import TbDevice
     from egpu_setup.install.prepared import Prepared
 
 EPILOG = """\b
@@ -30,6 +33,7 @@ Examples:
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
   sudo egpu-setup install --bundle /media/usb/lab-bundle --yes   # offline, from `bundle`
   sudo egpu-setup install --profile rtx4090 --matrix updated --yes  # after `matrix update`
+  sudo egpu-setup install --profile rtx4090 --yes --enclosure 00e8d1a4-3c2b-0e01-ffff-ffffffffffff
 \b
 Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again after),
 4 a person must act, 5 another run or the package manager holds a lock.
@@ -106,6 +110,12 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     help="Seconds to wait for the package manager's lock.",
 )
 @click.option(
+    "--enclosure",
+    default=None,
+    metavar="UUID",
+    help="The Thunderbolt enclosure to enrol (and pin) when the eGPU is not yet visible.",
+)
+@click.option(
     "--verify/--no-verify",
     "run_verify",
     default=True,
@@ -130,6 +140,7 @@ def command(
     from_dir: str | None,
     force: bool,
     lock_timeout: int,
+    enclosure: str | None,
     run_verify: bool,
     matrix_choice: str,
 ) -> None:
@@ -161,6 +172,7 @@ def command(
         lock_timeout=lock_timeout,
         run_verify=run_verify,
         matrix=matrix_choice,
+        enclosure=enclosure,
     )
     prepared = prepare(options)
     if dry_run:
@@ -169,6 +181,10 @@ def command(
         else:
             _show(prepared, show_diff)
         return
+    from egpu_setup.install.enrol import enrol_stage
+
+    ask = None if yes or not sys.stdin.isatty() else _ask_enclosure
+    prepared = enrol_stage(prepared, ask=ask, say=_warn, replan=prepare)
     outcome = apply(prepared, warn=_warn, confirm=lambda run: _confirm(run, show_diff))
     if as_json:
         echo_json(outcome_json(outcome))
@@ -198,3 +214,22 @@ def _confirm(run: Prepared, show_diff: bool = False) -> None:
     if not sys.stdin.isatty():
         raise UsageError("confirmation needed and stdin is not a terminal", "pass --yes")
     click.confirm("Apply this plan?", abort=True, err=True)
+
+
+def _ask_enclosure(devices: Sequence[TbDevice]) -> TbDevice | None:
+    """Which waiting Thunderbolt device is the enclosure: a person picks one, or none."""
+    from egpu_setup.install.enrol import describe
+
+    click.echo("No eGPU is visible. These Thunderbolt devices wait for authorization:", err=True)
+    for i, dev in enumerate(devices, 1):
+        click.echo(f"  {i}. {describe(dev)}", err=True)
+    click.echo("Enrol only your eGPU enclosure: it gets a PCIe tunnel (DMA) from now on.", err=True)
+    answer = click.prompt(
+        f"Enrol which? [1-{len(devices)}, Enter: none]",
+        default="",
+        show_default=False,
+        err=True,
+    ).strip()
+    if answer.isdigit() and 1 <= int(answer) <= len(devices):
+        return devices[int(answer) - 1]
+    return None

@@ -75,8 +75,17 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     for name in ours:
         ctx.manifest.add_package(name, ctx.run_id)
     ctx.manifest.save()
+    notes = []
     kept_note = len(step.packages) - len(ours)
-    return "done", f"{kept_note} already installed, not recorded for rollback" if kept_note else ""
+    if kept_note:
+        notes.append(f"{kept_note} already installed, not recorded for rollback")
+    if step.for_part == "driver":
+        from egpu_setup.execute.dkms import ensure_modules
+
+        built = ensure_modules(host)
+        if built:
+            notes.append(f"DKMS module built for kernel {', '.join(built)}")
+    return "done", "; ".join(notes)
 
 
 def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[str, str]:

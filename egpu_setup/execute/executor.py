@@ -28,13 +28,15 @@ from egpu_setup.errors import EgpuSetupError, ExecutionError
 from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute import files as execute_files
 from egpu_setup.execute import pip as execute_pip
+from egpu_setup.execute import tool as execute_tool
 from egpu_setup.execute.console import show_line
-from egpu_setup.host.machine import Host
+from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
     CreateLink,
     EnableUnit,
+    InstallTool,
     PipInstall,
     Plan,
     RebootNeeded,
@@ -171,6 +173,8 @@ def execute(
     journal = Journal(paths)
     result = ExecResult(new_run_id())
     result.resumed_from, result.cleaned = recover(host, paths, plan, manifest)
+    if isinstance(host, RootHost):  # mounts or a policy-rc.d a killed run left inside the image
+        result.cleaned += host.clean_leftovers()
     owed = [s for s in plan.steps if isinstance(s, RunCommand) and s.triggers]
     for command in owed:  # before any trigger file is written: a kill from here on leaves them owed
         manifest.add_pending_command(command.argv, result.run_id)
@@ -265,6 +269,8 @@ def _apply(
         return execute_apt.install(ctx, step, options.simulate_apt)
     if isinstance(step, PipInstall):
         return execute_pip.install(ctx, step, options.installer)
+    if isinstance(step, InstallTool):
+        return execute_tool.install(ctx, step)
     if isinstance(step, RunCommand):
         if step.live_only and host.kind != "live":
             return "skipped", "only on a running system"

@@ -17,14 +17,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context
-from egpu_setup.host.machine import Host
+from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.plan.steps import PipInstall
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
@@ -213,7 +215,32 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
         ctx.manifest.add_venv(step.venv, ctx.run_id)
         ctx.manifest.save()
     env = installer_env(account(host, step.run_as) if step.run_as else None)
-    for argv in commands(step, uv):
-        # the whole environment, not added to ours: the source variables it drops stay dropped
-        host.run_checked(argv, env=env, replace_env=True, on_line=show_line)
+    with _bundle_seen_from(host, step) as seen:
+        for argv in commands(seen, uv):
+            # the whole environment, not added to ours: the source variables it drops stay dropped
+            host.run_checked(argv, env=env, replace_env=True, on_line=show_line)
     return "done", f"with {'uv' if uv else 'pip'}"
+
+
+IMAGE_BUNDLE = "/run/egpu-setup/bundle"
+
+
+@contextlib.contextmanager
+def _bundle_seen_from(host: Host, step: PipInstall) -> Iterator[PipInstall]:
+    """The step as the installer sees it: inside an image (--root), a bundle's wheels and
+    requirements file are this machine's files, bound read-only under /run for the commands."""
+    if not isinstance(host, RootHost) or not step.find_links:
+        yield step
+        return
+    files = [step.find_links] + ([step.requirements_file] if step.requirements_file else [])
+    common = os.path.commonpath([os.path.dirname(f.rstrip("/")) for f in files])
+
+    def inside(path: str | None) -> str | None:
+        return None if path is None else f"{IMAGE_BUNDLE}/{os.path.relpath(path, common)}"
+
+    with host.bound(common, IMAGE_BUNDLE):
+        yield dataclasses.replace(
+            step,
+            find_links=inside(step.find_links),
+            requirements_file=inside(step.requirements_file),
+        )

@@ -4,7 +4,8 @@ Three kinds, one interface (DESIGN.md, "host access"):
 - LiveHost: this machine, `/`.
 - RecordedHost (`--from DIR`): a bundle written by `egpu-setup record`; files come from DIR/root,
   command output from DIR/commands/<name>.txt, and nothing is ever executed.
-- RootHost (`--root DIR`): every path lives under DIR and commands run through `chroot DIR`.
+- RootHost (`--root DIR`): every path lives under DIR and commands run entered into DIR, with
+  its API filesystems, in namespaces of their own (host/image_root.py).
 
 Paths are always written as they are on the host ("/sys/bus/pci/devices"). Symbolic links are
 resolved inside the root, the way the kernel would resolve them after a chroot, so a recorded
@@ -13,6 +14,7 @@ sysfs tree behaves like the real one and a link in a bundle can never reach this
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -213,6 +215,13 @@ class Host:
             argv=argv,
         )
 
+    def spawn_args(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, replace_env: bool
+    ) -> tuple[list[str], Mapping[str, str] | None, bool]:
+        """(argv, env, replace_env) as process.spawn gets them on this host: an image enters its
+        root and sees only part of our environment (host/image_root.py)."""
+        return self.argv_for(argv), env, replace_env
+
     def run(
         self,
         argv: Sequence[str],
@@ -222,9 +231,9 @@ class Host:
     ) -> Result:
         """Run argv (a list, never a shell string) to its end, its output captured, in the C
         locale (parsers read it). ExecutionError when it cannot start or misses the deadline."""
-        full = self.argv_for(argv)
+        full, spawn_env, replace = self.spawn_args(argv, {**_C_LOCALE, **(env or {})}, False)
         log.debug("run: %s", full)
-        res = process.spawn(full, env={**_C_LOCALE, **(env or {})}, timeout=timeout)
+        res = process.spawn(full, env=spawn_env, replace_env=replace, timeout=timeout)
         if res.timed_out:
             raise ExecutionError(
                 f"`{' '.join(argv)}` did not finish within {timeout:g} s",
@@ -251,12 +260,12 @@ class Host:
         Never raises for an exit status or a timeout (Result.rc, Result.timed_out), only when the
         program cannot be started. env is added to this process's environment, or is the whole
         environment with replace_env; cwd is a directory of this machine."""
-        full = self.argv_for(argv)
+        full, spawn_env, replace = self.spawn_args(argv, env, replace_env)
         log.info("run: %s", " ".join(full))
         return process.spawn(
             full,
-            env=env,
-            replace_env=replace_env,
+            env=spawn_env,
+            replace_env=replace,
             cwd=cwd,
             timeout=timeout,
             on_line=on_line,
@@ -471,7 +480,12 @@ def _read_meta(path: Path) -> dict:
 
 
 class RootHost(Host):
-    """A directory holding a whole system (a debootstrap root, a lab image): `--root DIR`."""
+    """A directory holding a whole system (a debootstrap root, a lab image): `--root DIR`.
+
+    Every command is entered with its API filesystems in namespaces of its own
+    (host/image_root.py). Nothing in an image is running, so the diagnostic commands that
+    describe a running machine (lspci, nvidia-smi, boltctl, dmesg, mokutil) are not run there:
+    they would describe the build host. The kernel is the image's newest, not the build host's."""
 
     kind = "root"
 
@@ -480,9 +494,44 @@ class RootHost(Host):
         if not root.is_dir():
             raise UsageError(f"--root {root}: no such directory", "create the image root first")
         super().__init__(root)
+        self._binds: list[tuple[str, str]] = []
 
     def argv_for(self, argv: Sequence[str]) -> list[str]:
-        return ["chroot", str(self.root), *argv]
+        from egpu_setup.host.image_root import enter_argv
+
+        return enter_argv(self.root, argv, self._binds)
+
+    def spawn_args(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, replace_env: bool
+    ) -> tuple[list[str], Mapping[str, str] | None, bool]:
+        from egpu_setup.host.image_root import image_env
+
+        return self.argv_for(argv), image_env(env, replace_env), True
+
+    @contextlib.contextmanager
+    def bound(self, host_dir: str | os.PathLike[str], image_dir: str) -> Iterator[str]:
+        """`host_dir` (of the build host) visible read-only at `image_dir` (under /run) to the
+        commands run inside this block; yields image_dir."""
+        self._binds.append((os.fspath(host_dir), image_dir))
+        try:
+            yield image_dir
+        finally:
+            self._binds.remove((os.fspath(host_dir), image_dir))
+
+    def clean_leftovers(self) -> list[str]:
+        from egpu_setup.host.image_root import clean_leftovers
+
+        return clean_leftovers(self.root)
+
+    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+        log.debug("%s: not run in an image (it would describe the build host)", argv[0])
+        return None
+
+    def uname(self) -> tuple[str | None, str | None]:
+        from egpu_setup.host.image_root import boot_kernels
+
+        kernels = boot_kernels(self)
+        return (kernels[-1] if kernels else None), os.uname().machine
 
 
 def open_host(from_dir: str | os.PathLike[str] | None = None, root: str | None = None) -> Host:

@@ -10,5 +10,8 @@ apply), `inputs` (what prepare gathers), `offline` (`--bundle DIR`), `show` (the
 outcome as text and JSON), `report` (the saved install report), `preflight` (checks before
 anything changes), `review` (the plan reviewed: `attention` for what a person must do, `advice`
 for the summary), `day_after` (the verify after the reboot), `rollback` (what rollback
-restores, and doing it).
+restores, and doing it), `tool` (which egpu-setup the units run, and installing it
+root-owned), `lab_image` (what `--root` adds: the tool, the first-boot marker, the seal),
+`enrol` (enrolling the enclosure: one core for install and the first boot), `firstboot`
+(`egpu-setup firstboot`, a lab image's first boot).
 """

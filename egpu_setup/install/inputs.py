@@ -4,13 +4,13 @@ facts allow, the resolver's constraints, the rendered set, the manifest, the pla
 from __future__ import annotations
 
 import os
-import sys
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UnsupportedHardware, UsageError
 from egpu_setup.host.machine import Host, LiveHost, RootHost, open_host
 from egpu_setup.install.offline import OfflineBundle
 from egpu_setup.install.options import InstallOptions
+from egpu_setup.install.tool import ToolChoice
 from egpu_setup.plan.options import BundleSource, PlanOptions
 from egpu_setup.profile.types import Profile
 from egpu_setup.render.files import RenderSet
@@ -48,6 +48,27 @@ def hosts(options: InstallOptions) -> tuple[Host, Host]:
     else:
         target = LiveHost()
     return target, open_host(options.from_dir) if options.from_dir else target
+
+
+def facts_of(target: Host, facts_host: Host) -> HostFacts:
+    """What the plan is made from. An image (--root) with a recording (--from): the hardware
+    (GPUs, Thunderbolt, Secure Boot) is the recorded machine's; the distribution, its kernel,
+    its Python and its driver state are the image's own, since that is what gets installed
+    into (a recording of an Ubuntu laptop must not plan Ubuntu packages into a Debian image)."""
+    from dataclasses import replace
+
+    from egpu_setup.detect.probe import detect_host
+
+    if target.kind != "root" or facts_host is target:
+        return detect_host(facts_host)
+    image, hardware = detect_host(target), detect_host(facts_host)
+    return replace(
+        hardware,
+        os=replace(image.os, secure_boot=hardware.os.secure_boot),
+        python=image.python,
+        nvidia=image.nvidia,
+        source=image.source,
+    )
 
 
 def refuse_non_nvidia_egpu(facts: HostFacts) -> None:
@@ -96,13 +117,15 @@ def render(
     resolution: Resolution,
     target: Host,
     only: frozenset[str],
+    tool_path: str,
 ) -> RenderSet:
-    """The configuration files, when the plan has a driver or config part."""
-    from egpu_setup.render.files import entry_point_path, render_set, tool_path_exposed
+    """The configuration files, when the plan has a driver or config part; an image's set
+    carries its first-boot unit (install/lab_image.py)."""
+    from egpu_setup.install.lab_image import firstboot_for
+    from egpu_setup.render.files import render_set, tool_path_exposed
 
     if not only & {"driver", "config"}:
         return RenderSet(files=(), commands=(), notes=())
-    tool_path = entry_point_path(sys.argv[0])
     return render_set(
         facts,
         profile,
@@ -113,7 +136,27 @@ def render(
         # the running egpu-setup is this machine's: who could replace it is known only here
         tool_exposed=tool_path_exposed(target, tool_path) if target.kind == "live" else None,
         bolt_available=bolt_usable(target),
+        firstboot=firstboot_for(profile, options.enclosure) if target.kind == "root" else None,
     )
+
+
+def tool_choice(
+    options: InstallOptions,
+    target: Host,
+    facts: HostFacts,
+    only: frozenset[str],
+    bundle_tool: str | None,
+) -> ToolChoice:
+    """The egpu-setup the units run (install/tool.py); its install steps only with the config
+    part, which writes the units."""
+    from egpu_setup.install.tool import choose_tool
+
+    choice = choose_tool(
+        target, facts.os.id, bundle_tool=bundle_tool, lock_timeout=options.lock_timeout
+    )
+    if "config" not in only:
+        return ToolChoice(choice.path, ())
+    return choice
 
 
 def bolt_usable(target: Host) -> bool | None:

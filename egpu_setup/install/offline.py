@@ -56,6 +56,17 @@ def open_bundle(options: InstallOptions) -> OfflineBundle:
     return OfflineBundle(path, load_manifest(path))
 
 
+def tool_wheels(bundle: OfflineBundle | None) -> str | None:
+    """The bundle's tool/ wheels (egpu-setup and its dependencies), checked against the
+    manifest, for egpu-setup's own venv; None without a bundle or without that part."""
+    from egpu_setup.bundle.format import verify_files
+
+    if bundle is None or not any(rel.startswith("tool/") for rel in bundle.manifest.files()):
+        return None
+    verify_files(bundle.directory, bundle.manifest, ["tool"])
+    return str(bundle.directory / "tool")
+
+
 def narrow_to_bundle(
     bundle: OfflineBundle, resolution: Resolution, only: frozenset[str], target: Host
 ) -> tuple[Resolution, BundleSource]:
@@ -72,12 +83,6 @@ def narrow_to_bundle(
     torch: dict[str, Any] = entry.get("torch") or {}
     driver: dict[str, Any] = entry.get("driver") or {}
     _check_parts(directory, entry, (wants_torch, torch, "torch"), (wants_driver, driver, "driver"))
-    if wants_torch and target.kind != "live":
-        raise UsageError(
-            "--bundle with --root installs the driver and configuration; torch into an image "
-            "from a bundle is not supported",
-            "pass --only driver,config (install torch on the running machine)",
-        )
     prefixes = []
     if wants_torch:
         prefixes += [torch["wheels"], torch["requirements_file"]]

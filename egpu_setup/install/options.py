@@ -34,6 +34,7 @@ class InstallOptions:
     lock_timeout: int = 600
     run_verify: bool = True
     matrix: str = "shipped"  # "updated": the overlay of `matrix update` decides (--matrix)
+    enclosure: str | None = None  # --enclosure UUID: the Thunderbolt device to enrol and tie
 
     @property
     def venv_path(self) -> str:

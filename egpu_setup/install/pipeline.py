@@ -36,9 +36,11 @@ VERIFY_TIMEOUT_S = 300
 def prepare(options: InstallOptions) -> Prepared:
     """Detect, resolve, render and plan; nothing on the target changes. UsageError on bad flags."""
     from egpu_setup.compat.matrix import select_matrix
-    from egpu_setup.detect.probe import detect_host
     from egpu_setup.install import inputs
-    from egpu_setup.install.offline import narrow_to_bundle, open_bundle
+    from egpu_setup.install.enrol import EnrolPolicy, with_enclosure
+    from egpu_setup.install.enrol import notes as enrol_notes
+    from egpu_setup.install.lab_image import finish_plan
+    from egpu_setup.install.offline import narrow_to_bundle, open_bundle, tool_wheels
     from egpu_setup.plan.build import build_plan
     from egpu_setup.plan.options import parse_only
     from egpu_setup.profile.load import load_profile
@@ -47,18 +49,22 @@ def prepare(options: InstallOptions) -> Prepared:
     only = parse_only(options.only)
     bundle = open_bundle(options) if options.bundle_dir else None
     inputs.check_flags(options, bundle)
-    profile = load_profile(options.profile or (bundle.profile_file if bundle else ""))
+    profile = with_enclosure(
+        load_profile(options.profile or (bundle.profile_file if bundle else "")), options.enclosure
+    )
     target, facts_host = inputs.hosts(options)
-    facts = detect_host(facts_host)
+    facts = inputs.facts_of(target, facts_host)
     inputs.refuse_non_nvidia_egpu(facts)
     only, warnings = inputs.scope(facts, profile, only)
+    warnings += enrol_notes(facts, EnrolPolicy.of(profile.hotplug))
     resolution = resolve(
         facts, profile, inputs.constraints(options, profile), select_matrix(options.matrix)
     )
     source = None
     if bundle is not None:
         resolution, source = narrow_to_bundle(bundle, resolution, only, target)
-    rendered = inputs.render(options, facts, profile, resolution, target, only)
+    tool = inputs.tool_choice(options, target, facts, only, tool_wheels(bundle))
+    rendered = inputs.render(options, facts, profile, resolution, target, only, tool.path)
     paths = StatePaths.for_root(target.root)
     manifest, note = inputs.manifest(paths)
     warnings += note
@@ -74,6 +80,7 @@ def prepare(options: InstallOptions) -> Prepared:
         rendered.commands,
         rendered.links,
     )
+    plan = finish_plan(plan, tool, target, facts, profile, only, options.lock_timeout)
     stale = inputs.stale_warning(paths)
     warnings += [stale] if stale else []
     warnings += [*resolution.warnings, *plan.warnings, *rendered.notes]

@@ -62,11 +62,13 @@ def save_install_report(
     error: EgpuSetupError | None,
 ) -> None:
     """Save it; a report that cannot be written never turns a good install into a failure."""
-    from egpu_setup.state.reports import save_report
+    from egpu_setup.state.reports import BUILD_REPORTS, REPORTS, save_report
 
     data = install_report(run, started, result, verify, error)
+    # an image's build report would be collected from every machine made from it as its own
+    folder = BUILD_REPORTS if run.target.kind == "root" else REPORTS
     try:
-        path = save_report(run.paths.state_dir, "install", data, started)
+        path = save_report(run.paths.state_dir, "install", data, started, folder)
     except OSError as exc:
         log.warning("could not save the install report: %s", exc)
         return

@@ -17,6 +17,7 @@ from egpu_setup.detect.facts import HostFacts
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.config import config_steps, link_steps
 from egpu_setup.plan.driver import driver_steps
+from egpu_setup.plan.installed import dpkg_interrupted
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, Plan, RebootNeeded, RunCommand, Step, WriteFile
 from egpu_setup.plan.torch import torch_steps
@@ -41,13 +42,16 @@ def build_plan(
     steps: list[Step] = []
     warnings: list[str] = []
     live = options.target == "live"
-    if "driver" in options.only and host.listdir("/var/lib/dpkg/updates"):
-        # apt refuses to work until this is done (dpkg(1)); doing it first is what a
-        # person would do, and it is shown in the plan so nobody is surprised
+    interrupted = dpkg_interrupted(host) if "driver" in options.only else None
+    if interrupted:
+        # apt refuses to work until this is done (dpkg(1) --configure -a); doing it first is
+        # what a person would do, and it is shown in the plan so nobody is surprised. The apt
+        # step after it then reinstalls what dpkg could not finish (half-configured counts as
+        # not installed there)
         steps.append(
             RunCommand(
                 ("dpkg", "--configure", "-a"),
-                "an earlier package installation was interrupted",
+                interrupted,
                 skip_if_missing=False,
                 for_part="driver",
             )

@@ -79,30 +79,46 @@ def _debian_headers(
     Debian 13's dkms no longer Recommends any headers (docs/sources.md, "Measured here"), and
     the meta package (which the resolver names) only follows the *newest* kernel: a machine
     running an older ABI would get no module for the kernel it boots until it boots the new
-    one. An image (--root) has no running kernel: the meta package is all it can name."""
+    one. An image (--root) has no running kernel: there, the headers of every kernel it can
+    boot (/boot/vmlinuz-* with its /lib/modules), so DKMS builds the module for each."""
     arch = "amd64" if (facts.os.arch or "x86_64") in ("x86_64", "amd64") else facts.os.arch
     extra: list[str] = []
     if not any(p.startswith("linux-headers-") for p in wanted):
         extra.append(f"linux-headers-{arch}")
-    if options.target != "live" or not kernel:
+    if options.target == "root":
+        from egpu_setup.host.image_root import boot_kernels
+
+        for release in boot_kernels(host):
+            extra += _kernel_headers(host, release, wanted, warnings, image=True)
         return extra
+    if not kernel:
+        return extra
+    return extra + _kernel_headers(host, kernel, wanted, warnings, image=False)
+
+
+def _kernel_headers(
+    host: Host, kernel: str, wanted: Sequence[str], warnings: list[str], *, image: bool
+) -> list[str]:
+    """linux-headers-<kernel> when apt can install it (or may: it cannot be asked), else a
+    warning that DKMS builds for the other kernels only."""
+    which = f"image kernel {kernel}" if image else f"running kernel {kernel!r}"
     if not _KERNEL_RELEASE.match(kernel):
         warnings.append(
-            f"running kernel {kernel!r} is not a Debian kernel package name: its headers are "
+            f"{which} is not a Debian kernel package name: its headers are "
             "not installed; DKMS builds the module for the archive kernel only"
         )
-        return extra
+        return []
     name = f"linux-headers-{kernel}"
-    if name in wanted:
-        return extra
+    if name in wanted or name in installed_packages(host):
+        return []
     known = _apt_candidate(host, name)
     if known is False:
         warnings.append(
             f"{name} is not in the apt cache (the archive has moved on to a newer kernel): the "
             "module is built for the newest kernel only; boot it before using the eGPU"
         )
-        return extra
-    return [*extra, name]  # True, or None (cannot ask apt here): apt says clearly if it is gone
+        return []
+    return [name]  # True, or None (cannot ask apt here): apt says clearly if it is gone
 
 
 def _apt_candidate(host: Host, package: str) -> bool | None:

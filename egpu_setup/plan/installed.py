@@ -27,6 +27,49 @@ def installed_packages(host: Host) -> dict[str, str]:
     return out
 
 
+# dpkg's package states that `dpkg --audit` reports (dpkg(1), "Package states"; deb-status(5)):
+# an operation started and did not finish. `dpkg --audit` itself exits 0 even when it lists some
+# (dpkg 1.21), so the status file is read instead of its exit code.
+UNFINISHED_STATES = (
+    "half-installed",
+    "unpacked",
+    "half-configured",
+    "triggers-awaited",
+    "triggers-pending",
+)
+
+
+def unfinished_packages(host: Host) -> list[str]:
+    """Packages an interrupted dpkg run left unfinished: in one of UNFINISHED_STATES, or flagged
+    `reinstreq` ("in a very bad inconsistent state"). Read from /var/lib/dpkg/status."""
+    text = host.read("/var/lib/dpkg/status") or ""
+    out = []
+    for stanza in text.split("\n\n"):
+        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
+        status = re.search(r"^Status:[ \t]*(\S+)[ \t]+(\S+)[ \t]+(\S+)", stanza, re.M)
+        if not name or not status:
+            continue
+        _want, flag, state = status.groups()
+        if flag == "reinstreq" or state in UNFINISHED_STATES:
+            out.append(name.group(1))
+    return out
+
+
+def dpkg_interrupted(host: Host) -> str | None:
+    """Why dpkg must finish an earlier run first (`dpkg --configure -a`), or None: journal files
+    in /var/lib/dpkg/updates/ (apt then refuses everything: "dpkg was interrupted"), or packages
+    left unpacked or half-configured by a failed maintainer script."""
+    if host.listdir("/var/lib/dpkg/updates"):
+        return "an earlier package installation was interrupted"
+    unfinished = unfinished_packages(host)
+    if unfinished:
+        shown = ", ".join(unfinished[:4]) + (
+            f" and {len(unfinished) - 4} more" if len(unfinished) > 4 else ""
+        )
+        return f"an earlier package installation did not finish ({shown})"
+    return None
+
+
 def venv_versions(host: Host, venv: str) -> dict[str, str] | None:
     """Normalised distribution name -> version installed in `venv`; None when there is no venv."""
     if not host.exists(f"{venv}/bin/python"):

@@ -160,6 +160,34 @@ class PipInstall(Step):
 
 
 @dataclass(frozen=True)
+class InstallTool(Step):
+    """egpu-setup itself into a root-owned venv on the target, the one its units and helpers run.
+
+    Made by the target's own Python (`python`, a path on the target), filled offline from wheels
+    built for that Python: from `wheels_from` (a bundle's tool/ directory on this machine), or
+    built from the running tool's source with this machine's pip configuration."""
+
+    kind: ClassVar[str] = "install-tool"
+    part: ClassVar[str] = "config"
+    venv: str
+    version: str
+    python: str
+    create_venv: bool
+    wheels_from: str | None = None
+    reason: str = ""
+
+    def describe(self) -> str:
+        create = f"create venv {self.venv} with {self.python}; " if self.create_venv else ""
+        source = (
+            f"offline from {self.wheels_from}"
+            if self.wheels_from
+            else "from wheels built here for its Python"
+        )
+        why = f" ({self.reason})" if self.reason else ""
+        return f"{create}install egpu-setup {self.version} into {self.venv} {source}{why}"
+
+
+@dataclass(frozen=True)
 class WriteFile(Step):
     kind: ClassVar[str] = "write-file"
     part: ClassVar[str] = "config"

@@ -159,6 +159,8 @@ def to_profile(d: dict[str, Any], path: str, origin: str, chain: tuple[str, ...]
             enclosure_unique_id=uid.lower() if uid else None,
             accept_no_iommu=bool(h["accept_no_iommu"]),
             connection=h["connection"],
+            enclosure_unique_ids=tuple(u.lower() for u in h["enclosure_unique_ids"]),
+            first_boot_enrol_model=h["first_boot_enrol_model"],
         ),
         extends=d.get("extends"),
         origin=origin,

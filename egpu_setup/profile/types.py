@@ -67,6 +67,14 @@ class HotplugOptions:
     enclosure_unique_id: str | None
     accept_no_iommu: bool
     connection: str  # "thunderbolt" / "usb4" / "oculink" / "any"
+    enclosure_unique_ids: tuple[str, ...] = ()  # a lab's enclosures (any one of them)
+    first_boot_enrol_model: str | None = None  # opt-in, risky: the first device of this model
+
+    @property
+    def pinned_enclosures(self) -> tuple[str, ...]:
+        """Every enclosure UUID the profile pins, the single one first."""
+        one = (self.enclosure_unique_id,) if self.enclosure_unique_id else ()
+        return tuple(dict.fromkeys((*one, *self.enclosure_unique_ids)))
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,8 @@ class Profile:
                 "enclosure_unique_id": self.hotplug.enclosure_unique_id,
                 "accept_no_iommu": self.hotplug.accept_no_iommu,
                 "connection": self.hotplug.connection,
+                "enclosure_unique_ids": list(self.hotplug.enclosure_unique_ids),
+                "first_boot_enrol_model": self.hotplug.first_boot_enrol_model,
             },
             "origin": self.origin,
             "path": self.path,

@@ -27,9 +27,11 @@ from egpu_setup.render.checks import (
     check_kernel_params,
     check_path,
     check_profile_name,
+    check_uuid,
 )
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
 from egpu_setup.resolve.resolution import Resolution
+from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
 MODES = ("compute", "display")
 
@@ -86,6 +88,24 @@ GRUB_DROPIN_DISTROS = ("debian", "ubuntu")
 GRUBBY_DISTROS = ("fedora", "rhel")
 
 
+# Lab images: the marker install --root leaves, and the report the first-boot unit writes for
+# the fleet to collect (egpu-setup firstboot; README "Lab images").
+FIRSTBOOT_REPORT = "/var/lib/egpu-setup/firstboot.json"
+FIRSTBOOT_TIMEOUT_S = 900  # wait for the GPU, then a quick verify on it
+
+
+@dataclass(frozen=True)
+class FirstBoot:
+    """What the first-boot unit of a lab image runs: `egpu-setup firstboot` for this profile,
+    with the enclosures the image was built for (--enclosure) besides the profile's own."""
+
+    profile: str
+    enclosures: tuple[str, ...] = ()
+    marker: str = FIRSTBOOT_MARKER
+    report: str = FIRSTBOOT_REPORT
+    timeout: int = FIRSTBOOT_TIMEOUT_S
+
+
 @dataclass(frozen=True)
 class RenderContext:
     """Everything a template may use, validated."""
@@ -113,6 +133,7 @@ class RenderContext:
     venv: str
     wait_timeout: int
     notes: tuple[str, ...]
+    firstboot: FirstBoot | None = None
 
     def as_template_vars(self) -> dict[str, Any]:
         return {
@@ -136,6 +157,7 @@ class RenderContext:
             "xorg_runtime": self.xorg_runtime,
             "venv": self.venv,
             "wait_timeout": self.wait_timeout,
+            "firstboot": self.firstboot,
         }
 
 
@@ -245,6 +267,7 @@ def build_context(
     tool_exposed: bool | None = None,
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
+    firstboot: FirstBoot | None = None,
 ) -> RenderContext:
     """Validate every input and decide what is rendered. Raises UsageError / ActionRequired."""
     mode = check_choice(mode, MODES, "mode")
@@ -291,6 +314,7 @@ def build_context(
         venv=check_path(venv, "venv path"),
         wait_timeout=wait_timeout,
         notes=tuple(notes),
+        firstboot=_check_firstboot(firstboot),
     )
 
 
@@ -379,3 +403,18 @@ def _tool_path(tool_path: str, tool_exposed: bool | None, notes: list[str]) -> s
             "and every directory above it are root-owned and not writable by the user"
         )
     return tool_path
+
+
+def _check_firstboot(fb: FirstBoot | None) -> FirstBoot | None:
+    if fb is None:
+        return None
+    return FirstBoot(
+        profile=check_profile_name(fb.profile),
+        enclosures=tuple(
+            check_uuid(u, f"enclosure {i + 1} for the first boot")
+            for i, u in enumerate(fb.enclosures)
+        ),
+        marker=check_path(fb.marker, "first-boot marker"),
+        report=check_path(fb.report, "first-boot report"),
+        timeout=fb.timeout if isinstance(fb.timeout, int) and 60 <= fb.timeout <= 3600 else 900,
+    )

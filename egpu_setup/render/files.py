@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.host.machine import Host
 from egpu_setup.profile.types import Profile
-from egpu_setup.render.context import DEFAULT_TOOL_PATH, RenderContext, build_context
+from egpu_setup.render.context import DEFAULT_TOOL_PATH, FirstBoot, RenderContext, build_context
 from egpu_setup.render.headers import add_header
 from egpu_setup.resolve.resolution import Resolution
 
@@ -51,6 +51,12 @@ UNIT_PERSISTENCED = "/etc/systemd/system/egpu-setup-persistenced.service"
 
 
 UNIT_VERIFY = "/etc/systemd/system/egpu-setup-verify.service"
+
+
+UNIT_FIRSTBOOT = "/etc/systemd/system/egpu-setup-firstboot.service"
+
+
+UDEV_FIRSTBOOT = "/etc/udev/rules.d/62-egpu-setup-firstboot.rules"
 
 
 BIN_HOTPLUG = "/usr/local/bin/egpu-hotplug"
@@ -208,6 +214,22 @@ def _optional(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
                 "nvidia-persistenced for the eGPU, started when it appears",
             )
         )
+    if ctx.firstboot is not None:
+        out += [
+            (
+                "systemd/egpu-setup-firstboot.service.j2",
+                UNIT_FIRSTBOOT,
+                0o644,
+                "lab image: at boot and on plug-in until a verify passed, enrol the enclosure "
+                "under the profile's policy, wait for the eGPU, verify and leave the report",
+            ),
+            (
+                "udev/62-egpu-setup-firstboot.rules.j2",
+                UDEV_FIRSTBOOT,
+                0o644,
+                "lab image: start the first-boot unit when an enclosure or an NVIDIA GPU appears",
+            ),
+        ]
     if ctx.thunderbolt.kind == "udev":
         out.append(
             (
@@ -265,14 +287,15 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
         HostCommand(
             ("udevadm", "control", "--reload"),
             "load the new udev rules",
-            after=(UDEV_RULES, UDEV_TB_RULES),
+            after=(UDEV_RULES, UDEV_TB_RULES) + ((UDEV_FIRSTBOOT,) if ctx.firstboot else ()),
         )
     )
     cmds.append(
         HostCommand(
             ("systemctl", "daemon-reload"),
             "load the new units",
-            after=(UNIT_WAIT, UNIT_HOTPLUG, UNIT_PERSISTENCED, UNIT_VERIFY),
+            after=(UNIT_WAIT, UNIT_HOTPLUG, UNIT_PERSISTENCED, UNIT_VERIFY)
+            + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ()),
         )
     )
     cmds.append(
@@ -314,6 +337,7 @@ def render_set(
     tool_exposed: bool | None = None,
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
+    firstboot: FirstBoot | None = None,
 ) -> RenderSet:
     """Validate, then render every file in memory. Raises UsageError/ActionRequired first.
 
@@ -326,6 +350,7 @@ def render_set(
     tool_exposed: tool_path_exposed() of it (None: judged by its directory alone); the sudoers
     note about egpu-eject comes only when the path is exposed.
     The result's `links` (display mode: the Xorg drop-in) are symlinks to create next to files.
+    firstboot: a lab image's first-boot unit and its udev rule (install --root).
     """
     if bolt_available is None and any(d.policy for d in facts.thunderbolt.devices):
         bolt_available = True
@@ -343,6 +368,7 @@ def render_set(
         tool_exposed=tool_exposed,
         venv=venv,
         wait_timeout=wait_timeout,
+        firstboot=firstboot,
     )
     env = _environment()
     variables = ctx.as_template_vars()

@@ -115,6 +115,34 @@ def _domain_of(facts: HostFacts, dev: TbDevice | None) -> TbDomain | None:
     return domains[0] if len(levels) == 1 and domains else None
 
 
+def bolt_policy(
+    wanted: str, iommu: bool | None, security: str | None, accept_no_iommu: bool
+) -> tuple[str, tuple[str, ...]]:
+    """The bolt policy to enrol an enclosure with (the strictest the domain allows), and what to
+    say about it; plan_thunderbolt and the enrolment in the install flow share it.
+
+    Policy `iommu` acts like `auto` only while IOMMU protection is active, else like `manual`
+    (bolt's bolt-enums.h, BOLT_POLICY_IOMMU): the stricter choice wherever the domain has
+    protection. At level 'secure' bolt stores a key on the device and challenges it on every
+    plug-in, so `auto` is safe there."""
+    if wanted == "manual":
+        return "manual", ()
+    if iommu:
+        return "iommu", ()
+    if security == "secure" or accept_no_iommu:
+        return "auto", ()
+    return "manual", (
+        "no IOMMU DMA protection: the enclosure is enrolled with policy 'manual' (run "
+        "`boltctl authorize UUID` after each plug-in); set hotplug.accept_no_iommu: true "
+        "to auto-authorize it by UUID alone, which identity cloning defeats (Thunderspy)",
+    )
+
+
+def domain_of(facts: HostFacts, dev: TbDevice | None) -> TbDomain | None:
+    """The Thunderbolt domain `dev` hangs off (the only one, or all agreeing), else None."""
+    return _domain_of(facts, dev)
+
+
 def plan_thunderbolt(
     facts: HostFacts, hotplug: HotplugOptions, egpu: Gpu | None, bolt_available: bool | None
 ) -> tuple[ThunderboltPlan, tuple[str, ...]]:
@@ -215,26 +243,8 @@ def _open_notes(security: str | None, iommu: bool | None) -> tuple[str, ...]:
 def _by_bolt(
     base: ThunderboltPlan, wanted: str, accept: bool
 ) -> tuple[ThunderboltPlan, tuple[str, ...]]:
-    """Enrolment in boltd with the strictest policy the domain allows.
-
-    Policy `iommu` acts like `auto` only while IOMMU protection is active, else like `manual`
-    (bolt's bolt-enums.h, BOLT_POLICY_IOMMU): the stricter choice wherever the domain has
-    protection. At level 'secure' bolt stores a key on the device and challenges it on every
-    plug-in, so `auto` is safe there."""
-    notes: tuple[str, ...] = ()
-    if wanted == "manual":
-        policy = "manual"
-    elif base.iommu:
-        policy = "iommu"
-    elif base.security == "secure" or accept:
-        policy = "auto"
-    else:
-        policy = "manual"
-        notes = (
-            "no IOMMU DMA protection: the enclosure is enrolled with policy 'manual' (run "
-            "`boltctl authorize UUID` after each plug-in); set hotplug.accept_no_iommu: true "
-            "to auto-authorize it by UUID alone, which identity cloning defeats (Thunderspy)",
-        )
+    """Enrolment in boltd with the policy bolt_policy chooses."""
+    policy, notes = bolt_policy(wanted, base.iommu, base.security, accept)
     return replace(base, kind="bolt", policy=policy), notes
 
 

@@ -7,12 +7,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+REPORTS = "reports"  # what a fleet collects from each machine (fleet/report.py, the Ansible role)
+BUILD_REPORTS = "build-reports"  # a lab image's build: kept apart, not any machine's own
 
-def save_report(state_dir: Path, kind: str, data: dict[str, Any], when: float) -> Path:
-    """Write <state>/reports/<kind>-<UTC time>.json atomically (never over an older one)."""
+
+def save_report(
+    state_dir: Path, kind: str, data: dict[str, Any], when: float, folder: str = REPORTS
+) -> Path:
+    """Write <state>/<folder>/<kind>-<UTC time>.json atomically (never over an older one)."""
     from egpu_setup.state.atomic import atomic_write
 
-    reports = state_dir / "reports"
+    reports = state_dir / folder
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
     path = reports / f"{kind}-{stamp}.json"
     n = 1

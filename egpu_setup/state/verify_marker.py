@@ -11,6 +11,9 @@ from egpu_setup.state.atomic import atomic_write
 # Host path (under the target root), the ConditionPathExists= of egpu-setup-verify.service
 # (templates/systemd/egpu-setup-verify.service.j2): fixed, the unit cannot follow an override.
 VERIFY_MARKER = "/var/lib/egpu-setup/verify-after-reboot"
+# A lab image's: egpu-setup-firstboot.service runs while it exists (install --root writes it as a
+# managed file; `egpu-setup firstboot` removes it once a verify on the eGPU passed).
+FIRSTBOOT_MARKER = "/var/lib/egpu-setup/firstboot-pending"
 
 
 def write_verify_marker(host: Host, run_id: str, reason: str) -> None:
@@ -23,6 +26,15 @@ def remove_verify_marker(host: Host) -> bool:
     """Disarm it (rollback took the unit away); True when there was one."""
     try:
         host.real_path(VERIFY_MARKER).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def remove_firstboot_marker(host: Host) -> bool:
+    """First boot is done (a verify passed); True when there was a marker."""
+    try:
+        host.real_path(FIRSTBOOT_MARKER).unlink()
     except FileNotFoundError:
         return False
     return True

@@ -299,9 +299,12 @@ def test_driver_from_the_bundle_into_a_debootstrap_root_offline(built, tmp_path:
     assert res.returncode == 0, res.stderr[-3000:]
     data = json.loads(res.stdout)
     kinds = [s["kind"] for s in data["steps"]]
-    # then the driver part's modprobe drop-ins and the initramfs rebuild (simulated)
+    # then the driver part's modprobe drop-ins and the initramfs rebuild (simulated), and an
+    # image's seal (install/lab_image.py): /etc/machine-id and D-Bus's link to it
     assert kinds[:2] == ["apt-repository", "apt-install"], kinds
-    assert set(kinds[2:]) <= {"write-file", "run-command"}
+    assert set(kinds[2:]) <= {"write-file", "run-command", "create-link"}
+    links = [s for s in data["steps"] if s["kind"] == "create-link"]
+    assert [s["path"] for s in links] == ["/var/lib/dbus/machine-id"], links
     detail = data["result"]["steps"][1]["detail"]
     assert int(detail.split(": ")[1].split()[0]) > 300  # `apt-get -s` found all of them offline
     src = (root / "etc/apt/sources.list.d/egpu-setup-bundle.sources").read_text()

@@ -119,6 +119,7 @@ UNIT_PROPERTIES = (
     "ExecMainStartTimestampMonotonic",
     "ExecMainExitTimestampMonotonic",
     "TimeoutStartUSec",
+    "ConditionResult",
 )
 
 

@@ -1,0 +1,246 @@
+"""Enrolling the enclosure, one core for `install` and a lab image's first boot.
+
+On a fresh laptop no GPU is visible until the enclosure's PCIe tunnel is authorized: the
+Thunderbolt device is connected with `authorized` = 0 (Documentation/admin-guide/thunderbolt.rst,
+"Security levels and how to use them"). Which device to authorize is never guessed:
+
+- `choose` (pure) picks a device only when the lab's policy names it: a UUID the profile pins
+  (`hotplug.enclosure_unique_id`, `hotplug.enclosure_unique_ids`) or given as `--enclosure`; or,
+  only when the profile opts in (`hotplug.first_boot_enrol_model`, a stated risk), the first
+  unauthorized device of that model. Otherwise a person picks one (install, interactively) or
+  none is enrolled, and the devices are listed by vendor, name and UUID.
+- `apply_enrolment` authorizes it through the Host: `boltctl enroll --policy P UUID` where bolt
+  runs (stored in boltd's database, undone by `egpu-setup rollback`: the executor records
+  `boltctl forget UUID`), else the sysfs write `authorized` = 1, which lasts until the device is
+  unplugged (the udev rule install renders for that UUID then authorizes it at every plug-in).
+- `wait_for_egpu` then waits, bounded, for the GPU behind the tunnel to appear.
+
+Never more than the one device chosen, never a blanket rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from egpu_setup.detect.facts import HostFacts, TbDevice
+from egpu_setup.errors import ActionRequired, UsageError
+from egpu_setup.host.machine import Host
+from egpu_setup.profile.types import HotplugOptions, Profile
+
+if TYPE_CHECKING:
+    from egpu_setup.install.prepared import Prepared
+    from egpu_setup.state.paths import StatePaths
+
+log = logging.getLogger("egpu_setup.install")
+
+TB_DEVICES = "/sys/bus/thunderbolt/devices"
+ENROL_WAIT_S = 60  # the GPU shows up within seconds of the tunnel; generous for a cold enclosure
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class EnrolPolicy:
+    """Which unauthorized device may be enrolled without asking anyone."""
+
+    pinned: tuple[str, ...] = ()  # UUIDs, lower case
+    first_of_model: str | None = None  # "Razer Core X": the profile's opt-in (a risk)
+
+    @classmethod
+    def of(cls, hotplug: HotplugOptions, extra: Sequence[str] = ()) -> EnrolPolicy:
+        from egpu_setup.render.checks import check_uuid
+
+        given = tuple(check_uuid(u, "--enclosure") for u in extra)
+        return cls(
+            tuple(dict.fromkeys((*given, *hotplug.pinned_enclosures))),
+            hotplug.first_boot_enrol_model,
+        )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The device to enrol (None: none) and why, in words."""
+
+    device: TbDevice | None
+    how: str  # pinned / model / asked / none
+    reason: str
+
+
+def describe(dev: TbDevice) -> str:
+    """ "Sonnet Technologies, Inc. eGFX Breakaway Box 750ex (00e8d1a4-...)"."""
+    name = " ".join(p for p in (dev.vendor, dev.name) if p) or dev.sysfs_name or "unnamed device"
+    return f"{name} ({dev.unique_id or 'no unique_id'})"
+
+
+def candidates(facts: HostFacts) -> tuple[TbDevice, ...]:
+    """Connected Thunderbolt peripherals whose tunnels are not authorized, with a unique_id (a
+    host router, route 0, is never one: sysfs-bus-thunderbolt)."""
+    return tuple(
+        d
+        for d in facts.thunderbolt.devices
+        if d.authorized is False and d.unique_id and not (d.sysfs_name or "").endswith("-0")
+    )
+
+
+def needs_enrolment(facts: HostFacts) -> bool:
+    """No NVIDIA GPU is visible, and a Thunderbolt device waits for authorization."""
+    return not facts.nvidia_gpus and bool(candidates(facts))
+
+
+def _model(dev: TbDevice) -> tuple[str, ...]:
+    full = " ".join(p for p in (dev.vendor, dev.name) if p)
+    return tuple(s.casefold() for s in (full, dev.name or "") if s)
+
+
+def choose(devices: Sequence[TbDevice], policy: EnrolPolicy) -> Choice:
+    """The device the policy names, else none (pure; module docstring)."""
+    for dev in devices:
+        if (dev.unique_id or "").lower() in policy.pinned:
+            return Choice(dev, "pinned", f"{describe(dev)} is pinned")
+    if policy.first_of_model:
+        want = policy.first_of_model.casefold()
+        for dev in sorted(devices, key=lambda d: d.sysfs_name or ""):
+            if want in _model(dev):
+                return Choice(
+                    dev,
+                    "model",
+                    f"{describe(dev)} is the first {policy.first_of_model} seen "
+                    "(hotplug.first_boot_enrol_model: trusted for its claimed model name)",
+                )
+    listed = "; ".join(describe(d) for d in devices) or "none"
+    return Choice(None, "none", f"unauthorized Thunderbolt devices: {listed}")
+
+
+def notes(facts: HostFacts, policy: EnrolPolicy) -> list[str]:
+    """What a dry run says about enrolment (nothing when no device waits)."""
+    if not needs_enrolment(facts):
+        return []
+    devices = candidates(facts)
+    choice = choose(devices, policy)
+    if choice.device is not None:
+        return [
+            f"no eGPU is visible: install enrols {describe(choice.device)} ({choice.how}), "
+            f"waits up to {ENROL_WAIT_S} s for the GPU, then plans again"
+        ]
+    listed = "; ".join(describe(d) for d in devices)
+    return [
+        f"no eGPU is visible and {len(devices)} Thunderbolt device(s) wait for authorization "
+        f"({listed}): install asks which one is the enclosure to enrol; with --yes only a "
+        "pinned hotplug.enclosure_unique_id or --enclosure UUID is enrolled"
+    ]
+
+
+def apply_enrolment(
+    host: Host, paths: StatePaths, dev: TbDevice, facts: HostFacts, hotplug: HotplugOptions
+) -> str:
+    """Authorize `dev` (and store it where bolt runs); what was done, in words."""
+    from egpu_setup.render.thunderbolt import bolt_policy, domain_of
+
+    if not dev.unique_id or not dev.sysfs_name:
+        raise UsageError(f"{describe(dev)} has no unique_id or sysfs name", "re-plug it")
+    domain = domain_of(facts, dev)
+    security = domain.security if domain else None
+    iommu = domain.iommu_dma_protection if domain else None
+    if host.kind == "live" and host.which("boltctl") is not None:
+        policy, said = bolt_policy(
+            hotplug.thunderbolt_policy, iommu, security, hotplug.accept_no_iommu
+        )
+        for line in said:
+            log.warning("%s", line)
+        _run_enrol(host, paths, ("boltctl", "enroll", "--policy", policy, dev.unique_id))
+        return f"enrolled {describe(dev)} in bolt with policy {policy}"
+    if security == "secure":
+        raise ActionRequired(
+            f"{describe(dev)}: security level 'secure' needs bolt for the key challenge",
+            "install bolt (Debian/Ubuntu: apt-get install bolt), then run again",
+        )
+    host.write_attr(f"{TB_DEVICES}/{dev.sysfs_name}/authorized", "1")
+    return f"authorized {describe(dev)} ({TB_DEVICES}/{dev.sysfs_name}/authorized = 1)"
+
+
+def _run_enrol(host: Host, paths: StatePaths, argv: tuple[str, ...]) -> None:
+    """Through the executor, under the run lock: journaled, and rollback forgets it again."""
+    from egpu_setup.execute.executor import ExecOptions, execute
+    from egpu_setup.plan.steps import Plan, RunCommand
+    from egpu_setup.state.lock import RunLock
+
+    step = RunCommand(argv, "authorize and store the enclosure", skip_if_missing=False)
+    with RunLock(paths.lock):
+        execute(Plan((step,)), host, paths, ExecOptions.from_env())
+
+
+def wait_for_egpu(
+    host: Host,
+    timeout_s: float,
+    *,
+    detect: Callable[[Host], HostFacts] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> HostFacts | None:
+    """Facts with an NVIDIA GPU visible, detected within timeout_s; None when none appeared."""
+    from egpu_setup.detect.probe import detect_host
+
+    probe = detect or detect_host
+    deadline = time.monotonic() + timeout_s
+    while True:
+        facts = probe(host)
+        if facts.nvidia_gpus:
+            return facts
+        if time.monotonic() >= deadline:
+            return None
+        sleep(POLL_S)
+
+
+def with_enclosure(profile: Profile, uuid: str | None) -> Profile:
+    """The profile with --enclosure as its pinned enclosure (it ties the rendered rules too)."""
+    if not uuid:
+        return profile
+    from egpu_setup.render.checks import check_uuid
+
+    pinned = check_uuid(uuid, "--enclosure")
+    return dataclasses.replace(
+        profile, hotplug=dataclasses.replace(profile.hotplug, enclosure_unique_id=pinned)
+    )
+
+
+def enrol_stage(
+    prepared: Prepared,
+    *,
+    ask: Callable[[Sequence[TbDevice]], TbDevice | None] | None,
+    say: Callable[[str], None],
+    replan: Callable[[Any], Prepared],
+    wait_s: float = ENROL_WAIT_S,
+) -> Prepared:
+    """Before a real install on the running system: enrol the enclosure when no eGPU is
+    visible because its tunnel waits for authorization, wait for the GPU and plan again.
+
+    `ask` lets a person pick (None with --yes: only the policy decides); `replan` is prepare."""
+    facts = prepared.facts
+    if prepared.target.kind != "live" or not needs_enrolment(facts):
+        return prepared
+    policy = EnrolPolicy.of(prepared.profile.hotplug)
+    devices = candidates(facts)
+    choice = choose(devices, policy)
+    if choice.device is None and ask is not None:
+        picked = ask(devices)
+        if picked is not None:
+            choice = Choice(picked, "asked", f"{describe(picked)} was chosen")
+    if choice.device is None:
+        say(f"no eGPU is visible; enrolled nothing ({choice.reason}): pass --enclosure UUID")
+        return prepared
+    say(
+        apply_enrolment(
+            prepared.target, prepared.paths, choice.device, facts, prepared.profile.hotplug
+        )
+    )
+    seen = wait_for_egpu(prepared.target, wait_s)
+    if seen is None:
+        say(
+            f"no NVIDIA GPU appeared within {wait_s:g} s after enrolling "
+            f"{describe(choice.device)}: is it the enclosure, and is the card powered?"
+        )
+    options = dataclasses.replace(prepared.options, enclosure=choice.device.unique_id)
+    return replan(options)

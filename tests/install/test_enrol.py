@@ -1,0 +1,291 @@
+"""Enrolling the enclosure (issue 19 item 1, issue 20 item 4): one core for install and firstboot.
+
+The host is tests/fixtures/hosts/tb4-unauthorized-fresh-ubuntu2404: the tb4-rtx4090 notebook on
+its first day, the Sonnet box connected with `authorized` 0 and no GPU on the bus. The sysfs
+write runs against a temporary copy of that recorded tree (RootHost: writes land inside it);
+when `authorized` turns 1 a stand-in for the kernel brings the tunnel up by copying in the same
+machine's recorded tree with the enclosure authorized (tb4-rtx4090-ubuntu2404), which is what the
+kernel does: the enclosure's bridges and the GPU appear under the port. bolt cannot run here
+(no boltd, no Thunderbolt controller): a `boltctl` stand-in on PATH records its argv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, run_cli
+from egpu_setup.detect.facts import TbDevice
+from egpu_setup.detect.probe import detect_host
+from egpu_setup.host.machine import LiveHost, RecordedHost, RootHost
+from egpu_setup.install import enrol
+from egpu_setup.profile.load import load_profile
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
+
+FRESH = FIXTURES / "tb4-unauthorized-fresh-ubuntu2404"
+AUTHORIZED = FIXTURES / "tb4-rtx4090-ubuntu2404"
+BOX = "00e8d1a4-3c2b-0e01-ffff-ffffffffffff"
+BOX_SYSFS = "sys/bus/thunderbolt/devices/0-1/authorized"
+
+
+def _dev(name: str, uuid: str, vendor: str = "Razer", sysfs: str = "0-1") -> TbDevice:
+    return TbDevice(name=name, vendor=vendor, unique_id=uuid, authorized=False, sysfs_name=sysfs)
+
+
+DOCK = _dev("TB4 Dock", "11111111-2222-3333-4444-555555555555", "Dell", "0-3")
+CORE_X = _dev("Core X", "d9010000-0090-8d08-23dd-b41c94851823", "Razer", "0-1")
+CORE_X_2 = _dev("Core X", "d9010000-0090-8d08-23dd-b41c94851824", "Razer", "1-1")
+
+
+def test_only_a_pinned_device_is_chosen_never_a_guess() -> None:
+    devices = (DOCK, CORE_X)
+    assert enrol.choose(devices, enrol.EnrolPolicy()).device is None
+    pinned = enrol.EnrolPolicy(pinned=(CORE_X.unique_id or "",))
+    assert enrol.choose(devices, pinned) == enrol.Choice(
+        CORE_X, "pinned", f"Razer Core X ({CORE_X.unique_id}) is pinned"
+    )
+    # one device alone is still not enough: it could be a dock
+    assert enrol.choose((DOCK,), enrol.EnrolPolicy()).device is None
+
+
+def test_the_model_opt_in_takes_the_first_of_that_model_and_says_the_risk() -> None:
+    policy = enrol.EnrolPolicy(first_of_model="Razer Core X")
+    choice = enrol.choose((CORE_X_2, DOCK, CORE_X), policy)
+    assert choice.device == CORE_X and choice.how == "model"  # 0-1 before 1-1
+    assert "trusted for its claimed model name" in choice.reason
+    assert enrol.choose((DOCK,), policy).device is None
+    assert enrol.choose((CORE_X,), enrol.EnrolPolicy(first_of_model="core x")).device == CORE_X
+
+
+def test_the_policy_takes_the_profiles_uuids_and_refuses_a_bad_one() -> None:
+    profile = load_profile("rtx4090")
+    hp = replace(profile.hotplug, enclosure_unique_id=BOX, enclosure_unique_ids=(CORE_X.unique_id,))
+    assert enrol.EnrolPolicy.of(hp, [DOCK.unique_id.upper()]).pinned == (
+        DOCK.unique_id,
+        BOX,
+        CORE_X.unique_id,
+    )
+    from egpu_setup.errors import UsageError
+
+    with pytest.raises(UsageError, match="not a Thunderbolt unique_id"):
+        enrol.EnrolPolicy.of(hp, ["$(reboot)"])
+
+
+def test_a_fresh_laptop_needs_enrolment_and_the_dry_run_names_the_device() -> None:
+    facts = detect_host(RecordedHost(FRESH))
+    assert facts.nvidia_gpus == () and enrol.needs_enrolment(facts)
+    (dev,) = enrol.candidates(facts)
+    assert (dev.vendor, dev.name, dev.unique_id) == (
+        "Sonnet Technologies, Inc.",
+        "eGFX Breakaway Box 750ex",
+        BOX,
+    )
+    res = run_cli("install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert (
+        f"Sonnet Technologies, Inc. eGFX Breakaway Box 750ex ({BOX})" in res.stderr
+        and "install asks which one is the enclosure" in res.stderr
+        and "with --yes only a pinned hotplug.enclosure_unique_id or --enclosure UUID" in res.stderr
+    ), res.stderr
+    pinned = run_cli(
+        "install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run", "--enclosure", BOX
+    )
+    assert pinned.returncode == 0, pinned.stderr
+    assert (
+        f"install enrols Sonnet Technologies, Inc. eGFX Breakaway Box 750ex ({BOX}) (pinned)"
+        in (pinned.stderr)
+    )
+
+
+def test_an_authorized_enclosure_needs_no_enrolment() -> None:
+    assert not enrol.needs_enrolment(detect_host(RecordedHost(AUTHORIZED)))
+    res = run_cli("install", "--profile", "rtx4090", "--from", str(AUTHORIZED), "--dry-run")
+    assert res.returncode == 0 and "wait for authorization" not in res.stderr
+
+
+def test_a_bad_enclosure_flag_is_an_error_before_anything() -> None:
+    res = run_cli("install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run",
+                  "--enclosure", "not-a-uuid")  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.startswith("error: --enclosure: 'not-a-uuid' is not a Thunderbolt unique_id")
+    assert "\nhint: " in res.stderr and "Traceback" not in res.stderr
+
+
+# --- the sysfs write, against a copy of the recorded tree ----------------------------------
+
+
+def _tree_hashes(root: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            if not p.is_symlink():
+                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def laptop(tmp_path: Path) -> Path:
+    root = tmp_path / "laptop"
+    shutil.copytree(FRESH / "root", root, symlinks=True)
+    return root
+
+
+class KernelStandIn:
+    """Stands in for the kernel: once the enclosure is authorized, the tunnel comes up and the
+    recorded tree of the same machine with the enclosure authorized takes the place of /sys."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.up = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def arm(self) -> KernelStandIn:
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            if (self.root / BOX_SYSFS).read_text().strip() == "1":
+                shutil.copytree(AUTHORIZED / "root/sys", self.root / "sys.new", symlinks=True)
+                (self.root / "sys").rename(self.root / "sys.old")
+                (self.root / "sys.new").rename(self.root / "sys")
+                self.up.set()
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+
+@pytest.fixture
+def kernel(laptop: Path) -> Iterator[KernelStandIn]:
+    stand_in = KernelStandIn(laptop)
+    yield stand_in
+    stand_in.stop()
+
+
+def test_without_bolt_the_one_device_is_authorized_in_sysfs_and_nothing_else(
+    laptop: Path, kernel: KernelStandIn
+) -> None:
+    host = RootHost(laptop)
+    facts = detect_host(host)
+    before = _tree_hashes(laptop)
+    (dev,) = enrol.candidates(facts)
+    said = enrol.apply_enrolment(
+        host, StatePaths.for_root(laptop), dev, facts, load_profile("rtx4090").hotplug
+    )
+    assert said == (
+        f"authorized Sonnet Technologies, Inc. eGFX Breakaway Box 750ex ({BOX}) "
+        "(/sys/bus/thunderbolt/devices/0-1/authorized = 1)"
+    )
+    after = _tree_hashes(laptop)
+    assert {p for p in after if after[p] != before.get(p)} == {
+        "sys/devices/pci0000:00/0000:00:01.0/0000:05:00.0/0000:06:00.0/0000:07:00.0/domain0/0-0/"
+        "0-1/authorized"
+    }  # exactly one attribute written, nothing created
+    assert set(after) == set(before)
+    kernel.arm()
+    seen = enrol.wait_for_egpu(host, 20)
+    assert kernel.up.is_set()
+    assert seen is not None and [g.name for g in seen.nvidia_gpus] == ["GeForce RTX 4090"]
+
+
+def test_no_gpu_after_enrolling_is_said_within_the_bound(laptop: Path) -> None:
+    host = RootHost(laptop)
+    started = time.monotonic()
+    assert enrol.wait_for_egpu(host, 0.5, sleep=lambda _s: time.sleep(0.05)) is None
+    assert time.monotonic() - started < 30
+
+
+def test_security_level_secure_without_bolt_needs_bolt(laptop: Path) -> None:
+    from egpu_setup.errors import ActionRequired
+
+    host = RootHost(laptop)
+    facts = detect_host(host)
+    secure = replace(
+        facts,
+        thunderbolt=replace(
+            facts.thunderbolt,
+            domains=tuple(replace(d, security="secure") for d in facts.thunderbolt.domains),
+        ),
+    )
+    with pytest.raises(ActionRequired, match="needs bolt"):
+        enrol.apply_enrolment(
+            host, StatePaths.for_root(laptop), enrol.candidates(secure)[0], secure,
+            load_profile("rtx4090").hotplug,
+        )  # fmt: skip
+    assert (laptop / BOX_SYSFS).read_text() == "0\n"
+
+
+def test_with_bolt_it_enrols_through_the_executor_and_rollback_knows_the_undo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "boltctl.log"
+    stand_in = bindir / "boltctl"
+    stand_in.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    facts = detect_host(RecordedHost(FRESH))
+    paths = StatePaths.for_root(Path("/"))  # EGPU_SETUP_STATE_DIR: the test's own state
+    said = enrol.apply_enrolment(
+        LiveHost(), paths, enrol.candidates(facts)[0], facts, load_profile("rtx4090").hotplug
+    )
+    assert said.startswith("enrolled Sonnet Technologies, Inc. eGFX Breakaway Box 750ex")
+    assert said.endswith("in bolt with policy iommu")  # the domain has IOMMU DMA protection
+    assert log.read_text() == f"enroll --policy iommu {BOX}\n"
+    manifest = Manifest.load(paths)
+    assert [c["undo"] for c in manifest.commands] == [["boltctl", "forget", BOX]]
+
+
+def test_firstboot_on_the_fresh_laptop_enrols_the_pinned_box_and_sees_the_gpu(
+    laptop: Path, kernel: KernelStandIn
+) -> None:
+    kernel.arm()
+    res = run_cli("firstboot", "--profile", "rtx4090", "--root", str(laptop), "--enclosure", BOX,
+                  "--wait", "20", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["outcome"] == "ready" and out["enrolled"] == BOX
+    report = json.loads(Path(out["report"]).read_text())
+    assert report["schema"] == "egpu-setup/firstboot/1"
+    assert report["devices"] == [f"Sonnet Technologies, Inc. eGFX Breakaway Box 750ex ({BOX})"]
+    assert report["steps"] == [
+        f"authorized Sonnet Technologies, Inc. eGFX Breakaway Box 750ex ({BOX}) "
+        "(/sys/bus/thunderbolt/devices/0-1/authorized = 1)"
+    ]
+
+
+def test_firstboot_enrols_nothing_the_profile_does_not_name(laptop: Path) -> None:
+    res = run_cli("firstboot", "--profile", "rtx4090", "--root", str(laptop), "--wait", "1")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("not-enrolled: no eGPU is visible and the profile names none")
+    assert (laptop / BOX_SYSFS).read_text() == "0\n"
+
+
+def test_firstboot_without_an_egpu_ends_cleanly_and_keeps_the_marker(tmp_path: Path) -> None:
+    root = tmp_path / "machine"
+    shutil.copytree(FIXTURES / "intel-igpu-only" / "root", root, symlinks=True)
+    marker = root / "var/lib/egpu-setup/firstboot-pending"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("armed\n")
+    res = run_cli("firstboot", "--profile", "rtx4090", "--root", str(root), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["outcome"] == "no-egpu" and marker.exists()
+    assert "no eGPU is connected" in json.loads(Path(out["report"]).read_text())["message"]
