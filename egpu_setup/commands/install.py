@@ -21,7 +21,7 @@ Examples:
   egpu-setup install --profile rtx4090 --only torch --cuda cpu --venv ~/torch-venv
   sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
-  sudo egpu-setup install --bundle /media/usb/lab-bundle --yes   # offline, from `bundle`
+  sudo egpu-setup install --bundle /media/usb/lab-bundle --bundle-sha256 HEX --yes  # offline
 \b
 Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again after),
 4 a person must act, 5 another run or the package manager holds a lock.
@@ -78,6 +78,16 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     help="Install offline from a bundle written by `egpu-setup bundle`.",
 )
 @click.option(
+    "--bundle-sha256",
+    "bundle_sha256",
+    default=None,
+    metavar="HEX",
+    envvar="EGPU_SETUP_BUNDLE_SHA256",
+    show_envvar=True,
+    help="The sha256 of the bundle's manifest.json that `egpu-setup bundle` printed: nothing "
+    "in the bundle is trusted until it matches.",
+)
+@click.option(
     "--root", "root_dir", default=None, metavar="DIR", help="Install into the system image at DIR."
 )
 @from_option
@@ -110,6 +120,7 @@ def command(
     mode: str | None,
     index_url: str | None,
     bundle_dir: str | None,
+    bundle_sha256: str | None,
     root_dir: str | None,
     from_dir: str | None,
     force: bool,
@@ -138,6 +149,7 @@ def command(
         mode=mode,
         index_url=index_url,
         bundle_dir=bundle_dir,
+        bundle_sha256=bundle_sha256,
         root_dir=root_dir,
         from_dir=from_dir,
         force=force,

@@ -38,7 +38,10 @@ def prepare(options: InstallOptions) -> Prepared:
     only = parse_only(options.only)
     bundle = open_bundle(options) if options.bundle_dir else None
     inputs.check_flags(options, bundle)
-    profile = load_profile(options.profile or (bundle.profile_file if bundle else ""))
+    if options.profile or bundle is None:
+        profile = load_profile(options.profile or "")
+    else:
+        profile = bundle.load_profile()  # checked against the pinned manifest first
     target, facts_host = inputs.hosts(options)
     facts = detect_host(facts_host)
     inputs.refuse_non_nvidia_egpu(facts)
@@ -157,10 +160,13 @@ def quick_verify(venv: str) -> dict[str, Any] | None:
     import json
 
     from egpu_setup.host.machine import LiveHost
+    from egpu_setup.host.trust import run_as
 
     argv = [sys.executable, "-m", "egpu_setup", "verify", "--quick", "--json", "--venv", venv]
     try:
-        res = LiveHost().run(argv, timeout=VERIFY_TIMEOUT_S)
+        # the tool's own Python, under the same rule as any other (host/trust.py)
+        owner = run_as(sys.executable)
+        res = LiveHost().run(argv, timeout=VERIFY_TIMEOUT_S, run_as=owner)
     except EgpuSetupError as exc:  # verify's failure is reported, it does not undo the install
         log.warning("verify did not run: %s", exc.message)
         return None

@@ -143,6 +143,7 @@ class PipInstall(Step):
     # offline bundle: --no-index --find-links DIR --require-hashes -r FILE (index_url unused)
     find_links: str | None = None
     requirements_file: str | None = None
+    requirements_sha256: str | None = None  # the executor installs only from these bytes
 
     def describe(self) -> str:
         create = f"create venv {self.venv}; " if self.create_venv else ""

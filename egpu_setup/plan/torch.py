@@ -48,6 +48,7 @@ def torch_steps(
                 reason=f"torch {torch.version} ({torch.variant}) from the bundle",
                 find_links=b.find_links,
                 requirements_file=b.requirements_file,
+                requirements_sha256=b.requirements_sha256,
             )
         ]
     index = check_index_url(options.index_url or torch.index_url)
