@@ -11,6 +11,11 @@ idempotent across a kill: before each restore the entry records what is being pu
 rename and the manifest update recognises the restored file as done, not as someone's edit. A
 restore that cannot be done (a missing or corrupt backup, a read-only or full disk) is reported
 as failed, its entry kept for a later run, and the rest is undone.
+
+Test hook (documented, inert unless set): EGPU_SETUP_TEST_ROLLBACK_KILL_AT=<i>:<point> makes
+rollback SIGKILL itself while undoing the i-th entry it handles: `mid-write` (the restored
+file's temp copy written and fsync'ed, not renamed), `renamed` (the file restored, the manifest
+not yet told).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -154,13 +160,22 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+KILL_ENV = "EGPU_SETUP_TEST_ROLLBACK_KILL_AT"
+
+
+def _kill_hook(index: int, where: str) -> None:
+    spec = os.environ.get(KILL_ENV)
+    if spec and spec == f"{index}:{where}":
+        signal.raise_signal(signal.SIGKILL)
+
+
 def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = False) -> list[Undo]:
     """Carry out `undo`; entries that were handled leave the manifest (saved after each).
 
     One that cannot be handled (its backup missing or corrupt, the disk read-only or full) comes
     back as action "failed", its entry kept, and the others are still undone."""
     done: list[Undo] = []
-    for u in undo:
+    for index, u in enumerate(undo):
         if u.action == "refused":
             log.warning("%s: %s", u.path, u.detail)
             done.append(u)
@@ -170,7 +185,7 @@ def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = Fa
             done.append(u)
             continue
         try:
-            _undo_one(host, manifest, u)
+            _undo_one(host, manifest, u, index)
         except EgpuSetupError as exc:
             log.warning("%s: not restored: %s", u.path, exc.message)
             done.append(Undo(u.path, "failed", exc.message))
@@ -184,7 +199,7 @@ def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = Fa
     return done
 
 
-def _undo_one(host: Any, manifest: Manifest, u: Undo) -> None:
+def _undo_one(host: Any, manifest: Manifest, u: Undo, index: int = -1) -> None:
     entry = manifest.files[u.path]
     real = location(host, u.path)
     if u.action == "already-gone" and not entry["created"]:
@@ -199,7 +214,9 @@ def _undo_one(host: Any, manifest: Manifest, u: Undo) -> None:
         data = manifest.read_backup(entry["backup"])
         _mark_restoring(manifest, entry, entry["prior_sha256"])
         mode = entry["prior_mode"] & 0o7777 if entry.get("prior_mode") is not None else None
-        atomic_write(real, data, mode)  # the rename replaces our link too
+        atomic_write(  # the rename replaces our link too
+            real, data, mode, before_rename=lambda _tmp: _kill_hook(index, "mid-write")
+        )
         owner = entry.get("prior_owner")
         if owner and os.geteuid() == 0:
             os.chown(real, owner[0], owner[1], follow_symlinks=False)
@@ -211,6 +228,7 @@ def _undo_one(host: Any, manifest: Manifest, u: Undo) -> None:
             location(host, d).rmdir()
     with contextlib.suppress(OSError):
         fsync_dir(real.parent)
+    _kill_hook(index, "renamed")
     del manifest.files[u.path]
     manifest.save()
 

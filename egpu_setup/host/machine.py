@@ -165,6 +165,10 @@ class Host:
     def getenv(self, name: str) -> str | None:
         return None
 
+    def bundle_file(self, rel: str, limit: int = MAX_READ) -> str | None:
+        """A file of a recorded bundle beside its root/ (commands/torch.json); None elsewhere."""
+        return None
+
     def write_attr(self, path: str, value: str) -> None:
         """Write an existing sysfs attribute (never creates a file); ExecutionError on failure."""
         try:

@@ -169,19 +169,15 @@ def _pyvenv(executable: str) -> tuple[str | None, dict[str, str]]:
 
 
 def _site_dirs(prefix: str) -> list[str]:
-    """The site-packages directories a Python with this prefix imports from (site(7); Debian
-    adds dist-packages, and /usr/local's for the /usr prefix)."""
+    """The site-packages directories a Python with this prefix imports from (site(7); Debian's
+    site.py adds local/lib/pythonX.Y/dist-packages, lib/python3/dist-packages and
+    lib/pythonX.Y/dist-packages for every prefix, so /usr/local's for /usr)."""
     out: list[str] = []
     base = Path(prefix)
-    for lib in ("lib", "lib64"):
-        for pattern in (
-            "python3*/site-packages",
-            "python3*/dist-packages",
-            "python3/dist-packages",
-        ):
+    patterns = ("python3*/site-packages", "python3*/dist-packages", "python3/dist-packages")
+    for lib in ("lib", "lib64", "local/lib"):
+        for pattern in patterns:
             out += [str(p) for p in sorted(base.glob(f"{lib}/{pattern}"))]
-    if os.path.abspath(prefix) == "/usr":
-        out += [str(p) for p in sorted(Path("/usr/local/lib").glob("python3*/dist-packages"))]
     return out
 
 
@@ -212,7 +208,9 @@ def _scan_python(python: str, scan: _Scan, home_site: str | None) -> None:
     prefixes: list[str] = []
     if venv is not None:
         _chain(os.path.join(venv, "pyvenv.cfg"), scan)
-        prefixes.append(venv)
+        # site.py makes the parent of the executable's directory sys.prefix, whichever of the
+        # two places the pyvenv.cfg was found in (Lib/site.py, venv())
+        prefixes += sorted({venv, os.path.dirname(os.path.dirname(os.path.abspath(python)))})
         home = keys.get("home")
         if home:
             _chain(home, scan)

@@ -90,7 +90,9 @@ class RunLock:
         if stat.S_ISDIR(st.st_mode):
             return  # never removed: acquire says what it is
         if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
-            log.warning("replacing %s: it belongs to uid %d, not root", self.path, st.st_uid)
+            log.warning(
+                "replacing %s: it is not a regular file root made (uid %d)", self.path, st.st_uid
+            )
             os.unlink(self.path)
 
     def release(self) -> None:
