@@ -1,7 +1,7 @@
 """Bytes from the network for a lab: one bundle vs N plain installs; offline install uv vs pip.
 
 Everything a laptop needs for torch 2.13.0 CPU (torch + its dependencies) is served by a loopback
-PEP 503 index (tests/_pypi_index.py) that counts the bytes it sends, so both scenarios are
+PEP 503 index (tests/helpers/pypi_index.py) that counts the bytes it sends, so both scenarios are
 measured the same way:
 
   bundle:  `egpu-setup bundle --only torch` once (torch via --index-url, dependencies via a pip
@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import _pypi_index
+from helpers import pypi_index as _pypi_index
 
 TORCH = "torch==2.13.0+cpu"
 

@@ -1,11 +1,11 @@
 """Compare egpu-setup's resolver with a driver-only rule, and time `egpu-setup resolve --json`.
 
-The driver-only rule is what uv's `--torch-backend=auto` does (astral-sh/uv crates/uv-torch,
-matrix-facts §5.1): read the driver version, keep every CUDA backend whose minimum driver is met
-(LINUX_CUDA_DRIVERS; the Windows table under WSL2), search those indexes newest CUDA first, then
-CPU; take the newest torch the first index with a match offers. No PCI id, no compute capability,
-no distro; no driver loaded means CPU. Both sides read the same wheel data (our matrix), so every
-difference comes from the rule, not the data.
+The driver-only rule is what uv's `--torch-backend=auto` does (astral-sh/uv
+`crates/uv-torch/src/backend.rs`): read the driver version, keep every CUDA backend whose minimum
+driver is met (LINUX_CUDA_DRIVERS; the Windows table under WSL2), search those indexes newest CUDA
+first, then CPU; take the newest torch the first index with a match offers. No PCI id, no compute
+capability, no distro; no driver loaded means CPU. Both sides read the same wheel data (our
+matrix), so every difference comes from the rule, not the data.
 
     python benchmarks/resolve_vs_driver_only.py            # table + timing
     python benchmarks/resolve_vs_driver_only.py --runs 15  # more timing runs
@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "resolve")]  # conftest, test_resolve
+
+from test_resolve import CASES, Case
 
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.compat.versions import DriverVersion, PythonVersion, variant_cuda
@@ -30,7 +32,6 @@ from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolution import Notes
 from egpu_setup.resolve.resolver import resolve
 from egpu_setup.resolve.target import identify_gpu
-from test_resolve import CASES, Case
 
 M = load_snapshot()
 

@@ -2,7 +2,7 @@
 
 Both go through the executor's own PipInstall step (same argv the installer runs), same local
 index, a fresh venv per run, no installer cache (PIP_NO_CACHE_DIR / UV_NO_CACHE), and the timer
-stops after `sync` so disk writeback is counted for both (reference/fleet-and-testing.md §4).
+stops after `sync` so disk writeback is counted for both (docs/sources.md, "Measured here").
 
     python benchmarks/torch_uv_vs_pip.py [--rounds 2]
 """
@@ -20,11 +20,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import _pypi_index
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.host.machine import LiveHost
 from egpu_setup.plan.steps import PipInstall, Plan
 from egpu_setup.state.paths import StatePaths
+from helpers import pypi_index as _pypi_index
 
 
 def one(installer: str, index: str, tmp: Path) -> float:

@@ -1,6 +1,6 @@
 """The Ansible role, run for real by ansible-core against this machine (`connection: local`).
 
-Ladder (reference/fleet-and-testing.md §1): syntax check and ansible-lint; the argument spec
+Ladder (as ansible's own docs on check mode and molecule's idempotence step go): syntax check and ansible-lint; the argument spec
 (every variable typed and documented, checked by ansible before anything runs, and the README's
 table generated from it); check mode writes nothing; a real run installs egpu-setup from a wheel
 into its own venv, installs the detection fact and skips this GPU-less machine; the second run
@@ -281,7 +281,7 @@ def test_install_into_debootstrap_root_twice(tmp_path: Path) -> None:
     run writes the hot-plug configuration and is "changed", the second changes nothing; the
     outcome lands on the controller and `egpu-setup report` reads it."""
     sys.path.insert(0, str(REPO / "tests"))
-    from _debroot import DebrootUnavailable, copy_root
+    from helpers.debroot import DebrootUnavailable, copy_root
 
     try:
         root = copy_root("trixie", tmp_path / "root")

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-import _debroot
 from conftest import REPO, run_cli
+from helpers import debroot as _debroot
 from helpers import image, vm
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,5 @@
-"""ruff is part of the suite: style drift fails the same command as a broken test."""
+"""ruff and mypy are part of the suite: style or type drift fails the same command as a broken
+test (mypy's settings live in pyproject.toml: every function of egpu_setup typed)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ def test_ruff_check_is_clean() -> None:
         [ruff, "check", "."], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_mypy_is_clean() -> None:
+    mypy = shutil.which("mypy")
+    if mypy is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    res = subprocess.run([mypy], cwd=REPO, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no issues found" in res.stdout
 
 
 @pytest.mark.parametrize("script", ["scripts/install.sh", "scripts/gpu_verify.sh", ".ci/run"])

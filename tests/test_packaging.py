@@ -204,7 +204,8 @@ def test_sdist_carries_its_tests_and_they_pass(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     res = subprocess.run(
         [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-         "tests/test_parse_lspci.py", "tests/test_profiles.py", "tests/test_recorded_hosts.py"],
+         "tests/detect/test_parse_lspci.py", "tests/profile/test_profiles.py",
+         "tests/detect/test_recorded_hosts.py"],
         cwd=src,
         capture_output=True,
         text=True,

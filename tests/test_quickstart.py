@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from _debroot import DebrootUnavailable, copy_root
 from conftest import REPO
+from helpers.debroot import DebrootUnavailable, copy_root
 
 pytestmark = pytest.mark.slow
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",

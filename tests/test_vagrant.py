@@ -1,6 +1,6 @@
 """The Vagrantfile: Ruby syntax, `vagrant validate --ignore-provider`, and its guest script.
 
-No hypervisor runs here (reference/fleet-and-testing.md §2), so the boxes never boot; what can
+No Vagrant provider runs here, so the boxes never boot; what can
 be checked for real is checked: Vagrant loads and validates the file (provisioner settings
 included), the variables are validated at load time, and the provision script is shellchecked
 and run on this Debian machine, building a real venv from this checkout.

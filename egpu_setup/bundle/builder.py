@@ -1,22 +1,13 @@
-"""Offline bundles: one download for a whole lab, installed with no network (`install --bundle`).
+"""Building an offline bundle: one download for a whole lab (its layout: bundle/format.py).
 
-Layout of a bundle directory (manifest schema egpu-setup/bundle/1):
-
-    manifest.json                     targets, every file with sha256 and size, inputs per part
-    profile.yaml                      the profile it was resolved for
-    wheels/py3.11/*.whl               torch (+ extras) and their dependencies, one pool per Python
-    requirements-py3.11-debian-12.txt `name==version --hash=sha256:...` per target
-    debs/debian-12/*.deb + Packages   the driver's packages: a flat local apt repository
-    tool/*.whl                        egpu-setup's own wheel and its dependencies (Ansible's
-                                      `bundle` source installs from here, --no-index)
-
-Downloads follow the one-index rule (reference/hotplug-security.md §5.1): torch comes through the
+Downloads follow the one-index rule (docs/sources.md, "One index"): torch comes through the
 variant's `--index-url` (or the lab's mirror of it) with pip's configuration switched off, in a
 call of its own; the dependencies that live on the general index come through this machine's own
 pip configuration in a SEPARATE call. Never `--extra-index-url`, never both in one resolver run.
 The driver's .debs come from `apt-get install --download-only` inside a debootstrap root of the
 target distribution with an empty dpkg status, so the set is self-contained: a laptop a few point
-releases behind still finds every dependency in the bundle (reference/fleet-and-testing.md §3, §6).
+releases behind still finds every dependency in the bundle (tests/test_bundle.py installs from it
+with no network).
 
 Incremental: each part (a wheel pool, a distro's debs, the tool) records its inputs; a second run
 with the same inputs whose files still match their hashes downloads nothing.
@@ -50,18 +41,21 @@ from egpu_setup.bundle.format import (
 from egpu_setup.bundle.targets import Target
 from egpu_setup.bundle.wheels import (
     GLIBC,
-    _matching,
-    _minor,
-    _root_names,
-    _without_marker,
+    Wheel,
     closure,
     direct_requirements,
+    manylinux_minor,
+    matching,
     platform_tags,
     read_wheel,
     requirements_text,
+    root_names,
     wheel_pool,
+    without_marker,
 )
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
+from egpu_setup.host.machine import Host
+from egpu_setup.profile.types import Profile
 from egpu_setup.state.atomic import atomic_copy, atomic_write
 
 log = logging.getLogger("egpu_setup.bundle")
@@ -108,7 +102,7 @@ class BuildReport:
 
 
 class Builder:
-    def __init__(self, host: Any, profile: Any, targets: Sequence[Target], opts: BuildOptions):
+    def __init__(self, host: Host, profile: Profile, targets: Sequence[Target], opts: BuildOptions):
         self.host = host
         self.profile = profile
         self.targets = list(targets)
@@ -199,7 +193,7 @@ class Builder:
     # -- profile ----------------------------------------------------------------------------------
 
     def _write_profile(self) -> None:
-        src = Path(self.profile.path) if getattr(self.profile, "path", None) else None
+        src = Path(self.profile.path) if self.profile.path else None
         if src is None or not src.is_file():
             raise UsageError(f"profile {self.profile.name} has no file", "pass a profile file")
         data = src.read_bytes()
@@ -219,7 +213,7 @@ class Builder:
         # the intersection of what every target distro runs: a wheel for glibc 2.39 must not
         # reach a 2.35 laptop sharing this Python's pool
         lowest = min(GLIBC.get(d, 28) for d in distros)
-        tags = [t for t in tags if not t.startswith("manylinux_2_") or _minor(t) <= lowest]
+        tags = [t for t in tags if not t.startswith("manylinux_2_") or manylinux_minor(t) <= lowest]
         args = [
             "download",
             "--progress-bar",
@@ -238,6 +232,7 @@ class Builder:
         return args
 
     def _wheels(self, python: str, group: list[Target]) -> None:
+        """One wheel pool per Python: torch per target from its index, then the dependencies."""
         from egpu_setup.compat.index_url import check_index_url
 
         rel_pool = group[0].pool
@@ -259,73 +254,74 @@ class Builder:
                 for t in group
             },
         }
-        part = rel_pool
-        if self._unchanged(part, inputs):
+        if self._unchanged(rel_pool, inputs):
             return
         pool_dir.mkdir(parents=True, exist_ok=True)
-        distros = [t.distro for t in group]
-        base = self._download_args(python, distros, pool_dir)
-        # 1. torch (+ extras) from the variant index alone: pip's configuration is switched off
-        #    (PIP_CONFIG_FILE=/dev/null, its source variables unset), so no find-links or
-        #    extra-index-url of this machine can mix a second source into it; --no-deps keeps
-        #    the general-index packages out of this call.
+        base = self._download_args(python, [t.distro for t in group], pool_dir)
         for t in group:
-            from egpu_setup.execute.pip import SOURCE_ENV
-
-            unset = [a for v in (*SOURCE_ENV, "PIP_CONFIG_FILE") for a in ("-u", v)]
-            argv = [
-                "env",
-                *unset,
-                f"PIP_CONFIG_FILE={os.devnull}",
-                *self._pip(),
-                *base,
-                "--no-deps",
-                "--index-url",
-                index[t.name],
-                *t.resolution.torch.requirements,
-            ]
-            self._run(argv, f"{t.name}: torch wheels from {index[t.name]}")
-        # 2. what those wheels depend on, through this machine's own pip configuration
-        pool = wheel_pool(pool_dir)
-        deps: list[str] = []
-        for t in group:
-            for root in t.resolution.torch.requirements:
-                for whl in _matching(pool, root):
-                    for req in direct_requirements(whl, python):
-                        text = _without_marker(req)
-                        if (
-                            canonicalize_name(req.name) not in _root_names(group)
-                            and text not in deps
-                        ):
-                            deps.append(text)
-        if deps:
-            self._run(
-                [*self._pip(), *base, *deps],
-                f"Python {python}: {len(deps)} dependencies from this machine's pip index",
-            )
-            pool = wheel_pool(pool_dir)
-        keep: set[str] = set()
+            self._download_torch(t, base, index[t.name])
+        pool = self._download_dependencies(python, group, base, pool_dir)
         hashes = {p.name: sha256_file(p) for p in pool_dir.glob("*.whl")}
-        written: list[str] = []
+        keep: set[str] = set()
         for t in group:
             wheels = closure(pool, t.resolution.torch.requirements, python)
             keep |= {w.path.name for w in wheels}
-            header = (
-                f"# egpu-setup bundle target {t.name}: torch {t.resolution.torch.version} "
-                f"({t.resolution.torch.variant})\n"
-                "# pip install --no-index --find-links "
-                f"{rel_pool} --require-hashes -r {t.requirements_file}"
-            )
-            text = requirements_text(wheels, hashes, header)
-            dest = self.out / t.requirements_file
-            if not dest.is_file() or dest.read_text() != text:
-                atomic_write(dest, text.encode(), 0o644)
-            written.append(t.requirements_file)
+            self._write_requirements(t, requirements_text(wheels, hashes, _header(t)))
         for path in pool_dir.glob("*.whl"):
             if path.name not in keep:  # left from an older build: not part of any target now
                 log.info("removing %s (no target needs it)", path.name)
                 path.unlink()
-        self._record(part, inputs, [f"{rel_pool}/{n}" for n in sorted(keep)] + written)
+        written = [t.requirements_file for t in group]
+        self._record(rel_pool, inputs, [f"{rel_pool}/{n}" for n in sorted(keep)] + written)
+
+    def _download_torch(self, target: Target, base: list[str], index: str) -> None:
+        """torch (+ extras) from the variant index alone: pip's configuration is switched off
+        (PIP_CONFIG_FILE=/dev/null, its source variables unset), so no find-links or
+        extra-index-url of this machine can mix a second source into it; --no-deps keeps the
+        general-index packages out of this call."""
+        from egpu_setup.execute.pip import SOURCE_ENV
+
+        unset = [a for v in (*SOURCE_ENV, "PIP_CONFIG_FILE") for a in ("-u", v)]
+        argv = [
+            "env",
+            *unset,
+            f"PIP_CONFIG_FILE={os.devnull}",
+            *self._pip(),
+            *base,
+            "--no-deps",
+            "--index-url",
+            index,
+            *target.resolution.torch.requirements,
+        ]
+        self._run(argv, f"{target.name}: torch wheels from {index}")
+
+    def _download_dependencies(
+        self, python: str, group: list[Target], base: list[str], pool_dir: Path
+    ) -> dict[str, list[Wheel]]:
+        """What the torch wheels depend on, in a separate call through this machine's own pip
+        configuration (never in the same resolver run as the variant index)."""
+        pool = wheel_pool(pool_dir)
+        roots = root_names(group)
+        deps: list[str] = []
+        for t in group:
+            for root in t.resolution.torch.requirements:
+                for whl in matching(pool, root):
+                    for req in direct_requirements(whl, python):
+                        text = without_marker(req)
+                        if canonicalize_name(req.name) not in roots and text not in deps:
+                            deps.append(text)
+        if not deps:
+            return pool
+        self._run(
+            [*self._pip(), *base, *deps],
+            f"Python {python}: {len(deps)} dependencies from this machine's pip index",
+        )
+        return wheel_pool(pool_dir)
+
+    def _write_requirements(self, target: Target, text: str) -> None:
+        dest = self.out / target.requirements_file
+        if not dest.is_file() or dest.read_text() != text:
+            atomic_write(dest, text.encode(), 0o644)
 
     # -- (b) driver .debs --------------------------------------------------------------------------
 
@@ -346,6 +342,8 @@ class Builder:
 
         matrix = load_matrix()
         distro = matrix.distro(*parse_distro(target.distro, matrix))
+        if distro is None:  # resolve_targets checked it: a matrix without it is not ours
+            raise UsageError(f"--distro {target.distro}: no driver packages known for it")
         packages = list(driver.packages)
         if distro.scheme == "debian" and not any(p.startswith("linux-headers") for p in packages):
             packages.append(f"linux-headers-{DEB_ARCH}")  # trixie's dkms dropped the Recommends
@@ -429,7 +427,7 @@ class Builder:
     def _build_root(self, suite: str, mirror: str) -> Path:
         """A minbase debootstrap root of `suite`, cached: it lends apt its keyring and version.
 
-        Same layout and completion marker as tests/_debroot.py, so both can share a cache."""
+        Same layout and completion marker as tests/helpers/debroot.py, so both can share a cache."""
         if os.geteuid() != 0:
             raise UsageError(
                 "bundling driver packages needs root (debootstrap and chroot)",
@@ -551,7 +549,7 @@ class Builder:
         if ours is None:
             raise EgpuSetupError("no egpu-setup wheel was produced", "see the pip output above")
         for python in pythons:
-            reqs = [_without_marker(r) for r in direct_requirements(read_wheel(ours), python)]
+            reqs = [without_marker(r) for r in direct_requirements(read_wheel(ours), python)]
             self._run(
                 [*self._pip(), *self._download_args(python, distros, dest), *reqs],
                 f"egpu-setup's dependencies for Python {python}",
@@ -638,6 +636,16 @@ def _refuse_links(out: Path) -> None:
                     "holds regular files only, and egpu-setup writes through no link",
                     "remove the link, or build into a new directory",
                 )
+
+
+def _header(t: Target) -> str:
+    """The comment a requirements file starts with: its target, and how to install from it."""
+    return (
+        f"# egpu-setup bundle target {t.name}: torch {t.resolution.torch.version} "
+        f"({t.resolution.torch.variant})\n"
+        "# pip install --no-index --find-links "
+        f"{t.pool} --require-hashes -r {t.requirements_file}"
+    )
 
 
 def _move(src: Path, dest: Path) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import Host
+from egpu_setup.profile.types import Profile
+from egpu_setup.resolve.resolution import Resolution
 
 
 @dataclass(frozen=True)
@@ -15,7 +17,7 @@ class Target:
 
     python: str  # "3.11"
     distro: str  # "debian-12"
-    resolution: Any  # compat.resolve.Resolution for this pair
+    resolution: Resolution  # compat.resolve.Resolution for this pair
 
     @property
     def name(self) -> str:
@@ -35,7 +37,7 @@ class Target:
 
 
 def resolve_targets(
-    profile: Any,
+    profile: Profile,
     pythons: Sequence[str],
     distros: Sequence[str],
     *,
@@ -71,7 +73,7 @@ def resolve_targets(
     return out
 
 
-def host_distro(host: Any) -> str:
+def host_distro(host: Host) -> str:
     """`debian-12` for the machine building the bundle (the default target distribution)."""
     from egpu_setup.detect.osrelease import parse_os_release
 

@@ -11,12 +11,15 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
 from egpu_setup.bundle.targets import Target
 from egpu_setup.errors import EgpuSetupError
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 # glibc of each target distribution decides which manylinux wheels run there (PEP 600:
 # manylinux_2_X needs glibc >= 2.X). Versions of the libc6 package: packages.debian.org/libc6
@@ -86,7 +89,7 @@ def wheel_pool(directory: Path) -> dict[str, list[Wheel]]:
     return pool
 
 
-def direct_requirements(wheel: Wheel, python: str, extras: Iterable[str] = ()) -> list[Any]:
+def direct_requirements(wheel: Wheel, python: str, extras: Iterable[str] = ()) -> list[Requirement]:
     """The Requires-Dist entries of `wheel` that apply on the target (markers evaluated there)."""
     from packaging.requirements import Requirement
 
@@ -139,11 +142,11 @@ def requirements_text(wheels: Sequence[Wheel], hashes: dict[str, str], header: s
     return "\n".join(lines) + "\n"
 
 
-def _minor(tag: str) -> int:
+def manylinux_minor(tag: str) -> int:
     return int(tag.split("_")[2])
 
 
-def _matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
+def matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
     from packaging.requirements import Requirement
 
     req = Requirement(text)
@@ -154,7 +157,7 @@ def _matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:
     ]
 
 
-def _root_names(group: Sequence[Target]) -> set[str]:
+def root_names(group: Sequence[Target]) -> set[str]:
     from packaging.requirements import Requirement
 
     return {
@@ -164,7 +167,7 @@ def _root_names(group: Sequence[Target]) -> set[str]:
     }
 
 
-def _without_marker(req: Any) -> str:
+def without_marker(req: Requirement) -> str:
     """The requirement as pip must see it for another interpreter: markers already evaluated."""
     from packaging.requirements import Requirement
 

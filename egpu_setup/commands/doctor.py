@@ -6,11 +6,16 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from egpu_setup.commands._options import echo_json, from_option, json_option
 from egpu_setup.errors import EXIT_FAILED, UsageError
+
+if TYPE_CHECKING:
+    from egpu_setup.doctor.findings import Finding
+    from egpu_setup.doctor.torchcheck import TorchInfo
 
 log = logging.getLogger("egpu_setup.doctor")
 
@@ -21,7 +26,7 @@ _TORCH_INFO_HINT = (
 )
 
 
-def load_torch_info(path: Path, text: str | None = None):
+def load_torch_info(path: Path, text: str | None = None) -> TorchInfo:
     """Torch facts from a user-named file or a bundle's commands/torch.json (`text`, read inside
     the bundle): a verify report or the small form (egpu_setup/doctor/torchcheck.py)."""
     from egpu_setup.doctor.torchcheck import parse_torch_info
@@ -94,7 +99,7 @@ def command(
         from egpu_setup.doctor.torchcheck import probe_venv_torch
         from egpu_setup.host.machine import LiveHost
 
-        torch_info = probe_venv_torch(LiveHost(), venv)
+        torch_info: TorchInfo | None = probe_venv_torch(LiveHost(), venv)
     else:
         torch_info = (
             load_torch_info(torch_info_path, bundled) if torch_info_path is not None else None
@@ -115,7 +120,7 @@ def command(
         sys.exit(EXIT_FAILED)
 
 
-def _print(findings, sources: dict[str, bool]) -> None:
+def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
     import textwrap
 
     from egpu_setup.text import plain

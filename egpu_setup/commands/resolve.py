@@ -5,9 +5,14 @@ can plan a fleet from one laptop (or from CI) with no GPU attached."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
+
+if TYPE_CHECKING:
+    from egpu_setup.detect.facts import HostFacts
 
 
 @click.command(
@@ -88,7 +93,7 @@ def command(
         click.echo(format_resolution(resolution))
 
 
-def _facts(from_dir: str | None):  # -> HostFacts
+def _facts(from_dir: str | None) -> HostFacts:
     from egpu_setup.detect.probe import detect_host
     from egpu_setup.host.machine import open_host
 

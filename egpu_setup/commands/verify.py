@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from egpu_setup.commands._options import complete_profile, echo_json, json_option
 from egpu_setup.errors import EgpuSetupError
+
+if TYPE_CHECKING:
+    from egpu_setup.verify.session import VerifyOptions
 
 log = logging.getLogger("egpu_setup.verify")
 
@@ -125,7 +130,9 @@ def command(
         raise EgpuSetupError(f"{head}: {what}", hint, exit_code=1)
 
 
-def _python_label(options, target_python) -> str:
+def _python_label(
+    options: VerifyOptions, target_python: Callable[[VerifyOptions], tuple[str, bool]]
+) -> str:
     try:
         return target_python(options)[0]
     except EgpuSetupError:

@@ -21,13 +21,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.compat.overlay import OVERLAY_SCHEMA, STATE_ENV, overlay_path, state_dir
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.state.atomic import atomic_write
+
+if TYPE_CHECKING:
+    import requests
+
+    from egpu_setup.compat.matrix import Matrix
 
 log = logging.getLogger("egpu_setup.matrix")
 
@@ -38,6 +44,7 @@ INDEX_ENV = "EGPU_SETUP_TORCH_INDEX"
 CACHE_DIR = "cache/torch-index"
 
 
+Timeout = float | tuple[float, float]  # requests: (connect, read) or both
 TIMEOUT = (5.0, 30.0)  # connect, read: the all-variants page is a few MB
 
 
@@ -158,7 +165,7 @@ class UpdateResult:
     path: str
 
 
-def _session(retries: int, backoff: float) -> Any:
+def _session(retries: int, backoff: float) -> requests.Session:
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
@@ -196,7 +203,7 @@ def _alarm(seconds: float) -> Iterator[None]:
         yield
         return
 
-    def ring(signum: int, frame: Any) -> None:
+    def ring(signum: int, frame: FrameType | None) -> None:
         raise _Deadline()
 
     previous = signal.signal(signal.SIGALRM, ring)
@@ -211,7 +218,7 @@ def _alarm(seconds: float) -> Iterator[None]:
 def _fetch(
     url: str,
     cache: Path,
-    timeout: Any,
+    timeout: Timeout,
     retries: int,
     backoff: float,
     deadline_s: float = DEADLINE_S,
@@ -227,7 +234,7 @@ def _fetch(
 
 
 def _get(
-    url: str, cache: Path, timeout: Any, retries: int, backoff: float, deadline: float
+    url: str, cache: Path, timeout: Timeout, retries: int, backoff: float, deadline: float
 ) -> tuple[str, str, dict[str, str]]:
     import requests
 
@@ -270,7 +277,7 @@ def _get(
         raise EgpuSetupError(f"could not read {url}: {type(exc).__name__}", hint) from exc
 
 
-def _chunks(resp: Any, deadline: float) -> Iterator[bytes]:
+def _chunks(resp: requests.Response, deadline: float) -> Iterator[bytes]:
     """The body as it arrives, checking the deadline after each read: urllib3's read1 returns
     whatever one socket read gave (iter_content would wait for 64 KiB, one trickled byte at a
     time), so a slow server cannot keep a read going past it."""
@@ -286,7 +293,7 @@ def update_matrix(
     state: str | os.PathLike[str] | None = None,
     index_url: str | None = None,
     *,
-    timeout: Any = TIMEOUT,
+    timeout: Timeout = TIMEOUT,
     retries: int = RETRIES,
     backoff: float = BACKOFF,
     deadline_s: float = DEADLINE_S,
@@ -339,7 +346,7 @@ def update_matrix(
     )
 
 
-def _changes(snapshot: Any, parsed: dict[str, dict[str, list[str]]]) -> list[str]:
+def _changes(snapshot: Matrix, parsed: dict[str, dict[str, list[str]]]) -> list[str]:
     """Where the live index and the shipped snapshot disagree on variants (for the user)."""
     out = []
     for row in snapshot.torch:

@@ -155,7 +155,7 @@ def _field(row: dict[str, Any], key: str, where: str) -> Any:
     return row[key]
 
 
-def _rules(rows: list[dict[str, Any]], section: str) -> tuple[_Rule, ...]:
+def _rules(rows: list[dict[str, Any]] | None, section: str) -> tuple[_Rule, ...]:
     out = []
     for i, row in enumerate(rows or []):
         where = f"{section}[{i}]"

@@ -18,7 +18,7 @@ class DriverVersion:
     """An NVIDIA Linux driver version: 580.95.05, 570.124.06, 570.26, or a bare branch (580).
 
     A bare branch compares as its first release (580 == 580.0.0), which is how uv encodes the
-    CUDA 13 floor (`Version::new([580])`, matrix-facts §1.2)."""
+    CUDA 13 floor (`Version::new([580])` in astral-sh/uv `crates/uv-torch/src/backend.rs`)."""
 
     major: int
     minor: int = 0

@@ -12,7 +12,8 @@ ids: inxi's Graphics section, NVRM's "NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80
 device list ("PCI\\VEN_10DE&DEV_2C58"), an lspci line quoted inline without its address.
 
 The class is read from its own field, never searched for in the whole line: `lspci | grep -i
-3d` also matches a bridge on bus 3d (reference/egpu-tools.md §3, egpu-switcher's legacy bug).
+3d` also matches a bridge on bus 3d (egpu-switcher's legacy grep; docs/sources.md,
+"Prior eGPU tools").
 Formats follow pciutils' lspci.c (show_bases, show_express) and lib/names.c.
 """
 
@@ -270,11 +271,11 @@ def _parse_machine(b: _Builder, rest: str) -> _Builder | None:
     ven_name, ven_id = _mm_field(words[1])
     dev_name, dev_id = _mm_field(words[2])
     if cls_name and re.fullmatch(rf"{_HEX}{{4}}", cls_name) and cls_id is None:
-        cls_name, cls_id = None, cls_name.lower()  # -mm -n prints bare numbers
+        cls_id, cls_name = cls_name.lower(), None  # -mm -n prints bare numbers
     if ven_name and re.fullmatch(rf"{_HEX}{{4}}", ven_name) and ven_id is None:
-        ven_name, ven_id = None, ven_name.lower()
+        ven_id, ven_name = ven_name.lower(), None
     if dev_name and re.fullmatch(rf"{_HEX}{{4}}", dev_name) and dev_id is None:
-        dev_name, dev_id = None, dev_name.lower()
+        dev_id, dev_name = dev_name.lower(), None
     b.set("class_name", cls_name)
     b.set("class_id", cls_id)
     b.set("vendor_name", ven_name)
@@ -344,7 +345,7 @@ def _apply_vmm(b: _Builder, key: str, value: str) -> None:
         name_key, id_key = _VMM_KEYS[key]
         name, ident = _mm_field(value)
         if name and re.fullmatch(rf"{_HEX}{{4}}", name) and ident is None:
-            name, ident = None, name.lower()
+            ident, name = name.lower(), None
         if name_key == "_sdevice":
             if name:
                 sub = b.f.get("subsystem")
@@ -564,9 +565,9 @@ def parse_gpu_mentions(text: str) -> tuple[GpuMention, ...]:
     lines = [_clean(raw) for raw in text.splitlines()]
     found = _inxi(lines)
     joined = re.sub(r"\s+", " ", "\n".join(lines))
-    for m in _NVRM_GPU_RE.finditer(joined):
+    for hit in _NVRM_GPU_RE.finditer(joined):
         found.append(
-            GpuMention(normalize_pci_address(m["addr"]), m["ven"].lower(), m["dev"].lower())
+            GpuMention(normalize_pci_address(hit["addr"]), hit["ven"].lower(), hit["dev"].lower())
         )
     for line in lines:
         if (m := _PNP_RE.search(line)) is not None:

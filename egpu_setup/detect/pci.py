@@ -3,7 +3,7 @@
 Sources, in order: /sys/bus/pci/devices (ids, driver, link, `removable`, `boot_vga`, the bridge
 chain from the canonical path), then lspci text when sysfs has nothing (a pasted bug report).
 The external/internal decision collects evidence rather than trusting one signal, because each
-signal alone misleads (reference/egpu-tools.md §3): NVIDIA's own check misses TB4/TB5, USB4 and
+signal alone misleads (docs/sources.md, Thunderbolt): NVIDIA's own check misses TB4/TB5, USB4 and
 OCuLink; `removable` is absent before Linux 5.16 and "unknown" on many OCuLink ports.
 """
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from egpu_setup.detect.facts import Gpu, Link
+from egpu_setup.compat.gpus import is_mobile_name
+from egpu_setup.detect.facts import Gpu, Link, TbDevice
 from egpu_setup.detect.sysfs import parse_hex_id, parse_int, parse_link_speed
 from egpu_setup.host.machine import Host
 
@@ -21,12 +23,9 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_IDS_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids")
 _ADDR = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")  # \Z: no final "\n"
 VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
-# SMBIOS chassis types that are portable (DMTF DSP0134 §7.4.1): Portable, Laptop, Notebook,
-# Sub Notebook, Convertible, Detachable.
+# SMBIOS chassis types that are portable (DMTF DSP0134, "Chassis Types"): Portable, Laptop,
+# Notebook, Sub Notebook, Convertible, Detachable.
 LAPTOP_CHASSIS = {"8", "9", "10", "14", "31", "32"}
-# NVIDIA's laptop markers ("Laptop GPU", "Mobile", "Max-Q") and laptop-only numbering ("940MX",
-# "MX150", "GT 750M"), as in egpu_setup/compat/gpus.py.
-_MOBILE_NAME = re.compile(r"\b(?:Laptop|Mobile|Max-Q|\d{3,4}MX?|MX\d{3})\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -96,16 +95,16 @@ def generation_from_name(name: str | None) -> str | None:
     return f"TB{m.group(1)}" if m else None
 
 
-def oldest_generation(generations) -> str | None:
+def oldest_generation(generations: Iterable[str | None]) -> str | None:
     """The generation a chain of tunnel parts runs at: the oldest (the last listed on a tie)."""
-    known = [g for g in generations if g in GENERATION_RANK]
+    known = [g for g in generations if g is not None and g in GENERATION_RANK]
     if not known:
         return None
     low = min(GENERATION_RANK[g] for g in known)
     return [g for g in known if GENERATION_RANK[g] == low][-1]
 
 
-def generation_from_devices(devices) -> str | None:
+def generation_from_devices(devices: Iterable[TbDevice]) -> str | None:
     """The generation of the Thunderbolt/USB4 link from the authorized devices (sysfs or bolt):
     one 40 Gb/s lane is Thunderbolt 5 / USB4 v2 (80 Gb/s over 2 lanes); else the devices'
     generation number, when they agree."""
@@ -274,11 +273,6 @@ def decide_placement(
 def on_root_bus(address: str) -> bool:
     """Bus 00 of domain 0000 holds only the root complex's own functions: nothing external."""
     return address.startswith("0000:00:")
-
-
-def is_mobile_name(name: str | None) -> bool:
-    """NVIDIA marks laptop dGPUs in the name: "Laptop GPU", "Max-Q", older "Mobile"."""
-    return bool(name and _MOBILE_NAME.search(name))
 
 
 def vendor_key(vendor_id: str | None, vendor_name: str | None) -> str | None:

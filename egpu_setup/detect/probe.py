@@ -8,8 +8,10 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from egpu_setup.detect.facts import Gpu, HostFacts, Link, ThunderboltFacts
+from egpu_setup.detect.lspci import LspciEntry
 from egpu_setup.detect.sysfs import pcie_speed
 from egpu_setup.host.machine import Host
 
@@ -56,7 +58,7 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
     if not displays:
         # A pasted report: what lspci and nvidia-smi name, else GPUs other text mentions with
         # their ids (inxi pasted as lspci.txt, NVRM lines of a kernel log).
-        texts = (lspci_text or "",)
+        texts: tuple[str, ...] = (lspci_text or "",)
         if host.kind == "recorded":
             texts += (host.command("dmesg", ["dmesg"]) or "",)
         return _gpus_from_text(lspci, smi, texts)
@@ -103,7 +105,9 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
     return tuple(out)
 
 
-def _pciids_names(text: str | None, vendor: str | None, device: str | None):
+def _pciids_names(
+    text: str | None, vendor: str | None, device: str | None
+) -> tuple[str | None, str | None]:
     if not text or not vendor or not device:
         return None, None
     from egpu_setup.detect.pciids import lookup_pciids
@@ -175,7 +179,7 @@ def _identify(
     )
 
 
-def _lspci_name(entry) -> str | None:
+def _lspci_name(entry: LspciEntry) -> str | None:
     # An old pci.ids prints "Device 2b85": that is an id, not a name.
     name = entry.device_name
     if not name or name == "Device" or name.startswith(("Device ", "Unknown device")):
@@ -251,7 +255,15 @@ def gpus_in_text(text: str | None) -> tuple[PastedGpu, ...]:
     return tuple(out)
 
 
-def _pasted(address, vendor_id, device_id, who: Identity, driver, vendor_name, nvidia) -> PastedGpu:
+def _pasted(
+    address: str | None,
+    vendor_id: str | None,
+    device_id: str | None,
+    who: Identity,
+    driver: str | None,
+    vendor_name: str | None,
+    nvidia: bool,
+) -> PastedGpu:
     return PastedGpu(
         pci_address=address,
         vendor=_vendor_key(vendor_id, vendor_name, nvidia),
@@ -341,9 +353,10 @@ def _gpus_from_text(
     return tuple(out[k] for k in sorted(out))
 
 
-def _text_gpu(address: str, *, who: Identity, **fields) -> Gpu:
+def _text_gpu(address: str, *, who: Identity, **fields: Any) -> Gpu:
     """A Gpu known from text: placement only where the name or the address decides it."""
-    from egpu_setup.detect.pci import is_mobile_name, on_root_bus
+    from egpu_setup.compat.gpus import is_mobile_name
+    from egpu_setup.detect.pci import on_root_bus
 
     mobile = is_mobile_name(who.name)
     integrated = on_root_bus(address)

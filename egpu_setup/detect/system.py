@@ -7,7 +7,8 @@ import re
 from egpu_setup.detect.facts import OsFacts, PythonFacts
 from egpu_setup.host.machine import Host
 
-# EFI global variable GUID (UEFI spec §3.3); the variable is 4 attribute bytes + 1 value byte.
+# EFI global variable GUID (UEFI specification, "Globally Defined Variables"); efivarfs gives 4
+# attribute bytes, then the value byte (Linux Documentation/filesystems/efivarfs.rst).
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 

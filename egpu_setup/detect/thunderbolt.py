@@ -1,6 +1,6 @@
 """Thunderbolt/USB4 domains and devices from /sys/bus/thunderbolt, boltctl text as fallback.
 
-sysfs ABI: Documentation/ABI/testing/sysfs-bus-thunderbolt (reference/hotplug-security.md §1.1).
+sysfs ABI: the kernel's Documentation/ABI/testing/sysfs-bus-thunderbolt.
 The stored bolt policy exists only in boltd's database, so it comes from `boltctl list`.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from egpu_setup.detect.boltctl import BoltDevice
 from egpu_setup.detect.facts import TbDevice, TbDomain, ThunderboltFacts
 from egpu_setup.detect.sysfs import parse_bool01, parse_gbps, parse_int
 from egpu_setup.host.machine import Host
@@ -80,7 +81,7 @@ def probe_thunderbolt(host: Host) -> ThunderboltFacts:
     return ThunderboltFacts(domains=tuple(domains), devices=tuple(devices))
 
 
-def _boltctl(host: Host):
+def _boltctl(host: Host) -> tuple[BoltDevice, ...]:
     from egpu_setup.detect.boltctl import parse_boltctl_list
 
     text = host.command("boltctl", ["boltctl", "list", "--all"])

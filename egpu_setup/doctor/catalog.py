@@ -28,7 +28,8 @@ CATALOG: tuple[Spec, ...] = (
         "The kernel could not place the GPU's memory windows (BARs) behind the Thunderbolt/OCuLink "
         "bridge, so the driver cannot use the card.",
         (
-            "hotplug-security.md §2.3-2.5 (pci=realloc, hpmmioprefsize, NVreg_EnableResizableBar)",
+            "Linux kernel-parameters.txt (pci=realloc, pci=hpmmioprefsize); NVIDIA nv-reg.h "
+            "(EnableResizableBar)",
             "Dunedan/mbp-2016-linux#60, system76/firmware-open#66 (BAR no space, NVRM BAR1 is 0M)",
             "NVIDIA/open-gpu-kernel-modules#862 (RmInitAdapter failed without Above 4G / ReBAR), "
             "PR #1109",
@@ -39,7 +40,7 @@ CATALOG: tuple[Spec, ...] = (
         "warning",
         "The GPU's PCIe link trained narrower or slower than the connection allows.",
         (
-            "hotplug-security.md §2.2 (current_link_speed/width vs max, kernel 'limited by' line)",
+            "Linux ABI sysfs-bus-pci (current_link_speed/width vs max_link_speed/width)",
             "ublue-os/bazzite#2174 (ADT-Link UT3G stuck at 2.5 GT/s), all-ways-egpu#37",
         ),
     ),
@@ -48,20 +49,20 @@ CATALOG: tuple[Spec, ...] = (
         "error",
         "An NVIDIA GPU is present but the nvidia kernel module is not loaded or did not bind to "
         "it.",
-        ("hotplug-security.md §4.3 (installed but not loaded)", "pop-os/pop#3168"),
+        ("NVIDIA README: Installing the NVIDIA Driver", "pop-os/pop#3168"),
     ),
     Spec(
         "nouveau-bound",
         "error",
         "The open-source nouveau driver owns the GPU, so the NVIDIA driver cannot.",
-        ("hotplug-security.md §3.2 (NVIDIA README: nouveau blacklisting, initramfs rebuild)",),
+        ("NVIDIA README: Interaction with the Nouveau Driver (blacklist, initramfs rebuild)",),
     ),
     Spec(
         "driver-library-mismatch",
         "error",
         "The loaded kernel module and the NVIDIA user-space libraries are different versions "
         "(an upgrade without a reboot, or a half-finished one).",
-        ("hotplug-security.md §4.3, §7 row 33", "stackhpc/ansible-slurm-appliance#287"),
+        ("NVIDIA README: Known Issues", "stackhpc/ansible-slurm-appliance#287"),
     ),
     Spec(
         "gpu-fallen-off-bus",
@@ -80,7 +81,7 @@ CATALOG: tuple[Spec, ...] = (
         "Secure Boot is on and the kernel refuses the NVIDIA module because its signing key is "
         "not enrolled.",
         (
-            "hotplug-security.md §4.1-4.2 (mokutil, DKMS MOK keys)",
+            "mokutil(1), dkms(8) (the MOK key DKMS signs with); Debian wiki SecureBoot",
             "Start9Labs/start-technologies#3702",
         ),
     ),
@@ -89,7 +90,7 @@ CATALOG: tuple[Spec, ...] = (
         "error",
         "A Thunderbolt/USB4 device is connected but not authorized, so no PCIe tunnel (and no "
         "GPU) exists.",
-        ("hotplug-security.md §1.1-1.5 (authorized attribute, boltctl enroll --policy)",),
+        ("Linux ABI sysfs-bus-thunderbolt (authorized); boltctl(1) (enroll --policy)",),
     ),
     Spec(
         "thunderbolt-security-blocks-pcie",
@@ -97,7 +98,7 @@ CATALOG: tuple[Spec, ...] = (
         "The firmware's Thunderbolt security level (dponly/usbonly/nopcie) forbids PCIe tunnels "
         "entirely.",
         (
-            "hotplug-security.md §1.1 (security levels), §7 row 15",
+            "Linux admin-guide/thunderbolt.rst (security levels)",
             "egpu-switcher TROUBLESHOOT (USB/DP only)",
         ),
     ),
@@ -116,22 +117,25 @@ CATALOG: tuple[Spec, ...] = (
         "error",
         "The installed torch has no kernels for the GPU's compute capability "
         "('no kernel image is available for execution on the device').",
-        ("matrix-facts.md §4.3 (compiled arch lists)", "pytorch/pytorch#150733, #167244 (sm_120)"),
+        (
+            "pytorch/pytorch RELEASE.md (compiled arch lists)",
+            "pytorch/pytorch#150733, #167244 (sm_120)",
+        ),
     ),
     Spec(
         "torch-driver-too-old",
         "error",
         "The torch wheel's CUDA runtime needs a newer NVIDIA driver than the one installed.",
         (
-            "matrix-facts.md §1.2 (minor-version compatibility: CUDA 12 >= 525.60.13, CUDA 13 >= "
-            "580)",
+            "NVIDIA CUDA Compatibility, minor version compatibility (CUDA 12 >= 525.60.13, CUDA "
+            "13 >= 580)",
         ),
     ),
     Spec(
         "torch-cpu-only-build",
         "error",
         "The torch in the target environment is a CPU-only build: it will never use the GPU.",
-        ("matrix-facts.md §4.2 (variants on download.pytorch.org)",),
+        ("pytorch/pytorch RELEASE.md (the CPU and CUDA variants of each release)",),
     ),
     Spec(
         "competing-gpu-manager",
@@ -139,7 +143,7 @@ CATALOG: tuple[Spec, ...] = (
         "Another GPU switching tool is installed or configured and may rewrite the same files or "
         "disable the NVIDIA driver.",
         (
-            "egpu-tools.md §2 item 14, hotplug-security.md §7 row 29",
+            "envycontrol, optimus-manager, egpu-switcher, all-ways-egpu: the files each writes",
             "canonical/ubuntu-drivers-common#34",
         ),
     ),
@@ -148,7 +152,7 @@ CATALOG: tuple[Spec, ...] = (
         "error",
         "An Xorg BusID is not the decimal PCI:bus:device:function form, or points at no GPU.",
         (
-            "egpu-tools.md §2 item 3 (hex vs decimal BusID)",
+            "xorg.conf(5) BusID; egpu-switcher#61, optimus-manager#539 (hex vs decimal)",
             "NVIDIA README FAQ: format of a PCI Bus ID",
         ),
     ),
@@ -156,14 +160,14 @@ CATALOG: tuple[Spec, ...] = (
         "amd-pcie-atomics-missing",
         "warning",
         "An AMD GPU sits behind a link without PCIe atomics; ROCm compute will not use it.",
-        ("egpu-tools.md §2 item 24", "ROCm/legacy-rocm-build#1214, #827 ('PCI rejects atomics')"),
+        ("ROCm/legacy-rocm-build#1214, #827 ('PCI rejects atomics')",),
     ),
     Spec(
         "externally-managed-python",
         "info",
         "The system Python is externally managed (PEP 668): packages go into a venv, never the "
         "system.",
-        ("hotplug-security.md §5.1 (PEP 668)",),
+        ("PEP 668",),
     ),
     Spec(
         "runtime-pm-on-egpu",
@@ -171,7 +175,7 @@ CATALOG: tuple[Spec, ...] = (
         "Runtime power management can suspend the eGPU or its bridges at idle, which drops it off "
         "the bus.",
         (
-            "hotplug-security.md §3.4 (NVreg_DynamicPowerManagement)",
+            "NVIDIA README: PCI-Express Runtime D3 (RTD3) Power Management",
             "egpu-switcher#125, CachyOS/linux-cachyos#1021, NVIDIA/open-gpu-kernel-modules PR "
             "#1228",
         ),

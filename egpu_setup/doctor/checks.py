@@ -6,12 +6,18 @@ Each rule cites where its signature and its fix come from (see catalog.py for th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from egpu_setup.detect.facts import Gpu, HostFacts
-from egpu_setup.doctor.dmesg import DmesgScan, nvrm_address, scan_dmesg
+from egpu_setup.detect.lspci import LspciEntry
+from egpu_setup.doctor.dmesg import BarFailure, DmesgScan, Hit, nvrm_address, scan_dmesg
 from egpu_setup.doctor.findings import MAX_EVIDENCE, DoctorInput, Finding
+from egpu_setup.doctor.torchcheck import TorchInfo
+
+if TYPE_CHECKING:
+    from egpu_setup.detect.nvidia_smi import SmiReport
 
 # Thunderbolt security levels that never create a PCIe tunnel (kernel sysfs-bus-thunderbolt ABI).
 NO_PCIE_LEVELS = {"dponly", "usbonly", "nopcie"}
@@ -29,7 +35,7 @@ def _evidence(lines: list[str]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _hit_lines(hits: Any) -> list[str]:
+def _hit_lines(hits: Iterable[Hit]) -> list[str]:
     return [line for h in hits for line in h.lines]
 
 
@@ -40,10 +46,10 @@ class _Context:
     facts: HostFacts
     inputs: DoctorInput
     dmesg: DmesgScan
-    lspci: tuple[Any, ...]
+    lspci: tuple[LspciEntry, ...]
     nvidia_addrs: frozenset[str]
     egpu: Gpu | None
-    smi: Any = None  # the parsed nvidia-smi text (detect.nvidia_smi.SmiReport), None without one
+    smi: SmiReport | None = None  # the parsed nvidia-smi text, None without one
 
     @property
     def nvidia_present(self) -> bool:
@@ -97,7 +103,7 @@ def _gpu_name(ctx: _Context, address: str | None = None) -> str:
 # -- pci-bar-allocation-failed ---------------------------------------------------------------------
 
 
-def _bridge_window(failure: Any) -> bool:
+def _bridge_window(failure: BarFailure) -> bool:
     """A bridge's own window: "BAR 13/14/15" of a PCI-PCI bridge or "bridge window" (newer
     kernels); BAR 0-6 are a device's own registers and ROM."""
     m = re.match(r"BAR (\d+)", failure.what)
@@ -340,7 +346,13 @@ def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
     # with the host's GPUs known and none NVIDIA (the eGPU unplugged) it is expected, not a fault.
     # A root cause found elsewhere (BAR, nouveau, Secure Boot) explains it.
     smi_counts = ctx.nvidia_present or ctx.blind
-    if smi_kind in _SMI_NO_DRIVER and ctx.smi.error and not suppressed and smi_counts:
+    if (
+        smi_kind in _SMI_NO_DRIVER
+        and ctx.smi is not None
+        and ctx.smi.error
+        and not suppressed
+        and smi_counts
+    ):
         said.append(f"nvidia-smi: {ctx.smi.error}")
     said += _hit_lines(ctx.dmesg.driver_unbound)
     rm_init = _hit_lines(ctx.dmesg.rm_init_failed)
@@ -634,12 +646,12 @@ def _driver_version(ctx: _Context) -> str | None:
     return m.group(1) if m else None
 
 
-def check_torch(ctx: _Context, torch_info: Any) -> list[Finding]:
+def check_torch(ctx: _Context, torch_info: TorchInfo | None) -> list[Finding]:
     from egpu_setup.doctor import torchcheck as tc
 
     if torch_info is None:
         return []
-    info: tc.TorchInfo = torch_info
+    info = torch_info
     cuda = info.cuda or "none"
     head = f"torch {info.torch_version} (CUDA {cuda}, cuda_available={info.cuda_available})"
     out: list[Finding] = []
@@ -834,7 +846,9 @@ def check_runtime_pm(ctx: _Context) -> list[Finding]:
     ]
 
 
-def run_checks(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) -> list[Finding]:
+def run_checks(
+    facts: HostFacts, inputs: DoctorInput, torch_info: TorchInfo | None = None
+) -> list[Finding]:
     ctx = _context(facts, inputs)
     out: list[Finding] = []
     out += check_tb_security(ctx)
@@ -850,7 +864,7 @@ def run_checks(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) ->
     secure = check_secure_boot(ctx)
     out += secure
     # A BAR failure, nouveau or Secure Boot explains an unbound GPU better than "driver missing"
-    # (egpu-tools.md §2 item 16: "do not report 'driver missing'").
+    # (the BAR failures of system76/firmware-open#66 and Dunedan/mbp-2016-linux#60 look like one).
     fallen = [f for f in out if f.id == "gpu-fallen-off-bus"]
     suppressed = any(f.severity == "error" for f in bar) or bool(nouveau or secure or fallen)
     out += check_driver_loaded(ctx, suppressed)

@@ -8,9 +8,12 @@ from egpu_setup.detect.facts import HostFacts
 from egpu_setup.doctor.catalog import ORDER, SCHEMA_FINDINGS, SEVERITIES
 from egpu_setup.doctor.checks import run_checks
 from egpu_setup.doctor.findings import DoctorInput, Finding
+from egpu_setup.doctor.torchcheck import TorchInfo
 
 
-def diagnose(facts: HostFacts, inputs: DoctorInput, torch_info: Any = None) -> tuple[Finding, ...]:
+def diagnose(
+    facts: HostFacts, inputs: DoctorInput, torch_info: TorchInfo | None = None
+) -> tuple[Finding, ...]:
     """Pure: every finding, errors first, then in catalog order."""
     found = run_checks(facts, inputs, torch_info)
     rank = {s: i for i, s in enumerate(SEVERITIES)}

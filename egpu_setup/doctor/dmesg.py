@@ -1,4 +1,6 @@
-"""Kernel-log signatures of eGPU failures (hotplug-security.md §2.4), found fast in big logs.
+"""Kernel-log signatures of eGPU failures, found fast in big logs.
+
+Sources: docs/sources.md, "PCI and hot-plug".
 
 The log can be megabytes (a long uptime, a pasted journal), so nothing walks it line by line in
 Python: each signature is a fixed substring found with str.find (C speed), and only the few
@@ -170,7 +172,7 @@ def _record(text: str, pos: int) -> Hit:
         if not _is_continuation(line):
             break
         start = text.rfind("\n", 0, start - 1) + 1
-    lines = []
+    lines: list[str] = []
     cursor = start
     while cursor < len(text):
         end = text.find("\n", cursor)

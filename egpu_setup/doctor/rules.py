@@ -49,7 +49,7 @@ def is_blanket_authorize(rule: str) -> bool:
     The kernel documentation's example (`ACTION=="add", SUBSYSTEM=="thunderbolt",
     ATTR{authorized}=="0", ATTR{authorized}="1"`) and its RUN+="... echo 1 > .../authorized"
     variant both qualify. A rule that matches one `unique_id`, or only acts while the domain has
-    IOMMU DMA protection, is targeted and does not (hotplug-security.md §1.4, §1.5).
+    IOMMU DMA protection, is targeted and does not (Linux admin-guide/thunderbolt.rst).
     """
     pairs = [(m["key"], m["op"], m["value"]) for m in _KEY_RE.finditer(rule)]
     if not pairs:
@@ -167,7 +167,7 @@ class ManagerMarker:
     source: str
 
 
-# Paths as each tool writes them (read from their sources; egpu-tools.md §1.3 and §2 item 14).
+# Paths as each tool writes them (read from their sources; docs/sources.md, "Prior eGPU tools").
 MANAGER_MARKERS: tuple[ManagerMarker, ...] = (
     ManagerMarker(
         "envycontrol",
@@ -202,7 +202,7 @@ MANAGER_MARKERS: tuple[ManagerMarker, ...] = (
         "/var/cache/envycontrol/cache.json",
         None,
         False,
-        "egpu-tools.md §3 (EC caches the NVIDIA BusID)",
+        "envycontrol caches the NVIDIA BusID here",
     ),
     ManagerMarker(
         "optimus-manager",

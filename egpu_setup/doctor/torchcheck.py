@@ -190,7 +190,8 @@ def is_cpu_only(info: TorchInfo) -> bool:
 
 def arch_list(info: TorchInfo) -> ArchList | None:
     """torch.cuda.get_arch_list() entries as an ArchList: sm_XY = cubin, compute_XY = PTX."""
-    cubins, ptx = [], []
+    cubins: list[ComputeCapability] = []
+    ptx: list[ComputeCapability] = []
     for entry in info.arch_list:
         m = _ARCH_RE.match(entry.strip())
         if not m:

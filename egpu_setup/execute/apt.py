@@ -1,10 +1,10 @@
 """apt steps: sources with Signed-By keyrings checked by fingerprint, non-interactive installs.
 
 Never apt-key and never /etc/apt/trusted.gpg.d: a key there is trusted for every repository
-(reference/hotplug-security.md §5.5). A third-party key is downloaded to memory, its fingerprint
+(apt-key(8), sources.list(5) Signed-By). A third-party key is downloaded to memory, its fingerprint
 compared with the pinned one (`gpg --show-keys`, in a throw-away GNUPGHOME) before anything is
 written. Locks: apt waits DPkg::Lock::Timeout seconds; we never delete a lock or kill its holder,
-we name it (§6.7).
+we name it (docs/sources.md, "Non-interactive apt").
 """
 
 from __future__ import annotations

@@ -6,16 +6,16 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from egpu_setup.errors import BusyError
+from egpu_setup.host.machine import Host
 
 log = logging.getLogger("egpu_setup.execute")
 
 DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
 
 
-def lock_holder(host: Any) -> str | None:
+def lock_holder(host: Host) -> str | None:
     """ "pid 123 (unattended-upgr)" for whoever holds the dpkg frontend lock, from /proc/locks."""
     for lock in DPKG_LOCKS:
         try:
@@ -45,7 +45,7 @@ def lock_holder(host: Any) -> str | None:
     return None
 
 
-def wait_for_dpkg_lock(host: Any, timeout: float) -> None:
+def wait_for_dpkg_lock(host: Host, timeout: float) -> None:
     """Wait until nobody holds the dpkg locks; BusyError naming the holder after `timeout`."""
     import fcntl
 

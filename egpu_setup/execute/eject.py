@@ -1,6 +1,7 @@
 """Safe detach of the eGPU: say why it is not safe, or make it safe and say so.
 
-The sequence (hotplug-security.md §3.6, after gswitch's "remove", extended):
+The sequence (NVIDIA README "Configuring External and Removable GPUs", after gswitch's "remove",
+extended):
 1. refuse while the eGPU drives a display (a DRM connector of the card is connected and
    enabled) or a process uses it (an open /dev/nvidia* or DRI node of the card, or a mapping of
    one), naming each process;
@@ -34,7 +35,8 @@ PERSISTENCED_UNITS = ("egpu-setup-persistenced.service", "nvidia-persistenced.se
 # /proc/PID/comm is cut to 15 characters.
 _PERSISTENCED_COMM = "nvidia-persiste"
 # Unload order: users of the core module first (uvm, peermem, drm -> modeset -> nvidia).
-# Debian's packages load them as nvidia-current* (hotplug-security.md §3.3).
+# Debian's packages load them as nvidia-current* (Debian nvidia-kernel-support's
+# nvidia-modprobe.conf).
 _MODULE_ORDER = (
     "nvidia_uvm",
     "nvidia_current_uvm",
@@ -202,7 +204,7 @@ def _gpu_domains(host: Host, gpu: Gpu) -> set[str] | None:
 
 
 def _domain_name(dev: TbDevice) -> str:
-    # Router "1-3" lives in domain1 (sysfs-bus-thunderbolt [K2]).
+    # Router "1-3" lives in domain1 (Linux Documentation/ABI/testing/sysfs-bus-thunderbolt).
     return dev.domain or f"domain{(dev.sysfs_name or '').split('-', 1)[0]}"
 
 

@@ -29,6 +29,7 @@ from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute import files as execute_files
 from egpu_setup.execute import pip as execute_pip
 from egpu_setup.execute.console import show_line
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
@@ -108,14 +109,14 @@ def kill_hook(index: int, where: str) -> None:
         signal.raise_signal(signal.SIGKILL)
 
 
-def boot_id(host: Any) -> str | None:
+def boot_id(host: Host) -> str | None:
     if host.kind != "live":
         return None
     return host.read_attr("/proc/sys/kernel/random/boot_id")
 
 
 def recover(
-    host: Any, paths: StatePaths, plan: Plan, manifest: Manifest
+    host: Host, paths: StatePaths, plan: Plan, manifest: Manifest
 ) -> tuple[str | None, list[str]]:
     """After a dead run: name it, and remove the temp files it left next to its targets."""
     last = Journal(paths).last_run()
@@ -153,7 +154,7 @@ def _paths_of(step: Step) -> list[str]:
 
 def execute(
     plan: Plan,
-    host: Any,
+    host: Host,
     paths: StatePaths,
     options: ExecOptions,
     progress: Callable[[str], None] | None = None,
@@ -173,8 +174,8 @@ def execute(
     result = ExecResult(new_run_id())
     result.resumed_from, result.cleaned = recover(host, paths, plan, manifest)
     owed = [s for s in plan.steps if isinstance(s, RunCommand) and s.triggers]
-    for step in owed:  # before any trigger file is written: a kill from here on leaves them owed
-        manifest.add_pending_command(step.argv, result.run_id)
+    for command in owed:  # before any trigger file is written: a kill from here on leaves them owed
+        manifest.add_pending_command(command.argv, result.run_id)
     if owed:
         manifest.save()
     journal.append(
@@ -190,40 +191,7 @@ def execute(
     ctx = execute_files.Context(host, manifest, result.run_id, options.force)
     for i, step in enumerate(plan.steps):
         say(f"[{i + 1}/{len(plan.steps)}] {step.describe()}")
-        journal.append({"event": "step-begin", "run": result.run_id, "step": i, "kind": step.kind})
-        kill_hook(i, "begin")
-        started = time.monotonic()
-        try:
-            status, detail = _apply(step, i, ctx, paths, options)
-        except BaseException as exc:
-            journal.append(
-                {
-                    "event": "step-failed",
-                    "run": result.run_id,
-                    "step": i,
-                    "error": str(getattr(exc, "message", exc))[:500],
-                }
-            )
-            journal.append({"event": "run-end", "run": result.run_id, "status": "failed"})
-            if isinstance(exc, EgpuSetupError) and not isinstance(exc, ExecutionError):
-                raise
-            if isinstance(exc, ExecutionError):
-                exc.message = f"step {i + 1} ({step.describe()}) failed: {exc.message}"
-                raise
-            if isinstance(exc, OSError):
-                raise EgpuSetupError(
-                    f"step {i + 1} ({step.describe()}) failed: {exc}",
-                    "nothing half-written was left; fix the cause and run the same command again",
-                ) from exc
-            raise
-        kill_hook(i, "done")
-        if isinstance(step, RunCommand) and status in ("done", "skipped"):
-            ctx.manifest.clear_pending_command(step.argv)
-            ctx.manifest.save()
-        journal.append({"event": "step-done", "run": result.run_id, "step": i, "status": status})
-        result.steps.append(
-            StepResult(i, step.kind, step.describe(), status, time.monotonic() - started, detail)
-        )
+        result.steps.append(_run_step(step, i, ctx, journal, paths, options))
         if isinstance(step, RebootNeeded):
             result.reboot_required = step.reason
     journal.append(
@@ -236,6 +204,41 @@ def execute(
         }
     )
     return result
+
+
+def _run_step(
+    step: Step,
+    i: int,
+    ctx: execute_files.Context,
+    journal: Journal,
+    paths: StatePaths,
+    options: ExecOptions,
+) -> StepResult:
+    """One step between its journal records; a failure is journaled and named with its step."""
+    run = ctx.run_id
+    journal.append({"event": "step-begin", "run": run, "step": i, "kind": step.kind})
+    kill_hook(i, "begin")
+    started = time.monotonic()
+    try:
+        status, detail = _apply(step, i, ctx, paths, options)
+    except BaseException as exc:
+        message = str(getattr(exc, "message", exc))[:500]
+        journal.append({"event": "step-failed", "run": run, "step": i, "error": message})
+        journal.append({"event": "run-end", "run": run, "status": "failed"})
+        if isinstance(exc, ExecutionError):
+            exc.message = f"step {i + 1} ({step.describe()}) failed: {exc.message}"
+        elif isinstance(exc, OSError) and not isinstance(exc, EgpuSetupError):
+            raise EgpuSetupError(
+                f"step {i + 1} ({step.describe()}) failed: {exc}",
+                "nothing half-written was left; fix the cause and run the same command again",
+            ) from exc
+        raise
+    kill_hook(i, "done")
+    if isinstance(step, RunCommand) and status in ("done", "skipped"):
+        ctx.manifest.clear_pending_command(step.argv)
+        ctx.manifest.save()
+    journal.append({"event": "step-done", "run": run, "step": i, "status": status})
+    return StepResult(i, step.kind, step.describe(), status, time.monotonic() - started, detail)
 
 
 def _apply(

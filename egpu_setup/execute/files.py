@@ -1,7 +1,7 @@
 """Managed file and link writes: each one recorded so rollback can reverse it exactly.
 
 Order of a write, chosen so a crash anywhere leaves either the old or the new file and a manifest
-that knows which (reference/hotplug-security.md §6.1, §6.2, §6.8):
+that knows which (docs/sources.md, "Atomic writes"):
   1. first touch: the previous content goes to backups/<sha256>, the entry records it;
   2. the entry records `pending` = hash of the new content (manifest saved atomically);
   3. temp file in the target directory, fsync, rename, fsync the directory;
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
+from egpu_setup.host.machine import Host
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
 
@@ -27,7 +28,7 @@ log = logging.getLogger("egpu_setup.execute")
 
 @dataclass
 class Context:
-    host: Any
+    host: Host
     manifest: Manifest
     run_id: str
     force: bool = False
@@ -150,6 +151,6 @@ def read_managed(real: Path, path: str) -> bytes:
         os.close(fd)
 
 
-def location(host: Any, path: str) -> Path:
+def location(host: Host, path: str) -> Path:
     """Where `path` is on disk, its last component not followed: we replace links, not targets."""
     return Path(host.location(path))

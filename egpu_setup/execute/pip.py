@@ -1,4 +1,4 @@
-"""torch into a venv through exactly one index (reference/hotplug-security.md §5.1–5.3).
+"""torch into a venv through exactly one index (PEP 668; docs/sources.md, "One index").
 
 - Never into a system Python, never --break-system-packages: the venv is created if missing.
 - Exactly one source: `--index-url` of the resolved variant (or the lab's mirror of it). pip's
@@ -6,7 +6,7 @@
   variables are dropped, so an `extra-index-url` or `find-links` in somebody's config can never
   mix a second source into torch (dependency confusion, CVE-2018-20225). Certificates, proxies
   and timeouts from PIP_CERT / PIP_PROXY / PIP_DEFAULT_TIMEOUT and *_proxy variables still apply.
-- uv when it is on PATH (several times faster, reference/fleet-and-testing.md §4), else the venv's
+- uv when it is on PATH (several times faster: benchmarks/torch_uv_vs_pip.py), else the venv's
   own pip. Under sudo with a venv the invoking user owns, the installer runs as that user.
 """
 
@@ -20,11 +20,11 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import PipInstall
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
@@ -92,7 +92,7 @@ def installer_env(
     return env
 
 
-def account(host: Any, name: str) -> Account:
+def account(host: Host, name: str) -> Account:
     """`name`'s uid and home on the target: its /etc/passwd under --root, NSS on this machine."""
     if host.kind == "live":
         import pwd
@@ -113,7 +113,7 @@ def account(host: Any, name: str) -> Account:
     )
 
 
-def choose_installer(host: Any, wanted: str) -> str | None:
+def choose_installer(host: Host, wanted: str) -> str | None:
     """Path of uv to use, or None for the venv's pip."""
     if wanted == "pip":
         return None
@@ -248,7 +248,7 @@ def _pinned_requirements(step: PipInstall) -> Iterator[PipInstall]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _mark_created(host: Any, venv: str, run_id: str) -> None:
+def _mark_created(host: Host, venv: str, run_id: str) -> None:
     """The mark `rollback --packages` looks for before it deletes a venv (execute/undo.py): a
     manifest naming some other directory can never make it delete that one."""
     from egpu_setup.execute.undo import MARK_VENV

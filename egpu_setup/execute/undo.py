@@ -31,6 +31,7 @@ from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.files import location, read_managed
+from egpu_setup.host.machine import Host
 from egpu_setup.render.headers import has_header
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
@@ -79,7 +80,7 @@ class Undo:
         return {"path": self.path, "action": self.action, "detail": self.detail}
 
 
-def plan_undo(host: Any, manifest: Manifest) -> list[Undo]:
+def plan_undo(host: Host, manifest: Manifest) -> list[Undo]:
     """What rollback would do to each managed path (read-only)."""
     out: list[Undo] = []
     for path in reversed(list(manifest.files)):
@@ -169,7 +170,7 @@ def _kill_hook(index: int, where: str) -> None:
         signal.raise_signal(signal.SIGKILL)
 
 
-def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = False) -> list[Undo]:
+def apply_undo(host: Host, manifest: Manifest, undo: list[Undo], force: bool = False) -> list[Undo]:
     """Carry out `undo`; entries that were handled leave the manifest (saved after each).
 
     One that cannot be handled (its backup missing or corrupt, the disk read-only or full) comes
@@ -199,7 +200,7 @@ def apply_undo(host: Any, manifest: Manifest, undo: list[Undo], force: bool = Fa
     return done
 
 
-def _undo_one(host: Any, manifest: Manifest, u: Undo, index: int = -1) -> None:
+def _undo_one(host: Host, manifest: Manifest, u: Undo, index: int = -1) -> None:
     entry = manifest.files[u.path]
     real = location(host, u.path)
     if u.action == "already-gone" and not entry["created"]:
@@ -239,7 +240,7 @@ def _mark_restoring(manifest: Manifest, entry: dict[str, Any], what: str) -> Non
     manifest.save()
 
 
-def temp_dirs(host: Any, manifest: Manifest) -> set[Path]:
+def temp_dirs(host: Host, manifest: Manifest) -> set[Path]:
     """The directories a killed write or restore may have left a temp file in."""
     out = {manifest.paths.state_dir, manifest.paths.backups}
     for path in manifest.files:
@@ -248,7 +249,7 @@ def temp_dirs(host: Any, manifest: Manifest) -> set[Path]:
     return out
 
 
-def clean_temp(host: Any, manifest: Manifest) -> list[Path]:
+def clean_temp(host: Host, manifest: Manifest) -> list[Path]:
     """Remove the temp files (TMP_MARK) a killed install or rollback left next to its targets."""
     from egpu_setup.state.atomic import clean_temp_files
 
@@ -258,7 +259,7 @@ def clean_temp(host: Any, manifest: Manifest) -> list[Path]:
     return removed
 
 
-def remove_tree(host: Any, path: str) -> bool:
+def remove_tree(host: Host, path: str) -> bool:
     """Delete a venv egpu-setup created: only a real directory (not a link) that holds a
     pyvenv.cfg and the mark egpu-setup left when it made it; True when it was removed."""
     import shutil

@@ -301,37 +301,10 @@ def _row(hostname: str, reps: Mapping[str, LoadedReport]) -> HostRow:
             driver = driver or _first_str(_get(rep.data, "driver", "installed"))
             torch = torch or _first_str(_get(rep.data, "torch", "version"))
 
-    failures: list[str] = []
-    h2d: float | None = None
-    amp: str | None = None
-    verify_state: str | None = None
-    if verify is not None:
-        checks = [c for c in _list(verify.data.get("checks")) if isinstance(c, dict)]
-        for check in checks:
-            cid = str(check.get("id") or "?")
-            ok = check.get("ok")
-            if cid == H2D_CHECK and h2d is None:
-                h2d = _number(check.get("value"))
-            if cid == AMP_CHECK and amp is None:
-                amp = "ok" if ok is True else "skipped" if ok is None else "failed"
-            if ok is False:
-                failures.append(f"verify:{cid}")
-        verify_state = "ok" if verify.data.get("ok") is True and not failures else "failed"
-        if verify_state == "failed" and not failures:
-            failures.append("verify")
+    failures, h2d, amp, verify_state = _verify_columns(verify)
     install_state = _install_state(install)
-    if install_state == "failed":
-        result_steps = _list(_get(install.data, "result", "steps"))
-        failed = [
-            st for st in result_steps if isinstance(st, dict) and st.get("status") == "failed"
-        ]
-        step = _first_str(
-            _get(failed[0], "kind") if failed else None,
-            _get(install.data, "failed_step"),
-            _get(install.data, "failed_step", "id"),
-            _get(install.data, "failed_step", "kind"),
-        )
-        failures.insert(0, f"install:{step}" if step else "install")
+    if install is not None and install_state == "failed":
+        failures.insert(0, _install_failure(install))
 
     newest = ordered[0].time if ordered and ordered[0].time else None
     return HostRow(
@@ -349,6 +322,44 @@ def _row(hostname: str, reps: Mapping[str, LoadedReport]) -> HostRow:
         time=newest.isoformat(timespec="seconds") if newest else None,
         sources=tuple(str(r.path) for r in ordered),
     )
+
+
+def _verify_columns(
+    verify: LoadedReport | None,
+) -> tuple[list[str], float | None, str | None, str | None]:
+    """(failed checks, host-to-device GB/s, AMP result, verify state) of a verify report."""
+    failures: list[str] = []
+    h2d: float | None = None
+    amp: str | None = None
+    if verify is None:
+        return failures, h2d, amp, None
+    checks = [c for c in _list(verify.data.get("checks")) if isinstance(c, dict)]
+    for check in checks:
+        cid = str(check.get("id") or "?")
+        ok = check.get("ok")
+        if cid == H2D_CHECK and h2d is None:
+            h2d = _number(check.get("value"))
+        if cid == AMP_CHECK and amp is None:
+            amp = "ok" if ok is True else "skipped" if ok is None else "failed"
+        if ok is False:
+            failures.append(f"verify:{cid}")
+    state = "ok" if verify.data.get("ok") is True and not failures else "failed"
+    if state == "failed" and not failures:
+        failures.append("verify")
+    return failures, h2d, amp, state
+
+
+def _install_failure(install: LoadedReport) -> str:
+    """`install:<the step that failed>`, as far as the report says which."""
+    result_steps = _list(_get(install.data, "result", "steps"))
+    failed = [st for st in result_steps if isinstance(st, dict) and st.get("status") == "failed"]
+    step = _first_str(
+        _get(failed[0], "kind") if failed else None,
+        _get(install.data, "failed_step"),
+        _get(install.data, "failed_step", "id"),
+        _get(install.data, "failed_step", "kind"),
+    )
+    return f"install:{step}" if step else "install"
 
 
 def _install_state(install: LoadedReport | None) -> str | None:

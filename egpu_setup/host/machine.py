@@ -408,7 +408,7 @@ class RecordedHost(Host):
 
     kind = "recorded"
 
-    def __init__(self, bundle: Path):
+    def __init__(self, bundle: str | os.PathLike[str]):
         bundle = Path(bundle)
         if not bundle.is_dir():
             raise UsageError(
@@ -479,7 +479,7 @@ class RootHost(Host):
 
     kind = "root"
 
-    def __init__(self, root: Path):
+    def __init__(self, root: str | os.PathLike[str]):
         given = root
         root = Path(root).resolve()
         if not root.is_dir():

@@ -98,7 +98,8 @@ def narrow_to_bundle(
     entry = find_target(
         manifest, resolution.python if wants_torch else None, distro if wants_driver else None
     )
-    torch, driver = entry.get("torch"), entry.get("driver")
+    torch: dict[str, Any] = entry.get("torch") or {}
+    driver: dict[str, Any] = entry.get("driver") or {}
     _check_parts(directory, entry, (wants_torch, torch, "torch"), (wants_driver, driver, "driver"))
     if wants_torch and target.kind != "live":
         raise UsageError(

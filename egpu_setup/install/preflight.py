@@ -2,22 +2,24 @@
 
 Each check either passes, warns (logged), or raises the documented error with one next step. The
 run lock and the dpkg lock are checked here too so a busy machine is reported before any work;
-the executor re-checks the dpkg lock right before apt runs (reference/hotplug-security.md §6.7).
+the executor re-checks the dpkg lock right before apt runs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import ActionRequired, BusyError, EgpuSetupError, UsageError
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, PipInstall, Plan
+from egpu_setup.state.paths import StatePaths
 
 log = logging.getLogger("egpu_setup.preflight")
 
-# Measured on Debian 12/13 (reference/fleet-and-testing.md §3, §4): the driver with its
+# Measured on Debian 12/13 (docs/sources.md, "Measured here"): the driver with its
 # dependencies installs ~1.3 GB; a CPU torch venv ~0.8 GB, a CUDA one ~5 GB. Margins added.
 DRIVER_BYTES = 2 * 1024**3
 TORCH_CPU_BYTES = 1 * 1024**3
@@ -25,11 +27,13 @@ TORCH_CUDA_BYTES = 7 * 1024**3
 
 
 # Where the key that signs DKMS modules lives: dkms's own (Debian, dkms >= 3) and Ubuntu's
-# shim-signed key (update-secureboot-policy), reference/hotplug-security.md §4.2.
+# shim-signed key (update-secureboot-policy); dkms(8), mokutil(1).
 MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 
-def preflight(plan: Plan, host: Any, paths: Any, facts: Any, options: PlanOptions) -> list[str]:
+def preflight(
+    plan: Plan, host: Host, paths: StatePaths, facts: HostFacts, options: PlanOptions
+) -> list[str]:
     """Raise on what must stop the run; return warnings for what should be known."""
     from egpu_setup.state.lock import RunLock
 
@@ -56,9 +60,11 @@ def preflight(plan: Plan, host: Any, paths: Any, facts: Any, options: PlanOption
     return warnings
 
 
-def _check_venv(plan: Plan, host: Any) -> None:
+def _check_venv(plan: Plan, host: Host) -> None:
     for step in plan.steps:
-        venv = step.venv if isinstance(step, PipInstall) else None
+        if not isinstance(step, PipInstall):
+            continue
+        venv = step.venv
         if venv and host.exists(venv) and not host.exists(f"{venv}/pyvenv.cfg"):
             raise UsageError(
                 f"--venv {step.venv} exists and is not a virtual environment (no pyvenv.cfg)",
@@ -66,7 +72,7 @@ def _check_venv(plan: Plan, host: Any) -> None:
             )
 
 
-def _check_space(plan: Plan, host: Any) -> None:
+def _check_space(plan: Plan, host: Host) -> None:
     needs: list[tuple[str, int]] = []
     for step in plan.steps:
         if isinstance(step, AptInstall) and any("nvidia" in p for p in step.packages):
@@ -83,7 +89,7 @@ def _check_space(plan: Plan, host: Any) -> None:
             )
 
 
-def _competing_managers(plan: Plan, host: Any) -> list[str]:
+def _competing_managers(plan: Plan, host: Host) -> list[str]:
     """Other GPU managers rewrite the same configuration: the same markers doctor reports
     (`competing-gpu-manager`), so the two can never disagree."""
     from egpu_setup.doctor.collect import probe_manager_files
@@ -99,14 +105,13 @@ def _competing_managers(plan: Plan, host: Any) -> list[str]:
     ]
 
 
-def _secure_boot(plan: Plan, facts: Any, host: Any) -> list[str]:
-    """Secure Boot: DKMS-built modules must be signed by a key the firmware trusts (§4.2).
+def _secure_boot(plan: Plan, facts: HostFacts, host: Host) -> list[str]:
+    """Secure Boot: DKMS-built modules must be signed by a key the firmware trusts (dkms(8)).
 
     A key that dkms generated but nobody enrolled yet is a console step for a person: exit 4
     with the steps; the next run continues (the packages are already in place).
     """
-    sb = getattr(getattr(facts, "os", None), "secure_boot", None)
-    if not sb or host.kind != "live":
+    if not facts.os.secure_boot or host.kind != "live":
         return []
     if not builds_dkms_module(plan):
         return []  # no module built here (torch/config only, or Ubuntu's signed prebuilt ones)
@@ -121,7 +126,7 @@ def builds_dkms_module(plan: Plan) -> bool:
     """The plan installs a driver whose module dkms builds (and signs with a local key).
 
     Ubuntu's linux-modules-nvidia-* are prebuilt and signed by Canonical's key, which the
-    firmware already trusts: no MOK enrolment (reference/hotplug-security.md §4.2)."""
+    firmware already trusts: no MOK enrolment (docs/sources.md, "Secure Boot")."""
     packages = [
         p
         for s in plan.steps
@@ -131,7 +136,7 @@ def builds_dkms_module(plan: Plan) -> bool:
     return bool(packages) and not any(p.startswith("linux-modules-nvidia-") for p in packages)
 
 
-def require_enrolled_key(host: Any) -> None:
+def require_enrolled_key(host: Host) -> None:
     """Exit 4 with the console steps when the module signing key exists but is not enrolled.
 
     Called before installing and again after the driver packages went in (dkms makes the key

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
+from egpu_setup.plan.steps import WriteFile
 from egpu_setup.resolve.resolution import format_resolution
 
 
@@ -28,9 +29,8 @@ def plan_text(run: Prepared) -> str:
     lines.append(f"Plan ({n} step{'' if n == 1 else 's'}):")
     lines += [f"  {i:2d}. [{s.part_name}] {s.describe()}" for i, s in enumerate(run.plan.steps, 1)]
     for step in run.plan.steps:
-        diff = getattr(step, "diff", "")
-        if diff:
-            lines += ["", diff.rstrip("\n")]
+        if isinstance(step, WriteFile) and step.diff:
+            lines += ["", step.diff.rstrip("\n")]
     return "\n".join(lines)
 
 

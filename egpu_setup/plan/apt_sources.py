@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+
+from egpu_setup.host.machine import Host
 
 SOURCES_DIR = "/etc/apt/sources.list.d"
 
 
-KEYRINGS_DIR = "/etc/apt/keyrings"  # admin-managed keys, APT >= 2.4 (reference §5.5)
+KEYRINGS_DIR = "/etc/apt/keyrings"  # admin-managed keys, APT >= 2.4 (sources.list(5))
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def parse_one_line_sources(text: str, path: str) -> list[AptSource]:
     return out
 
 
-def apt_sources(host: Any) -> list[AptSource]:
+def apt_sources(host: Host) -> list[AptSource]:
     sources: list[AptSource] = []
     main = host.read("/etc/apt/sources.list")
     if main:

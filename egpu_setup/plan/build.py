@@ -12,32 +12,37 @@ need it, and a failed torch download never leaves a written file's command undon
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from egpu_setup.detect.facts import HostFacts
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.config import config_steps, link_steps
 from egpu_setup.plan.driver import driver_steps
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, Plan, RebootNeeded, RunCommand, Step, WriteFile
 from egpu_setup.plan.torch import torch_steps
+from egpu_setup.profile.types import Profile
+from egpu_setup.render.files import HostCommand, RenderedFile, RenderedLink
+from egpu_setup.resolve.resolution import Resolution
+from egpu_setup.state.manifest import Manifest
 
 
 def build_plan(
-    facts: Any,
-    profile: Any,
-    resolution: Any,
-    rendered_files: Sequence[Any],
-    host: Any,
+    facts: HostFacts,
+    profile: Profile,
+    resolution: Resolution,
+    rendered_files: Sequence[RenderedFile],
+    host: Host,
     options: PlanOptions,
-    manifest: Any = None,
-    commands: Sequence[Any] = (),
-    links: Sequence[Any] = (),
+    manifest: Manifest | None = None,
+    commands: Sequence[HostCommand] = (),
+    links: Sequence[RenderedLink] = (),
 ) -> Plan:
     """The steps that take `host` from what it is to what the profile and resolution ask for."""
     steps: list[Step] = []
     warnings: list[str] = []
     live = options.target == "live"
     if "driver" in options.only and host.listdir("/var/lib/dpkg/updates"):
-        # apt refuses to work until this is done (reference §6.8); doing it first is what a
+        # apt refuses to work until this is done (dpkg(1)); doing it first is what a
         # person would do, and it is shown in the plan so nobody is surprised
         steps.append(
             RunCommand(
@@ -60,31 +65,31 @@ def build_plan(
     steps += file_steps + unit_steps + link_steps(links, host, options) + cmd_steps
     if "torch" in options.only:
         steps += torch_steps(resolution, host, options, warnings)
-    wants_reboot = [s for s in driver if isinstance(s, AptInstall)] and "driver" in options.only
-    module_reason = module_config_reboot(facts, file_steps)
-    if live and (wants_reboot or module_reason):
-        steps.append(
-            RebootNeeded(
-                "the new NVIDIA kernel module takes effect at the next boot"
-                if wants_reboot
-                else module_reason
-            )
-        )
-    elif live and options.pending_reboot:
-        steps.append(RebootNeeded(options.pending_reboot))
+    reboot = _reboot_reason(driver, file_steps, facts, options)
+    if live and reboot:
+        steps.append(RebootNeeded(reboot))
     return Plan(tuple(steps), tuple(warnings))
 
 
-def module_config_reboot(facts: Any, file_steps: Sequence[Step]) -> str | None:
+def _reboot_reason(
+    driver: Sequence[Step], file_steps: Sequence[Step], facts: HostFacts, options: PlanOptions
+) -> str | None:
+    """Why this plan ends in a reboot: a new kernel module, module options a loaded module only
+    reads when it loads again, or a reboot an earlier run asked for and did not get."""
+    if "driver" in options.only and any(isinstance(s, AptInstall) for s in driver):
+        return "the new NVIDIA kernel module takes effect at the next boot"
+    return module_config_reboot(facts, file_steps) or options.pending_reboot
+
+
+def module_config_reboot(facts: HostFacts, file_steps: Sequence[Step]) -> str | None:
     """Why changed modprobe.d files need a reboot, or None: they only matter to a module that is
     loaded now (a module loaded later, when the eGPU appears, reads them then)."""
     written = {s.path for s in file_steps if isinstance(s, WriteFile)}
-    nv = getattr(facts, "nvidia", None)
-    gpus = getattr(facts, "gpus", ())
-    nouveau_in_use = bool(nv and nv.nouveau_loaded) or any(g.driver == "nouveau" for g in gpus)
+    nv = facts.nvidia
+    nouveau_in_use = bool(nv.nouveau_loaded) or any(g.driver == "nouveau" for g in facts.gpus)
     if any("nouveau" in p for p in written if p.startswith("/etc/modprobe.d/")) and nouveau_in_use:
         return "nouveau holds the GPU now: the blacklist takes effect at the next boot"
     nvidia_conf = any(p.startswith("/etc/modprobe.d/") and "nouveau" not in p for p in written)
-    if nvidia_conf and nv is not None and nv.module_loaded:
+    if nvidia_conf and nv.module_loaded:
         return "the NVIDIA module options take effect when the module loads again (next boot)"
     return None

@@ -5,39 +5,41 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import Any
 
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import EgpuSetupError
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.apt_sources import KEYRINGS_DIR, SOURCES_DIR, AptSource, apt_sources
 from egpu_setup.plan.installed import installed_packages
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, AptRepository, Step
+from egpu_setup.resolve.resolution import DriverPlan, NvidiaRepo, Resolution
 
 
 def driver_steps(
-    facts: Any, resolution: Any, host: Any, options: PlanOptions, warnings: list[str]
+    facts: HostFacts, resolution: Resolution, host: Host, options: PlanOptions, warnings: list[str]
 ) -> list[Step]:
     driver = resolution.driver
     if driver.action not in ("install", "upgrade"):
         return []
     steps: list[Step] = []
-    os_id = (facts.os.id or "").lower() if facts is not None else ""
-    codename = facts.os.codename if facts is not None else None
+    os_id = (facts.os.id or "").lower()
+    codename = facts.os.codename
     if options.bundle is not None:
         return _bundle_driver_steps(driver, host, options)
     if driver.source == "nvidia-repo" and driver.repo is not None:
-        steps.append(_nvidia_repo_step(driver, host))
+        steps.append(_nvidia_repo_step(driver.repo))
     elif driver.apt_components:
         step = _components_step(host, tuple(driver.apt_components), codename, os_id, warnings)
         if step is not None:
             steps.append(step)
     installed = installed_packages(host)
     wanted = list(driver.packages)
-    pin = getattr(driver.repo, "pin", None) if driver.source == "nvidia-repo" else None
+    pin = driver.repo.pin if driver.source == "nvidia-repo" and driver.repo else None
     if pin and pin not in wanted:
         # NVIDIA's branch-pinning package (branches >= 590) keeps apt on the resolved branch
         wanted.insert(0, pin)
-    kernel = facts.os.kernel if facts is not None else None
+    kernel = facts.os.kernel
     if os_id == "debian" and any("nvidia" in p for p in wanted):
         wanted += _debian_headers(facts, host, options, wanted, kernel, warnings)
     missing = tuple(p for p in wanted if p not in installed)
@@ -46,7 +48,7 @@ def driver_steps(
             AptInstall(
                 missing or tuple(wanted),
                 # Recommends stay on: trixie's dkms only Recommends gcc, and the driver's
-                # Recommends carry nvidia-persistenced (reference/fleet-and-testing.md §3)
+                # Recommends carry nvidia-persistenced (docs/sources.md, "Measured here")
                 no_install_recommends=False,
                 lock_timeout=options.apt_lock_timeout,
                 reason=f"NVIDIA driver branch {driver.branch}"
@@ -59,13 +61,13 @@ def driver_steps(
 
 # A Debian/Ubuntu kernel release as its linux-headers-<release> package is named:
 # "6.1.0-37-amd64", "6.12.57+deb13-amd64", "6.12.38+deb13-rt-amd64", "6.8.0-45-generic".
-# Lowercase package-name characters only (Debian Policy §5.6.1), so it is safe in an argv.
+# Lowercase package-name characters only (Debian Policy, section 5.6.1), so it is safe in an argv.
 _KERNEL_RELEASE = re.compile(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:[-+~.][a-z0-9]+)*-[a-z0-9]+$")
 
 
 def _debian_headers(
-    facts: Any,
-    host: Any,
+    facts: HostFacts,
+    host: Host,
     options: PlanOptions,
     wanted: Sequence[str],
     kernel: str | None,
@@ -74,7 +76,7 @@ def _debian_headers(
     """Headers DKMS needs to build the module: the meta package, and on a live system the
     running kernel's own headers too.
 
-    Debian 13's dkms no longer Recommends any headers (reference/fleet-and-testing.md §3), and
+    Debian 13's dkms no longer Recommends any headers (docs/sources.md, "Measured here"), and
     the meta package (which the resolver names) only follows the *newest* kernel: a machine
     running an older ABI would get no module for the kernel it boots until it boots the new
     one. An image (--root) has no running kernel: the meta package is all it can name."""
@@ -103,9 +105,9 @@ def _debian_headers(
     return [*extra, name]  # True, or None (cannot ask apt here): apt says clearly if it is gone
 
 
-def _apt_candidate(host: Any, package: str) -> bool | None:
+def _apt_candidate(host: Host, package: str) -> bool | None:
     """Does apt have an installation candidate for `package`? None when apt cannot be asked."""
-    if getattr(host, "kind", None) not in ("live", "root"):
+    if host.kind not in ("live", "root"):
         return None
     try:
         res = host.run(["apt-cache", "policy", package], timeout=60, env={"LC_ALL": "C.UTF-8"})
@@ -114,7 +116,7 @@ def _apt_candidate(host: Any, package: str) -> bool | None:
     if res.rc != 0:
         return None
     m = re.search(r"^\s*Candidate:\s*(\S+)", res.out, re.M)
-    return bool(m) and m.group(1) != "(none)"
+    return m is not None and m.group(1) != "(none)"
 
 
 def bundle_sources_content(stage_to: str) -> str:
@@ -128,7 +130,7 @@ def bundle_sources_content(stage_to: str) -> str:
     )
 
 
-def _bundle_driver_steps(driver: Any, host: Any, options: PlanOptions) -> list[Step]:
+def _bundle_driver_steps(driver: DriverPlan, host: Host, options: PlanOptions) -> list[Step]:
     """Offline: the bundle's repository (staged on the target) is the only apt source used."""
     b = options.bundle
     assert b is not None
@@ -169,7 +171,7 @@ def _bundle_driver_steps(driver: Any, host: Any, options: PlanOptions) -> list[S
 
 
 def _components_step(
-    host: Any, components: tuple[str, ...], codename: str | None, os_id: str, warnings: list[str]
+    host: Host, components: tuple[str, ...], codename: str | None, os_id: str, warnings: list[str]
 ) -> Step | None:
     """A drop-in that enables `components` on the distro archive's suites the host uses for `main`.
 
@@ -239,7 +241,7 @@ def _components_step(
 _ARCHIVE_ORIGIN = {"debian": "Debian", "ubuntu": "Ubuntu"}
 
 
-def _is_distro_archive(host: Any, src: AptSource, os_id: str) -> bool:
+def _is_distro_archive(host: Host, src: AptSource, os_id: str) -> bool:
     """Is `src` the distribution's own archive (or a mirror of it), not a PPA or third party?
 
     Evidence, strongest first: an inline key is never the archive's; the Origin field of the
@@ -257,7 +259,7 @@ def _is_distro_archive(host: Any, src: AptSource, os_id: str) -> bool:
     return name in (f"{os_id}-archive-keyring.gpg", f"{os_id}-archive-keyring.pgp")
 
 
-def _release_origin(host: Any, src: AptSource) -> str | None:
+def _release_origin(host: Host, src: AptSource) -> str | None:
     """`Origin:` of the (In)Release apt stored for src's first suite; None when not fetched yet.
 
     apt names list files after the URI without its scheme, '/' as '_' (apt-pkg URItoFileName)."""
@@ -272,8 +274,7 @@ def _release_origin(host: Any, src: AptSource) -> str | None:
     return None
 
 
-def _nvidia_repo_step(driver: Any, host: Any) -> AptRepository:
-    repo = driver.repo
+def _nvidia_repo_step(repo: NvidiaRepo) -> AptRepository:
     name = "nvidia-cuda"
     keyring = f"{KEYRINGS_DIR}/egpu-setup-{name}.gpg"
     content = (

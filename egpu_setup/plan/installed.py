@@ -7,12 +7,13 @@ importing torch, so a recording (--from) and an image (--root) are read the same
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from egpu_setup.host.machine import Host
 
-def installed_packages(host: Any) -> dict[str, str]:
+
+def installed_packages(host: Host) -> dict[str, str]:
     """name -> version of every package dpkg says is installed (reads /var/lib/dpkg/status)."""
     text = host.read("/var/lib/dpkg/status") or ""
     out: dict[str, str] = {}
@@ -26,7 +27,7 @@ def installed_packages(host: Any) -> dict[str, str]:
     return out
 
 
-def venv_versions(host: Any, venv: str) -> dict[str, str] | None:
+def venv_versions(host: Host, venv: str) -> dict[str, str] | None:
     """Normalised distribution name -> version installed in `venv`; None when there is no venv."""
     if not host.exists(f"{venv}/bin/python"):
         return None

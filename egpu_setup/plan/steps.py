@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-DEFAULT_APT_LOCK_TIMEOUT = 600  # seconds apt waits for the dpkg lock (reference §6.7)
+DEFAULT_APT_LOCK_TIMEOUT = 600  # seconds apt waits for the dpkg lock (DPkg::Lock::Timeout)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class AptInstall(Step):
             *bundle_apt_options(self.sources_list),
             "-o",
             f"DPkg::Lock::Timeout={self.lock_timeout}",
-            # a user-modified conffile is kept, never prompts (reference §6.3)
+            # a user-modified conffile is kept, never prompts (dpkg(1), --force-conf*)
             "-o",
             "Dpkg::Options::=--force-confdef",
             "-o",
@@ -257,9 +257,13 @@ class Plan:
         return not self.steps
 
     @property
-    def conflicts(self) -> tuple[Step, ...]:
+    def conflicts(self) -> tuple[WriteFile | EnableUnit | CreateLink, ...]:
         """Steps that would replace somebody else's file (each has a `path`)."""
-        return tuple(s for s in self.steps if getattr(s, "conflict", False))
+        return tuple(
+            s
+            for s in self.steps
+            if isinstance(s, WriteFile | EnableUnit | CreateLink) and s.conflict
+        )
 
     @property
     def consent_steps(self) -> tuple[RunCommand, ...]:

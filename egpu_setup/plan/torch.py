@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from packaging.utils import canonicalize_name
 
 from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.installed import venv_versions
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import PipInstall, Step
+from egpu_setup.resolve.resolution import Resolution
 
 
 def torch_steps(
-    resolution: Any, host: Any, options: PlanOptions, warnings: list[str]
+    resolution: Resolution, host: Host, options: PlanOptions, warnings: list[str]
 ) -> list[Step]:
     torch = resolution.torch
     if torch is None or not torch.requirements:
@@ -66,16 +66,16 @@ def torch_steps(
     ]
 
 
-def _python_for(resolution: Any, host: Any) -> str:
+def _python_for(resolution: Resolution, host: Host) -> str:
     python = f"python{resolution.python}" if resolution.python else "python3"
     return python if host.which(python) is not None else "python3"
 
 
-def _run_as(host: Any, options: PlanOptions, installed: dict[str, str] | None) -> str | None:
+def _run_as(host: Host, options: PlanOptions, installed: dict[str, str] | None) -> str | None:
     if options.sudo_user and options.sudo_uid not in (None, 0):
         owner = _owner(host, options.venv if installed is not None else _parent(options.venv))
         if owner == options.sudo_uid:
-            return options.sudo_user  # never leave root-owned files in a user's venv (§5.2)
+            return options.sudo_user  # never leave root-owned files in a user's venv
     return None
 
 
@@ -83,7 +83,7 @@ def _parent(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[0] or "/"
 
 
-def _owner(host: Any, path: str) -> int | None:
+def _owner(host: Host, path: str) -> int | None:
     try:
         return host.real_path(path).stat().st_uid
     except OSError:

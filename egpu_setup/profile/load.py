@@ -27,8 +27,8 @@ from egpu_setup.profile.types import (
     TorchConstraints,
 )
 
-# Architectures whose GPUs the open kernel modules cannot drive (matrix-facts.md §3: "open ...
-# only for Turing and newer"; Maxwell/Pascal/Volta need the proprietary flavour).
+# Architectures whose GPUs the open kernel modules cannot drive (NVIDIA README, "Open Linux
+# Kernel Modules": Turing and newer; Maxwell/Pascal/Volta need the proprietary flavour).
 _PRE_TURING = {"Maxwell", "Pascal", "Volta"}
 
 
@@ -137,13 +137,3 @@ def iter_profiles() -> Iterator[tuple[ProfileEntry, Profile | UsageError]]:
             yield entry, load_file(entry.path, entry.origin)
         except UsageError as exc:
             yield entry, exc
-
-
-def profile_for_device(device_id: str | None) -> Profile | None:
-    """The first valid profile (by name) listing this PCI device id, ignoring generic ones."""
-    if not device_id:
-        return None
-    for _, loaded in iter_profiles():
-        if isinstance(loaded, Profile) and loaded.gpu.device_ids and loaded.gpu.matches(device_id):
-            return loaded
-    return None

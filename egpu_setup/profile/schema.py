@@ -156,42 +156,62 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+Found = list[tuple[KeyPath, str, str, bool]]  # (path, message, hint, is_key_problem)
+
+
 def validate(
     value: Any,
     schema: dict[str, Any],
     root: dict[str, Any],
     path: KeyPath,
-    out: list[tuple[KeyPath, str, str, bool]],
+    out: Found,
 ) -> None:
     """Append (path, message, hint, is_key_problem) for every rule `value` breaks."""
     schema = _resolve_ref(schema, root)
     hint = schema.get("x-hint", "see egpu_setup/data/profile.schema.json")
+    problem = _scalar_problem(value, schema)
+    if problem is not None:
+        out.append((path, problem, hint, False))
+        return
+    if isinstance(value, list):
+        _validate_list(value, schema, root, path, out, hint)
+    if isinstance(value, dict):
+        _validate_mapping(value, schema, root, path, out, hint)
+    if "anyOf" in schema:
+        branches: list[Found] = []
+        for sub in schema["anyOf"]:
+            found: Found = []
+            validate(value, sub, root, path, found)
+            if not found:
+                branches = []
+                break
+            branches.append(found)
+        if branches:
+            # Report the last branch (the fullest form); its hint names the alternatives.
+            out.extend((p, m, schema.get("x-hint", h), k) for p, m, h, k in branches[-1])
+
+
+def _scalar_problem(value: Any, schema: dict[str, Any]) -> str | None:
+    """What is wrong with the value itself (type, const, enum, pattern, range), or None."""
     types = schema.get("type")
     if types is not None:
         names = [types] if isinstance(types, str) else list(types)
         if not any(_is_type(value, t) for t in names):
             want = " or ".join(_TYPE_NAMES[t] for t in names)
-            out.append((path, f"expected {want}, got {_shown(value)}", hint, False))
-            return
+            return f"expected {want}, got {_shown(value)}"
     if isinstance(value, float) and not math.isfinite(value):
-        out.append((path, f"{value} is not a finite number", hint, False))
-        return
+        return f"{value} is not a finite number"
     if "const" in schema and value != schema["const"]:
-        out.append(
-            (path, f"must be {json.dumps(schema['const'])}, got {_shown(value)}", hint, False)
-        )
-        return
+        return f"must be {json.dumps(schema['const'])}, got {_shown(value)}"
     if "enum" in schema and not any(_same(value, e) for e in schema["enum"]):
         choices = ", ".join("null" if e is None else str(e) for e in schema["enum"])
-        out.append((path, f"{_shown(value)} is not one of: {choices}", hint, False))
-        return
+        return f"{_shown(value)} is not one of: {choices}"
     if (
         isinstance(value, str)
         and "pattern" in schema
         and not ecma_pattern(schema["pattern"]).search(value)
     ):
-        out.append((path, f"invalid value {_shown(value)}", hint, False))
-        return
+        return f"invalid value {_shown(value)}"
     if type_of(value) in ("integer", "number"):
         low, high = schema.get("minimum"), schema.get("maximum")
         xlow, xhigh = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
@@ -201,52 +221,51 @@ def validate(
             or (xlow is not None and value <= xlow)
             or (xhigh is not None and value >= xhigh)
         ):
-            out.append((path, f"{_shown(value)} is out of range", hint, False))
-            return
-    if isinstance(value, list):
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            out.append((path, f"at most {schema['maxItems']} items", hint, False))
-        if schema.get("uniqueItems"):
-            for i, item in enumerate(value):
-                if any(_same(item, earlier) for earlier in value[:i]):
-                    out.append(
-                        (
-                            (*path, i),
-                            f"{_shown(item)} is listed twice",
-                            "list each value once",
-                            False,
-                        )
-                    )
-        if "items" in schema:
-            for i, item in enumerate(value):
-                validate(item, schema["items"], root, (*path, i), out)
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        extra = schema.get("additionalProperties", True)
-        for key, sub in value.items():
-            if key in props:
-                validate(sub, props[key], root, (*path, key), out)
-            elif extra is False:
-                out.append(((*path, key), "unknown key", _did_you_mean(key, props), True))
-            elif isinstance(extra, dict):
-                validate(sub, extra, root, (*path, key), out)
-        for key in schema.get("required", ()):
-            if key not in value:
+            return f"{_shown(value)} is out of range"
+    return None
+
+
+def _validate_list(
+    value: list[Any],
+    schema: dict[str, Any],
+    root: dict[str, Any],
+    path: KeyPath,
+    out: Found,
+    hint: str,
+) -> None:
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        out.append((path, f"at most {schema['maxItems']} items", hint, False))
+    if schema.get("uniqueItems"):
+        for i, item in enumerate(value):
+            if any(_same(item, earlier) for earlier in value[:i]):
                 out.append(
-                    (path, f"missing required key `{format_path((*path, key))}`", hint, False)
+                    ((*path, i), f"{_shown(item)} is listed twice", "list each value once", False)
                 )
-    if "anyOf" in schema:
-        branches = []
-        for sub in schema["anyOf"]:
-            found: list[tuple[KeyPath, str, str, bool]] = []
-            validate(value, sub, root, path, found)
-            if not found:
-                branches = []
-                break
-            branches.append(found)
-        if branches:
-            # Report the last branch (the fullest form); its hint names the alternatives.
-            out.extend((p, m, schema.get("x-hint", h), k) for p, m, h, k in branches[-1])
+    if "items" in schema:
+        for i, item in enumerate(value):
+            validate(item, schema["items"], root, (*path, i), out)
+
+
+def _validate_mapping(
+    value: dict[str, Any],
+    schema: dict[str, Any],
+    root: dict[str, Any],
+    path: KeyPath,
+    out: Found,
+    hint: str,
+) -> None:
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    for key, sub in value.items():
+        if key in props:
+            validate(sub, props[key], root, (*path, key), out)
+        elif extra is False:
+            out.append(((*path, key), "unknown key", _did_you_mean(key, props), True))
+        elif isinstance(extra, dict):
+            validate(sub, extra, root, (*path, key), out)
+    for key in schema.get("required", ()):
+        if key not in value:
+            out.append((path, f"missing required key `{format_path((*path, key))}`", hint, False))
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -23,7 +23,7 @@ def _user_dir() -> Path:
         import pwd
 
         try:
-            # sudo's env_reset drops XDG_CONFIG_HOME (hotplug-security.md §5.2): use the default.
+            # sudo's env_reset drops XDG_CONFIG_HOME (sudoers(5)): use the default.
             return Path(pwd.getpwnam(sudo_user).pw_dir) / ".config" / "egpu-setup" / "profiles"
         except KeyError:
             pass

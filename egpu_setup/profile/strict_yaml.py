@@ -7,23 +7,30 @@ anchors and merge keys can be refused where they are written.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from egpu_setup.profile.problems import KeyPath, Mark, Marks, Problem, ProblemError
 
+if TYPE_CHECKING:  # yaml is imported when a profile is read, never at startup
+    import yaml
+
 _TAG = "tag:yaml.org,2002:"
-
-
 _SCALAR_TAGS = {_TAG + t for t in ("str", "int", "float", "bool", "null")}
-
-
 # YAML 1.2 keeps only these spellings; PyYAML (YAML 1.1) also turns yes/no/on/off into booleans,
-# which silently flips `connection: no`-style typos (hotplug-security.md §7 row 19).
+# which silently flips `connection: no`-style typos.
 _YAML12_BOOLS = {"true", "false", "True", "False", "TRUE", "FALSE"}
 
 
-def _mark(file: str, m: Any) -> Mark:
-    return Mark(file, m.line + 1, m.column + 1)
+class _Position(Protocol):
+    """A YAML mark, of the Python parser or of libyaml's."""
+
+    line: int
+    column: int
+
+
+def _mark(file: str, m: _Position | None) -> Mark:
+    """A YAML position (0-based) as the 1-based one an editor shows; 1:1 when yaml has none."""
+    return Mark(file, m.line + 1, m.column + 1) if m is not None else Mark(file, 1, 1)
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, Marks]:
@@ -89,7 +96,9 @@ def _refuse_anchors(text: str, file: str) -> None:
             )
 
 
-def _build(loader: Any, node: Any, path: KeyPath, marks: Marks, seen: set[int]) -> Any:
+def _build(
+    loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, marks: Marks, seen: set[int]
+) -> Any:
     import yaml
 
     here = _mark(marks.file, node.start_mark)

@@ -22,7 +22,7 @@ _DEVICE_ID = re.compile(r"[0-9a-f]{4}\Z")
 
 
 # The kernel prints a router's unique_id with %pUb: always a canonical UUID
-# (Documentation/ABI/testing/sysfs-bus-thunderbolt, hotplug-security.md §1.1).
+# (Documentation/ABI/testing/sysfs-bus-thunderbolt).
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
@@ -32,7 +32,7 @@ _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SAFE_PATH = re.compile(r"/(?:[A-Za-z0-9._+-]+/)*[A-Za-z0-9._+-]+\Z")
 
 
-# Kernel parameters the GRUB drop-in may carry (hotplug-security.md §2.3): a closed list of
+# Kernel parameters the GRUB drop-in may carry (Linux kernel-parameters.txt): a closed list of
 # shapes, so a profile or finding can never smuggle shell into /etc/default/grub.d.
 _KERNEL_PARAM = re.compile(
     r"(pci=realloc|pci=assign-busses|pci=hpbussize=\d{1,3}|pci=hpmmiosize=\d{1,5}[KMG]"
@@ -73,7 +73,7 @@ class PciAddress:
     def xorg_busid(self) -> str:
         """Xorg's BusID: decimal bus@domain:device:function, @domain only when non-zero.
 
-        xorg.conf(5) parses decimal; lspci prints hex, the classic eGPU mistake [N1][D1]:
+        xorg.conf(5) parses decimal; lspci prints hex, the classic eGPU mistake (NVIDIA README FAQ):
         0000:0a:00.0 -> PCI:10:0:0, 10000:e1:00.0 -> PCI:225@65536:0:0.
         """
         domain = f"@{self.domain}" if self.domain else ""
@@ -125,8 +125,7 @@ def check_kernel_params(params: Iterable[str]) -> tuple[str, ...]:
             raise UsageError(
                 f"kernel parameter {p!r} is not one egpu-setup may add",
                 "allowed: pci=realloc, pci=hpmmioprefsize=SIZE, pci=assign-busses, "
-                "pcie_ports=native, pcie_aspm=off, pcie_port_pm=off, thunderbolt.host_reset=0 "
-                "(hotplug-security.md §2.3)",
+                "pcie_ports=native, pcie_aspm=off, pcie_port_pm=off, thunderbolt.host_reset=0",
             )
         if p not in out:
             out.append(p)

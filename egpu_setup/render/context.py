@@ -18,6 +18,7 @@ from typing import Any
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
+from egpu_setup.profile.types import Profile
 from egpu_setup.render.checks import (
     PciAddress,
     check_bool,
@@ -28,6 +29,7 @@ from egpu_setup.render.checks import (
     check_profile_name,
 )
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
+from egpu_setup.resolve.resolution import Resolution
 
 MODES = ("compute", "display")
 
@@ -42,7 +44,7 @@ DEFAULT_TOOL_PATH = "/usr/local/bin/egpu-setup"
 
 
 # Where the boot helper writes the Xorg file with the current BusID (display mode); tmpfs, so
-# a boot without the eGPU starts with none (hotplug-security.md §3.7).
+# a boot without the eGPU starts with none.
 XORG_RUNTIME = "/run/egpu-setup/90-egpu-setup.conf"
 
 
@@ -52,8 +54,8 @@ ROOT_OWNED_PREFIXES = ("/usr/", "/opt/")
 
 
 # argv that rebuilds the initramfs after the nouveau blacklist changes, by distro family.
-# NVIDIA README "Interaction with the Nouveau Driver" [N1]; Debian's blacklist conffile header
-# says `update-initramfs -u` [N8]; envycontrol uses these per family [R9].
+# NVIDIA README "Interaction with the Nouveau Driver"; Debian's blacklist conffile header
+# (nvidia-kernel-support) says `update-initramfs -u`; envycontrol uses these per family.
 INITRAMFS_COMMANDS: dict[str, tuple[str, ...]] = {
     "debian": ("update-initramfs", "-u"),
     "ubuntu": ("update-initramfs", "-u"),
@@ -65,19 +67,19 @@ INITRAMFS_COMMANDS: dict[str, tuple[str, ...]] = {
 
 
 # First driver branch that knows each nvidia-drm parameter. `modeset` arrived with nvidia-drm
-# itself in 364 (NVIDIA 364.12 release notes, "Direct Rendering Manager Kernel Modesetting"
-# [N1]); `fbdev` in 545, marked experimental (open-gpu-kernel-modules nvidia-drm-linux.c [N3]).
-# An unknown parameter makes the module refuse to load (hotplug-security.md §3.1, §7 #34).
+# itself in 364 (NVIDIA 364.12 release notes, "Direct Rendering Manager Kernel Modesetting");
+# `fbdev` in 545, marked experimental (open-gpu-kernel-modules nvidia-drm-linux.c).
+# An unknown parameter makes the module refuse to load (docs/sources.md, NVIDIA driver).
 NVIDIA_DRM_PARAMS_SINCE: dict[str, int] = {"modeset": 364, "fbdev": 545}
 
 
 # Debian installs the modules as nvidia-current* and maps upstream names with `install` lines, so
 # `options nvidia ...` may not reach the module; its own example options target nvidia-current
-# (Debian nvidia-kernel-support nvidia-modprobe.conf / nvidia-options.conf [N8], §3.3).
+# (Debian nvidia-kernel-support nvidia-modprobe.conf / nvidia-options.conf).
 DEBIAN_MODULE_PREFIX = "nvidia-current"
 
 
-# Distros whose grub-mkconfig sources /etc/default/grub.d/*.cfg (a Debian patch, §2.3 [R11]).
+# Distros whose grub-mkconfig sources /etc/default/grub.d/*.cfg (a Debian patch, grub-common).
 GRUB_DROPIN_DISTROS = ("debian", "ubuntu")
 
 
@@ -137,10 +139,10 @@ class RenderContext:
         }
 
 
-def driver_branch(facts: HostFacts, resolution: Any | None) -> int | None:
+def driver_branch(facts: HostFacts, resolution: Resolution | None) -> int | None:
     """The driver branch the files are for: the resolution's plan, else the installed driver."""
     if resolution is not None:
-        branch = getattr(resolution.driver, "branch", None)
+        branch = resolution.driver.branch
         if branch is not None:
             if not isinstance(branch, int) or isinstance(branch, bool) or not 100 <= branch <= 9999:
                 raise UsageError(
@@ -172,8 +174,8 @@ def distro_family(facts: HostFacts) -> str | None:
 
 def build_context(
     facts: HostFacts,
-    profile: Any,
-    resolution: Any | None,
+    profile: Profile,
+    resolution: Resolution | None,
     mode: str,
     *,
     bolt_available: bool | None = None,
@@ -191,6 +193,47 @@ def build_context(
     check_choice(
         hp.connection, ("thunderbolt", "usb4", "oculink", "any"), "profile hotplug.connection"
     )
+    _check_wait_timeout(wait_timeout)
+    gpu, ids = _card(facts, profile, name)
+    tb, tb_notes = plan_thunderbolt(facts, hp, facts.egpu, bolt_available)
+    notes = list(tb_notes)
+    branch = driver_branch(facts, resolution)
+    drm_params = _display(mode, branch, notes)
+    family = distro_family(facts)
+    initramfs, params, grub = _boot(family, kernel_params, notes)
+    tool_path = _tool_path(tool_path, notes)
+    internal_nvidia = [g for g in facts.nvidia_gpus if g.external is False]
+    if runtime_pm_off and internal_nvidia:
+        notes.append(
+            f"the internal {internal_nvidia[0].name or 'NVIDIA GPU'} shares the nvidia module: "
+            "runtime D3 stays on in the module (battery), only the eGPU's path is kept awake"
+        )
+    egpu = facts.egpu
+    return RenderContext(
+        profile=name,
+        mode=mode,
+        device_ids=ids,
+        gpu=gpu,
+        match_removable=bool(egpu is not None and egpu.removable == "removable"),
+        debian_modules=(facts.os.id or "").lower() == "debian",
+        branch=branch,
+        drm_params=drm_params,
+        runtime_pm_off=runtime_pm_off,
+        module_rtd3_off=runtime_pm_off and not internal_nvidia,
+        persistenced=persistenced,
+        thunderbolt=tb,
+        initramfs=initramfs,
+        kernel_params=params,
+        grub=grub,
+        tool_path=tool_path,
+        xorg_runtime=XORG_RUNTIME,
+        venv=check_path(venv, "venv path"),
+        wait_timeout=wait_timeout,
+        notes=tuple(notes),
+    )
+
+
+def _check_wait_timeout(wait_timeout: object) -> None:
     if (
         isinstance(wait_timeout, bool)
         or not isinstance(wait_timeout, int)
@@ -198,6 +241,15 @@ def build_context(
     ):
         raise UsageError(f"wait timeout {wait_timeout!r} is out of range", "use 5 to 300 seconds")
 
+
+def _card(
+    facts: HostFacts, profile: Profile, name: str
+) -> tuple[PciAddress | None, tuple[str, ...]]:
+    """The eGPU's address (when attached) and every device id the rules match, checked.
+
+    Display mode needs no address here: the boot helper writes Xorg's BusID from the address the
+    eGPU has at that boot (another port means another bus number), or no Xorg file at all when
+    it is absent, so X falls back to the built-in GPU."""
     egpu = facts.egpu
     gpu = PciAddress.parse(egpu.pci_address, "detected eGPU address") if egpu else None
     ids: list[str] = []
@@ -217,37 +269,38 @@ def build_context(
         raise UsageError(
             f"the eGPU at {gpu.sysfs if gpu else '?'} is not an NVIDIA GPU", "use an NVIDIA GPU"
         )
-    # Display mode needs no address here: the boot helper writes Xorg's BusID from the address
-    # the eGPU has at that boot (another port means another bus number), or no Xorg file at all
-    # when it is absent, so X falls back to the built-in GPU (hotplug-security.md §3.7).
+    return gpu, tuple(ids)
 
-    tb, tb_notes = plan_thunderbolt(facts, hp, egpu, bolt_available)
-    notes = list(tb_notes)
 
-    branch = driver_branch(facts, resolution)
+def _display(mode: str, branch: int | None, notes: list[str]) -> tuple[str, ...]:
+    """The nvidia-drm parameters display mode sets (those the branch knows)."""
+    if mode != "display":
+        return ()
     drm_params: tuple[str, ...] = ()
-    if mode == "display":
-        if branch is None:
-            notes.append(
-                "driver branch unknown: nvidia-drm modeset is not set; re-render after the driver "
-                "is installed (Wayland needs modeset=1)"
-            )
-        else:
-            drm_params = tuple(p for p, since in NVIDIA_DRM_PARAMS_SINCE.items() if branch >= since)
+    if branch is None:
         notes.append(
-            "display mode: GDM turns Wayland off unless nvidia-drm modeset=Y, "
-            "NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend/resume services "
-            "are set up; "
-            "check the session type after logging in again (hotplug-security.md §3.8)"
+            "driver branch unknown: nvidia-drm modeset is not set; re-render after the driver "
+            "is installed (Wayland needs modeset=1)"
         )
+    else:
+        drm_params = tuple(p for p, since in NVIDIA_DRM_PARAMS_SINCE.items() if branch >= since)
+    notes.append(
+        "display mode: GDM turns Wayland off unless nvidia-drm modeset=Y, "
+        "NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend/resume services "
+        "are set up; check the session type after logging in again"
+    )
+    return drm_params
 
-    family = distro_family(facts)
+
+def _boot(
+    family: str | None, kernel_params: Iterable[str], notes: list[str]
+) -> tuple[tuple[str, ...] | None, tuple[str, ...], str | None]:
+    """(the initramfs rebuild, the kernel parameters, how they reach the boot loader)."""
     initramfs = INITRAMFS_COMMANDS.get(family) if family else None
     if initramfs is None:
         notes.append(
             "unknown distribution: rebuild the initramfs yourself after the nouveau blacklist"
         )
-
     params = check_kernel_params(kernel_params)
     grub = None
     if params:
@@ -257,41 +310,15 @@ def build_context(
             grub = "grubby"
         else:
             notes.append(f"add these kernel parameters in your boot loader: {' '.join(params)}")
+    return initramfs, params, grub
 
+
+def _tool_path(tool_path: str, notes: list[str]) -> str:
+    """The egpu-setup egpu-eject runs as root; said when a user could replace it."""
     tool_path = check_path(tool_path, "egpu-setup path")
     if not tool_path.startswith(ROOT_OWNED_PREFIXES):
         notes.append(
             f"egpu-eject runs {tool_path} as root: allow egpu-eject in sudoers only if that file "
             "and every directory above it are root-owned and not writable by the user"
         )
-
-    debian_modules = (facts.os.id or "").lower() == "debian"
-    removable = bool(egpu is not None and egpu.removable == "removable")
-    internal_nvidia = [g for g in facts.nvidia_gpus if g.external is False]
-    if runtime_pm_off and internal_nvidia:
-        notes.append(
-            f"the internal {internal_nvidia[0].name or 'NVIDIA GPU'} shares the nvidia module: "
-            "runtime D3 stays on in the module (battery), only the eGPU's path is kept awake"
-        )
-    return RenderContext(
-        profile=name,
-        mode=mode,
-        device_ids=tuple(ids),
-        gpu=gpu,
-        match_removable=removable,
-        debian_modules=debian_modules,
-        branch=branch,
-        drm_params=drm_params,
-        runtime_pm_off=runtime_pm_off,
-        module_rtd3_off=runtime_pm_off and not internal_nvidia,
-        persistenced=persistenced,
-        thunderbolt=tb,
-        initramfs=initramfs,
-        kernel_params=params,
-        grub=grub,
-        tool_path=tool_path,
-        xorg_runtime=XORG_RUNTIME,
-        venv=check_path(venv, "venv path"),
-        wait_timeout=wait_timeout,
-        notes=tuple(notes),
-    )
+    return tool_path

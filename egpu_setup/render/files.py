@@ -14,11 +14,16 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from egpu_setup.detect.facts import HostFacts
+from egpu_setup.profile.types import Profile
 from egpu_setup.render.context import DEFAULT_TOOL_PATH, RenderContext, build_context
 from egpu_setup.render.headers import add_header
+from egpu_setup.resolve.resolution import Resolution
+
+if TYPE_CHECKING:
+    import jinja2
 
 # Where each file goes on the host and which template makes it.
 UDEV_RULES = "/etc/udev/rules.d/71-egpu-setup.rules"
@@ -103,7 +108,7 @@ class RenderSet:
     links: tuple[RenderedLink, ...] = ()
 
 
-def _environment() -> Any:
+def _environment() -> jinja2.Environment:
     # Imported here: jinja2 stays off the CLI startup path (tests/test_startup.py).
     from importlib.resources import files
 
@@ -127,7 +132,12 @@ def _environment() -> Any:
 
 def _files_for(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
     """(template, host path, mode, purpose) of every file this context renders."""
-    out = [
+    return [*_always(ctx), *_optional(ctx)]
+
+
+def _always(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
+    """The files every eGPU gets: udev and modprobe configuration, the units, the helpers."""
+    return [
         (
             "udev/71-egpu-setup.rules.j2",
             UDEV_RULES,
@@ -181,6 +191,11 @@ def _files_for(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
             "fixed-path wrapper for `egpu-setup eject` (for a sudoers rule or a desktop launcher)",
         ),
     ]
+
+
+def _optional(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
+    """The files a profile or a finding asks for: persistenced, the one-UUID rule, GRUB."""
+    out = []
     if ctx.persistenced:
         out.append(
             (
@@ -285,8 +300,8 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
 
 def render_set(
     facts: HostFacts,
-    profile: Any,
-    resolution: Any | None,
+    profile: Profile,
+    resolution: Resolution | None,
     mode: str,
     *,
     bolt_available: bool | None = None,
@@ -310,7 +325,7 @@ def render_set(
         bolt_available = True
     params = list(kernel_params)
     if bar_allocation_failed and not params:
-        params = ["pci=realloc"]  # the first fix to try (hotplug-security.md §2.3)
+        params = ["pci=realloc"]  # the first fix to try (Linux kernel-parameters.txt)
     ctx = build_context(
         facts,
         profile,
@@ -337,29 +352,3 @@ def entry_point_path(argv0: str) -> str | None:
     if argv0.startswith("/") and argv0.rsplit("/", 1)[-1] == "egpu-setup":
         return argv0
     return None
-
-
-def render_all(
-    facts: HostFacts, profile: Any, resolution: Any | None, mode: str, **options: Any
-) -> tuple[RenderedFile, ...]:
-    """The rendered files only (the pinned interface); see render_set for the options."""
-    return render_set(facts, profile, resolution, mode, **options).files
-
-
-def thunderbolt_actions(
-    facts: HostFacts, profile: Any, *, bolt_available: bool | None = None
-) -> tuple[HostCommand, ...]:
-    """The Thunderbolt commands (`boltctl enroll ...`) the installer runs, as argv data."""
-    from egpu_setup.render.thunderbolt import plan_thunderbolt
-
-    if bolt_available is None and any(d.policy for d in facts.thunderbolt.devices):
-        bolt_available = True
-    tb, _ = plan_thunderbolt(facts, profile.hotplug, facts.egpu, bolt_available)
-    if tb.kind == "bolt" and tb.unique_id and tb.policy:
-        return (
-            HostCommand(
-                ("boltctl", "enroll", "--policy", tb.policy, tb.unique_id),
-                f"authorize and store this enclosure only (policy {tb.policy})",
-            ),
-        )
-    return ()

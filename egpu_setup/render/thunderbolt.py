@@ -5,17 +5,17 @@ Never a blanket rule that authorizes every device.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice, TbDomain
 from egpu_setup.errors import ActionRequired
+from egpu_setup.profile.types import HotplugOptions
 from egpu_setup.render.checks import check_bool, check_choice, check_uuid
 
 
 @dataclass(frozen=True)
 class ThunderboltPlan:
-    """How this enclosure gets its PCIe tunnel (hotplug-security.md §1.5, §1.7)."""
+    """How this enclosure gets its PCIe tunnel (Linux admin-guide/thunderbolt.rst; bolt)."""
 
     kind: str  # "none" (not Thunderbolt / nothing to do), "bolt", "udev"
     unique_id: str | None = None
@@ -33,7 +33,7 @@ _TB_CONNECTIONS = ("thunderbolt", "usb4")
 
 
 def _is_peripheral(dev: TbDevice) -> bool:
-    # Route 0 ("0-0", "1-0") is the host router itself (sysfs-bus-thunderbolt [K2]).
+    # Route 0 ("0-0", "1-0") is the host router itself (sysfs-bus-thunderbolt).
     return not (dev.sysfs_name or "").endswith("-0")
 
 
@@ -43,18 +43,18 @@ def _enclosure(
     """The Thunderbolt device that carries the eGPU's PCIe tunnel, or None and why not.
 
     Nothing in sysfs ties a peripheral router to the PCI functions behind it: the Thunderbolt
-    bus exposes routers and their `authorized`/`unique_id`, not the tunnels (sysfs-bus-thunderbolt
-    [K2]; tunnels are listed only in debugfs). The one kernel link is at the host side: on USB4
-    hosts whose ACPI gives a root port `usb4-host-interface`, drivers/thunderbolt/acpi.c
-    (tb_acpi_add_link) adds a device link root port -> NHI (`supplier:pci:<nhi>` under the root
-    port), which names the domain, not the router. So the device is taken to be the enclosure
-    only when (a) the profile pins its UUID, or (b) an external NVIDIA GPU is detected on a
-    Thunderbolt/USB4 link and exactly one peripheral is (or may be) authorized: the GPU is
-    visible, so its tunnel runs through authorized routers, and with one candidate it is that
-    one. Residual assumption: detect's `connection` is right and `authorized` was read while the
-    GPU was attached (a daisy chain or a dock makes two candidates, which is refused).
-    Anything else (eGPU unplugged, a dock alone) names no device: a dock's UUID must never be
-    enrolled as the enclosure.
+    bus exposes routers and their `authorized`/`unique_id`, not the tunnels (Linux
+    Documentation/ABI/testing/sysfs-bus-thunderbolt; tunnels are listed only in debugfs). The
+    one kernel link is at the host side: on USB4 hosts whose ACPI gives a root port `usb4-host-
+    interface`, drivers/thunderbolt/acpi.c (tb_acpi_add_link) adds a device link root port ->
+    NHI (`supplier:pci:<nhi>` under the root port), which names the domain, not the router. So
+    the device is taken to be the enclosure only when (a) the profile pins its UUID, or (b) an
+    external NVIDIA GPU is detected on a Thunderbolt/USB4 link and exactly one peripheral is (or
+    may be) authorized: the GPU is visible, so its tunnel runs through authorized routers, and
+    with one candidate it is that one. Residual assumption: detect's `connection` is right and
+    `authorized` was read while the GPU was attached (a daisy chain or a dock makes two
+    candidates, which is refused). Anything else (eGPU unplugged, a dock alone) names no device:
+    a dock's UUID must never be enrolled as the enclosure.
     """
     peripherals = [d for d in facts.thunderbolt.devices if _is_peripheral(d)]
     if wanted is not None:
@@ -105,24 +105,16 @@ def _domain_of(facts: HostFacts, dev: TbDevice | None) -> TbDomain | None:
 
 
 def plan_thunderbolt(
-    facts: HostFacts, hotplug: Any, egpu: Gpu | None, bolt_available: bool | None
+    facts: HostFacts, hotplug: HotplugOptions, egpu: Gpu | None, bolt_available: bool | None
 ) -> tuple[ThunderboltPlan, tuple[str, ...]]:
     """Decide how the enclosure is authorized: bolt enrolment, a one-UUID udev rule, or nothing.
 
-    Never a blanket rule (hotplug-security.md §1.4). Raises ActionRequired (exit 4) when the
-    firmware's security level forbids PCIe tunnels, before anything is rendered (§7 #15).
+    Never a blanket rule. Raises ActionRequired (exit 4) when the firmware's security level
+    forbids PCIe tunnels, before anything is rendered.
     """
-    connection = hotplug.connection
-    if connection == "oculink" or (egpu is not None and egpu.connection in ("oculink", "pcie")):
-        return ThunderboltPlan("none"), ("OCuLink/PCIe link: no Thunderbolt authorization needed",)
-    if not facts.thunderbolt.domains:
-        if connection in _TB_CONNECTIONS and egpu is None:
-            return ThunderboltPlan("none"), (
-                "no Thunderbolt controller was found (it may be powered down until something is "
-                "plugged in: `boltctl power -q`); re-render with the enclosure connected",
-            )
-        return ThunderboltPlan("none"), ()
-
+    skip = _no_authorization_needed(facts, hotplug, egpu)
+    if skip is not None:
+        return skip
     wanted = hotplug.enclosure_unique_id
     if wanted is not None:
         wanted = check_uuid(wanted, "profile hotplug.enclosure_unique_id")
@@ -130,9 +122,7 @@ def plan_thunderbolt(
     domain = _domain_of(facts, dev)
     security = domain.security if domain else None
     iommu = domain.iommu_dma_protection if domain else None
-    via_tb = egpu is None or egpu.connection in (*_TB_CONNECTIONS, "unknown")
-
-    if security in _NO_PCIE and via_tb:
+    if security in _NO_PCIE and (egpu is None or egpu.connection in (*_TB_CONNECTIONS, "unknown")):
         raise ActionRequired(
             f"Thunderbolt security level is '{security}' on "
             f"{domain.name if domain else 'the controller'}:"
@@ -141,16 +131,7 @@ def plan_thunderbolt(
             "(user) or 'Secure Connect' (secure), or enable 'PCIe tunneling' on USB4; then re-run",
         )
     if security in (None, "none"):
-        notes = []
-        if security == "none":
-            notes.append("Thunderbolt security level 'none': the firmware connects every device")
-            if iommu is False:
-                notes.append(
-                    "warning: no IOMMU DMA protection either; any Thunderbolt device can read "
-                    "memory (enable VT-d / 'Kernel DMA Protection' in the firmware)"
-                )
-        return ThunderboltPlan("none", security=security, iommu=iommu), tuple(notes)
-
+        return ThunderboltPlan("none", security=security, iommu=iommu), _open_notes(security, iommu)
     uuid = wanted or (dev.unique_id if dev else None)
     if uuid is None:
         # Enrol nothing and write no udev rule: a guess could authorize a dock or a stranger's
@@ -160,62 +141,108 @@ def plan_thunderbolt(
             or "the enclosure has no unique_id in sysfs; pin hotplug.enclosure_unique_id in the "
             "profile",
         )
-    uuid = check_uuid(uuid, "Thunderbolt device unique_id")
+    base = ThunderboltPlan(
+        "none",
+        unique_id=check_uuid(uuid, "Thunderbolt device unique_id"),
+        domain=domain.name if domain else None,
+        security=security,
+        iommu=iommu,
+    )
     accept = check_bool(hotplug.accept_no_iommu, "profile hotplug.accept_no_iommu")
-    policy_wanted = check_choice(
+    policy = check_choice(
         hotplug.thunderbolt_policy,
         ("iommu", "auto", "manual"),
         "profile hotplug.thunderbolt_policy",
     )
-    base = {
-        "unique_id": uuid,
-        "domain": domain.name if domain else None,
-        "security": security,
-        "iommu": iommu,
-    }
-    notes: list[str] = []
-
-    use_bolt = bolt_available is not False or security == "secure"
     if security == "secure" and bolt_available is False:
         raise ActionRequired(
             "Thunderbolt security level 'secure' needs bolt for the key challenge; a udev rule "
             "would authorize without the key, so none is written",
             "install bolt (Debian/Ubuntu: apt-get install bolt) and re-run",
         )
-    if use_bolt:
-        # `iommu` acts like `auto` only while IOMMU protection is active, else like `manual`
-        # (bolt-enums.h [B2]): the stricter choice wherever the domain has protection.
-        if policy_wanted == "manual":
-            policy = "manual"
-        elif iommu:
-            policy = "iommu"
-        elif security == "secure" or accept:
-            # secure: bolt stores a key on the device and challenges it on every plug-in [B1].
-            policy = "auto"
-        else:
-            policy = "manual"
-            notes.append(
-                "no IOMMU DMA protection: the enclosure is enrolled with policy 'manual' (run "
-                "`boltctl authorize UUID` after each plug-in); set hotplug.accept_no_iommu: true "
-                "to auto-authorize it by UUID alone, which identity cloning defeats [Thunderspy]"
-            )
-        return ThunderboltPlan("bolt", policy=policy, **base), tuple(notes)
+    if bolt_available is not False or security == "secure":
+        return _by_bolt(base, policy, accept)
+    return _by_udev(base, policy, accept)
 
-    if policy_wanted == "manual":
-        return ThunderboltPlan("none", **base), (
+
+def _no_authorization_needed(
+    facts: HostFacts, hotplug: HotplugOptions, egpu: Gpu | None
+) -> tuple[ThunderboltPlan, tuple[str, ...]] | None:
+    """No Thunderbolt in the way (OCuLink, a plain slot, no controller): nothing to authorize."""
+    connection = hotplug.connection
+    if connection == "oculink" or (egpu is not None and egpu.connection in ("oculink", "pcie")):
+        return ThunderboltPlan("none"), ("OCuLink/PCIe link: no Thunderbolt authorization needed",)
+    if facts.thunderbolt.domains:
+        return None
+    if connection in _TB_CONNECTIONS and egpu is None:
+        return ThunderboltPlan("none"), (
+            "no Thunderbolt controller was found (it may be powered down until something is "
+            "plugged in: `boltctl power -q`); re-render with the enclosure connected",
+        )
+    return ThunderboltPlan("none"), ()
+
+
+def _open_notes(security: str | None, iommu: bool | None) -> tuple[str, ...]:
+    """Level 'none' (or unknown): the firmware authorizes by itself; say what that means."""
+    if security != "none":
+        return ()
+    notes = ["Thunderbolt security level 'none': the firmware connects every device"]
+    if iommu is False:
+        notes.append(
+            "warning: no IOMMU DMA protection either; any Thunderbolt device can read "
+            "memory (enable VT-d / 'Kernel DMA Protection' in the firmware)"
+        )
+    return tuple(notes)
+
+
+def _by_bolt(
+    base: ThunderboltPlan, wanted: str, accept: bool
+) -> tuple[ThunderboltPlan, tuple[str, ...]]:
+    """Enrolment in boltd with the strictest policy the domain allows.
+
+    Policy `iommu` acts like `auto` only while IOMMU protection is active, else like `manual`
+    (bolt's bolt-enums.h, BOLT_POLICY_IOMMU): the stricter choice wherever the domain has
+    protection. At level 'secure' bolt stores a key on the device and challenges it on every
+    plug-in, so `auto` is safe there."""
+    notes: tuple[str, ...] = ()
+    if wanted == "manual":
+        policy = "manual"
+    elif base.iommu:
+        policy = "iommu"
+    elif base.security == "secure" or accept:
+        policy = "auto"
+    else:
+        policy = "manual"
+        notes = (
+            "no IOMMU DMA protection: the enclosure is enrolled with policy 'manual' (run "
+            "`boltctl authorize UUID` after each plug-in); set hotplug.accept_no_iommu: true "
+            "to auto-authorize it by UUID alone, which identity cloning defeats (Thunderspy)",
+        )
+    return replace(base, kind="bolt", policy=policy), notes
+
+
+def _by_udev(
+    base: ThunderboltPlan, wanted: str, accept: bool
+) -> tuple[ThunderboltPlan, tuple[str, ...]]:
+    """Without bolt: a udev rule for this one UUID, only while IOMMU protection is on unless
+    the profile accepts the risk; or nothing, when the profile wants manual authorization."""
+    if wanted == "manual":
+        return base, (
             "profile asks for manual authorization: write 1 to the enclosure's `authorized` "
             "after each plug-in",
         )
     require_iommu = not accept
-    if require_iommu and iommu is not True:
-        notes.append(
+    if require_iommu and base.iommu is not True:
+        note = (
             "the udev rule authorizes the enclosure only while the domain reports "
             "iommu_dma_protection=1, which it does not now: enable VT-d / 'Kernel DMA Protection' "
             "in the firmware, or set hotplug.accept_no_iommu: true to accept the risk"
         )
-    if not require_iommu:
-        notes.append(
+    elif not require_iommu:
+        note = (
             "warning: the profile accepts Thunderbolt without IOMMU protection; the enclosure is "
-            "trusted by UUID alone, which identity cloning defeats (hotplug-security.md §1.5)"
+            "trusted by UUID alone, which identity cloning defeats (Thunderspy)"
         )
-    return ThunderboltPlan("udev", require_iommu=require_iommu, **base), tuple(notes)
+    else:
+        return replace(base, kind="udev", require_iommu=True), ()
+    return replace(base, kind="udev", require_iommu=require_iommu), (note,)

@@ -37,13 +37,16 @@ def flavour_for(
 
 def common_flavour(
     archs: Iterable[Architecture], branch: int, wanted: str, matrix: Matrix
-) -> str | None:
+) -> Literal["open", "proprietary"] | None:
     """A flavour that drives every architecture in `archs` on `branch`, or None."""
     archs = list(archs)
     if not all(a.drives(branch) for a in archs):
         return None
-    for flavour in ["open", "proprietary"] if wanted == "auto" else [wanted]:
-        if all(flavour_for(a, branch, flavour, matrix) == flavour for a in archs):
+    flavours: tuple[Literal["open", "proprietary"], ...] = ("open", "proprietary")
+    for flavour in flavours:
+        if wanted in ("auto", flavour) and all(
+            flavour_for(a, branch, flavour, matrix) == flavour for a in archs
+        ):
             return flavour
     return None
 
@@ -80,7 +83,7 @@ def driver_options(
             [a for a in [arch, *other_archs] if a], branch, c.flavour, matrix
         )
         if other_archs and shared_flavour is not None:
-            flavour = shared_flavour  # type: ignore[assignment]
+            flavour = shared_flavour
         dv = DriverVersion.from_str(version) if version else latest_of_branch(branch)
         out.append(
             DriverOption(source, branch, dv, flavour, not other_archs or shared_flavour is not None)

@@ -15,6 +15,7 @@ from egpu_setup.compat.versions import (
     parse_torch_version,
 )
 from egpu_setup.errors import UsageError
+from egpu_setup.profile.types import Profile
 
 
 @dataclass(frozen=True)
@@ -37,23 +38,18 @@ class Constraints:
     glibc: str | None = None  # the host's glibc, what-if: "2.27" (else the distro's, distros.yaml)
 
 
-def constraints_from_profile(profile: Any | None, **cli: Any) -> Constraints:
-    """Merge a profile's DriverConstraints/TorchConstraints with CLI values (CLI wins; None: unset).
-
-    Duck-typed on the Profile attributes (egpu_setup/profiles.py); this module never imports it."""
+def constraints_from_profile(profile: Profile | None, **cli: Any) -> Constraints:
+    """A profile's driver and torch constraints merged with CLI values (CLI wins; None: unset)."""
     values: dict[str, Any] = {}
     if profile is not None:
-        drv = getattr(profile, "driver", None)
-        tor = getattr(profile, "torch", None)
-        if drv is not None:
-            values["min_branch"] = getattr(drv, "min_branch", None)
-            values["preferred_branch"] = getattr(drv, "preferred_branch", None)
-            values["max_branch"] = getattr(drv, "max_branch", None)
-            values["flavour"] = getattr(drv, "flavour", None) or "auto"
-        if tor is not None:
-            values["torch_spec"] = getattr(tor, "spec", None)
-            values["cuda"] = getattr(tor, "cuda", None)
-            values["extras"] = tuple(getattr(tor, "extras", ()) or ())
+        drv, tor = profile.driver, profile.torch
+        values["min_branch"] = drv.min_branch
+        values["preferred_branch"] = drv.preferred_branch
+        values["max_branch"] = drv.max_branch
+        values["flavour"] = drv.flavour or "auto"
+        values["torch_spec"] = tor.spec
+        values["cuda"] = tor.cuda
+        values["extras"] = tuple(tor.extras)
     known = set(Constraints.__dataclass_fields__)
     for key, value in cli.items():
         if key not in known:

@@ -7,7 +7,8 @@ Arch), a driver that drives the GPU stays, so torch must fit it or the request i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from egpu_setup.compat.matrix import (
     Distro,
@@ -17,8 +18,9 @@ from egpu_setup.compat.versions import (
     DriverVersion,
     latest_of_branch,
 )
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import MatrixError
-from egpu_setup.resolve.branches import driver_options, flavour_for
+from egpu_setup.resolve.branches import DriverOption, driver_options, flavour_for
 from egpu_setup.resolve.constraints import Constraints, branch_ok, requested_range
 from egpu_setup.resolve.explain import explain_mixed, explain_newer, no_driver, why_not_distro
 from egpu_setup.resolve.packages import packages_for
@@ -120,21 +122,48 @@ def driver_unknown_gpu(
     )
 
 
+@dataclass(frozen=True)
+class DriverCase:
+    """What the driver decision on Linux is made from (resolve() gathers it)."""
+
+    matrix: Matrix
+    candidates: tuple[Candidate, ...]  # every wheel that qualifies, best first
+    installed: DriverVersion | None
+    facts: HostFacts | None
+    target: Target
+    others: tuple[Target, ...]  # the machine's other NVIDIA GPUs
+    distro: Distro | None  # whose packages the plan uses; None: no driver packages known
+    distro_label: str | None
+    python: str
+    constraints: Constraints
+
+    @property
+    def loaded_flavour(self) -> Literal["open", "proprietary"] | None:
+        """The module flavour the running driver has (a what-if --driver says nothing of it)."""
+        if self.constraints.driver is not None or self.facts is None:
+            return None
+        flavour = self.facts.nvidia.module_flavour
+        if flavour == "open":
+            return "open"
+        return "proprietary" if flavour == "proprietary" else None
+
+    def runnable(self, driver: DriverVersion) -> list[Candidate]:
+        return [x for x in self.candidates if allows(x, driver, self.matrix)]
+
+    def floor(self, chosen: Candidate) -> str | None:
+        floor = driver_floor(chosen, self.target.arch, self.matrix)
+        return str(floor) if floor else None
+
+
 def keep_blocker(
-    m: Matrix,
-    installed: DriverVersion,
-    facts: Any | None,
-    target: Target,
-    c: Constraints,
-    *,
-    branch_range: bool = True,
+    case: DriverCase, installed: DriverVersion, *, branch_range: bool = True
 ) -> str | None:
     """Why the installed driver cannot stay for this GPU, or None when it can.
 
     `branch_range=False` leaves out the requested branch range: a wish we cannot act on where
     egpu-setup installs no driver (see keep_unmanaged)."""
-    arch = target.arch
-    name = target.gpu.name
+    arch, c = case.target.arch, case.constraints
+    name = case.target.gpu.name
     if arch is not None:
         if arch.last_branch is not None and installed.branch > arch.last_branch:
             return (
@@ -146,11 +175,7 @@ def keep_blocker(
                 f"driver {installed} is older than the first driver for {arch.name} "
                 f"({arch.first_driver})"
             )
-    flavour = (
-        getattr(getattr(facts, "nvidia", None), "module_flavour", None)
-        if c.driver is None
-        else None
-    )
+    flavour = case.loaded_flavour
     if arch is not None and flavour:
         if arch.needs_open and flavour == "proprietary":
             return f"{name} needs the open kernel modules; the proprietary ones are loaded"
@@ -163,156 +188,145 @@ def keep_blocker(
     return None
 
 
-def linux_driver(
-    m: Matrix,
-    cands: list[Candidate],
-    installed: DriverVersion | None,
-    facts: Any | None,
-    target: Target,
-    others: list[Target],
-    distro: Distro | None,
-    distro_label: str | None,
-    python: str,
-    c: Constraints,
-    n: Notes,
-) -> tuple[DriverPlan, Candidate]:
-    arch = target.arch
-    explain_mixed(m, target, others, c, n)
-
+def linux_driver(case: DriverCase, n: Notes) -> tuple[DriverPlan, Candidate]:
+    """Keep the installed driver when it may stay, else install the least risky branch."""
+    m, installed = case.matrix, case.installed
+    explain_mixed(m, case.target, list(case.others), case.constraints, n)
     if (
         installed is not None
-        and distro is None
-        and keep_blocker(m, installed, facts, target, c, branch_range=False) is None
+        and case.distro is None
+        and keep_blocker(case, installed, branch_range=False) is None
     ):
         # No driver packages known here, so the plan cannot change a driver that drives the GPU:
         # torch must fit it (or the request is impossible), whatever branch was asked for.
-        return keep_unmanaged(m, cands, installed, facts, target, distro_label, python, c, n)
-
+        return keep_unmanaged(case, installed, n)
     if installed is not None:
-        blocker = keep_blocker(m, installed, facts, target, c)
-        fitting = [x for x in cands if allows(x, installed, m)]
-        if blocker is None and fitting:
-            chosen = fitting[0]
-            n.reasons.append(
-                f"keeping driver {installed}: it drives {target.gpu.name} "
-                f"and runs torch {chosen.label}"
-            )
-            explain_newer(m, cands, chosen, installed, n, "the installed driver", upgrade_hint=True)
-            flavour = (
-                getattr(getattr(facts, "nvidia", None), "module_flavour", None)
-                if c.driver is None
-                else None
-            )
-            floor = driver_floor(chosen, arch, m)
-            return (
-                DriverPlan(
-                    installed=str(installed),
-                    action="keep",
-                    branch=installed.branch,
-                    minimum=str(floor) if floor else None,
-                    flavour=flavour or (flavour_for(arch, installed.branch, c.flavour, m)),
-                    packages=(),
-                    source="host",
-                ),
-                chosen,
-            )
-        if blocker:
-            n.reasons.append(blocker)
-        elif not fitting:
-            n.reasons.append(
-                f"driver {installed} runs none of the matching wheels "
-                f"(torch {cands[0].label} needs >= {driver_floor(cands[0], arch, m)})"
-            )
+        kept = _keep_installed(case, installed, n)
+        if kept is not None:
+            return kept
+    if case.distro is None:
+        return unsupported_distro(case, n)
+    return _install(case, case.distro, n)
 
-    if distro is None:
-        return unsupported_distro(m, cands, installed, target, distro_label, c, n)
 
-    options = driver_options(m, distro, target, others, c)
-    for option in options:
+def _keep_installed(
+    case: DriverCase, installed: DriverVersion, n: Notes
+) -> tuple[DriverPlan, Candidate] | None:
+    """The installed driver, when it drives the GPU and runs a wheel; else None and why not."""
+    m, arch = case.matrix, case.target.arch
+    blocker = keep_blocker(case, installed)
+    fitting = case.runnable(installed)
+    if blocker is None and fitting:
+        chosen = fitting[0]
+        n.reasons.append(
+            f"keeping driver {installed}: it drives {case.target.gpu.name} "
+            f"and runs torch {chosen.label}"
+        )
+        cands = list(case.candidates)
+        explain_newer(m, cands, chosen, installed, n, "the installed driver", upgrade_hint=True)
+        return _kept(case, installed, chosen), chosen
+    if blocker:
+        n.reasons.append(blocker)
+    elif not fitting:
+        best = case.candidates[0]
+        n.reasons.append(
+            f"driver {installed} runs none of the matching wheels "
+            f"(torch {best.label} needs >= {driver_floor(best, arch, m)})"
+        )
+    return None
+
+
+def _install(case: DriverCase, distro: Distro, n: Notes) -> tuple[DriverPlan, Candidate]:
+    """The first branch (distribution's archive first, then NVIDIA's repository) that drives the
+    GPU and runs one of the wheels; MatrixError naming why none does."""
+    m, c, target = case.matrix, case.constraints, case.target
+    cands = list(case.candidates)
+    for option in driver_options(m, distro, target, list(case.others), c):
         fitting = [x for x in cands if allows(x, option.version, m)]
         if not fitting:
             continue
         chosen = fitting[0]
         # A what-if distro is not this machine: its kernel says nothing about that one's flavour.
-        kernel = None if c.distro else getattr(getattr(facts, "os", None), "kernel", None)
+        kernel = None if c.distro or case.facts is None else case.facts.os.kernel
         pkgs, components, repo = packages_for(m, distro, option, kernel, n)
-        where = (
-            f"{distro.label}'s archive" if option.source == "distro" else "NVIDIA's CUDA repository"
+        _explain_option(case, distro, option, chosen, n)
+        plan = DriverPlan(
+            installed=str(case.installed) if case.installed else None,
+            action=_action(case.installed, option, n),
+            branch=option.branch,
+            minimum=case.floor(chosen),
+            flavour=option.flavour,
+            packages=pkgs,
+            source=option.source,
+            apt_components=components,
+            repo=repo,
         )
-        why = (
-            f"driver branch {option.branch} ({option.flavour} modules) from {where}: it drives "
-            f"{target.gpu.name} and runs torch {chosen.label}"
-        )
-        if option.source == "nvidia-repo":
-            skipped = why_not_distro(m, distro, target, cands, c)
-            if skipped:
-                why += f"; {skipped}"
-        n.reasons.append(why)
-        if option.flavour == "open" and arch is not None and arch.needs_open:
-            n.reasons.append(f"{arch.name} needs the open kernel modules")
-        elif option.flavour == "proprietary" and arch is not None and not arch.open_modules:
-            n.reasons.append(f"{arch.name} is supported by the proprietary kernel modules only")
-        explain_newer(
-            m,
-            cands,
-            chosen,
-            option.version,
-            n,
-            f"branch {option.branch}",
-            upgrade_hint=option.source == "distro",
-        )
-        if installed is None:
-            action: Literal["install", "upgrade"] = "install"
-        elif option.branch > installed.branch:
-            action = "upgrade"
-        else:
-            action = "install"
-            n.warnings.append(
-                f"the installed driver {installed} will be replaced by branch {option.branch}"
-            )
-        floor = driver_floor(chosen, arch, m)
-        return (
-            DriverPlan(
-                installed=str(installed) if installed else None,
-                action=action,
-                branch=option.branch,
-                minimum=str(floor) if floor else None,
-                flavour=option.flavour,
-                packages=pkgs,
-                source=option.source,
-                apt_components=components,
-                repo=repo,
-            ),
-            chosen,
-        )
+        return plan, chosen
     raise no_driver(m, distro, target, cands, c)
 
 
+def _explain_option(
+    case: DriverCase, distro: Distro, option: DriverOption, chosen: Candidate, n: Notes
+) -> None:
+    m, target, arch = case.matrix, case.target, case.target.arch
+    where = f"{distro.label}'s archive" if option.source == "distro" else "NVIDIA's CUDA repository"
+    why = (
+        f"driver branch {option.branch} ({option.flavour} modules) from {where}: it drives "
+        f"{target.gpu.name} and runs torch {chosen.label}"
+    )
+    if option.source == "nvidia-repo":
+        skipped = why_not_distro(m, distro, target, list(case.candidates), case.constraints)
+        if skipped:
+            why += f"; {skipped}"
+    n.reasons.append(why)
+    if option.flavour == "open" and arch is not None and arch.needs_open:
+        n.reasons.append(f"{arch.name} needs the open kernel modules")
+    elif option.flavour == "proprietary" and arch is not None and not arch.open_modules:
+        n.reasons.append(f"{arch.name} is supported by the proprietary kernel modules only")
+    explain_newer(
+        m,
+        list(case.candidates),
+        chosen,
+        option.version,
+        n,
+        f"branch {option.branch}",
+        upgrade_hint=option.source == "distro",
+    )
+
+
+def _action(
+    installed: DriverVersion | None, option: DriverOption, n: Notes
+) -> Literal["install", "upgrade"]:
+    if installed is None:
+        return "install"
+    if option.branch > installed.branch:
+        return "upgrade"
+    n.warnings.append(
+        f"the installed driver {installed} will be replaced by branch {option.branch}"
+    )
+    return "install"
+
+
 def keep_unmanaged(
-    m: Matrix,
-    cands: list[Candidate],
-    installed: DriverVersion,
-    facts: Any | None,
-    target: Target,
-    distro_label: str | None,
-    python: str,
-    c: Constraints,
-    n: Notes,
+    case: DriverCase, installed: DriverVersion, n: Notes
 ) -> tuple[DriverPlan, Candidate]:
     """The installed driver drives the GPU on a distribution we have no driver packages for.
 
     Same policy as WSL2 and the GPU-less case: the driver is managed outside egpu-setup, so the
     torch choice fits the installed driver, or the request is refused (exit 2) naming what the
     installed driver does run. Planning a wheel for a driver we cannot install left a torch that
-    fails at `torch.cuda.is_available()` (CUDA minor-version floors: matrix-facts §1.2)."""
-    arch = target.arch
-    where = distro_label or "this distribution"
-    fitting = [x for x in cands if allows(x, installed, m)]
+    fails at `torch.cuda.is_available()`: a CUDA runtime needs at least the driver its minor
+    version was released with (NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility")."""
+    m, c, target = case.matrix, case.constraints, case.target
+    where = case.distro_label or "this distribution"
+    fitting = case.runnable(installed)
     if not fitting:
-        best = cands[0]
-        floor = driver_floor(best, arch, m)
+        best = case.candidates[0]
+        floor = driver_floor(best, target.arch, m)
         runs = [
-            x for x in candidates(m, python, target, True, None, None) if allows(x, installed, m)
+            x
+            for x in candidates(m, case.python, target, True, None, None)
+            if allows(x, installed, m)
         ]
         hint = f"upgrade the NVIDIA driver to >= {floor} by hand and rerun"
         if runs:
@@ -339,57 +353,48 @@ def keep_unmanaged(
     n.reasons.append(
         f"keeping driver {installed}: it drives {target.gpu.name} and runs torch {chosen.label}"
     )
-    explain_newer(m, cands, chosen, installed, n, "the installed driver")
-    flavour = (
-        getattr(getattr(facts, "nvidia", None), "module_flavour", None)
-        if c.driver is None
-        else None
+    explain_newer(m, list(case.candidates), chosen, installed, n, "the installed driver")
+    return _kept(case, installed, chosen), chosen
+
+
+def _kept(case: DriverCase, installed: DriverVersion, chosen: Candidate) -> DriverPlan:
+    """The plan that keeps the installed driver (its loaded flavour, else the branch's)."""
+    flavour = case.loaded_flavour or flavour_for(
+        case.target.arch, installed.branch, case.constraints.flavour, case.matrix
     )
-    floor = driver_floor(chosen, arch, m)
-    return (
-        DriverPlan(
-            installed=str(installed),
-            action="keep",
-            branch=installed.branch,
-            minimum=str(floor) if floor else None,
-            flavour=flavour or flavour_for(arch, installed.branch, c.flavour, m),
-            packages=(),
-            source="host",
-        ),
-        chosen,
+    return DriverPlan(
+        installed=str(installed),
+        action="keep",
+        branch=installed.branch,
+        minimum=case.floor(chosen),
+        flavour=flavour,
+        packages=(),
+        source="host",
     )
 
 
-def unsupported_distro(
-    m: Matrix,
-    cands: list[Candidate],
-    installed: DriverVersion | None,
-    target: Target,
-    distro_label: str | None,
-    c: Constraints,
-    n: Notes,
-) -> tuple[DriverPlan, Candidate]:
-    arch = target.arch
+def unsupported_distro(case: DriverCase, n: Notes) -> tuple[DriverPlan, Candidate]:
+    """No driver packages known: the branch to install by hand, and the torch it runs."""
+    m, c, arch = case.matrix, case.constraints, case.target.arch
     branch = c.driver_branch or c.preferred_branch or m.nvidia_repo.recommended_branch
     if arch is not None and not arch.drives(branch):
         branch = arch.last_branch or branch
+    cands = case.candidates
     chosen = next((x for x in cands if allows(x, latest_of_branch(branch), m)), cands[0])
-    floor = driver_floor(chosen, arch, m)
+    floor = case.floor(chosen)
     flavour = flavour_for(arch, branch, c.flavour, m)
     n.warnings.append(
-        f"no driver packages known for {distro_label or 'this distribution'}: install NVIDIA "
+        f"no driver packages known for {case.distro_label or 'this distribution'}: install NVIDIA "
         f"driver branch {branch} ({flavour or 'open'} modules, >= {floor}) by hand; "
         "the torch side is resolved"
     )
-    return (
-        DriverPlan(
-            installed=str(installed) if installed else None,
-            action="host-managed",
-            branch=branch,
-            minimum=str(floor) if floor else None,
-            flavour=flavour,
-            packages=(),
-            source="host",
-        ),
-        chosen,
+    plan = DriverPlan(
+        installed=str(case.installed) if case.installed else None,
+        action="host-managed",
+        branch=branch,
+        minimum=floor,
+        flavour=flavour,
+        packages=(),
+        source="host",
     )
+    return plan, chosen

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from egpu_setup.compat.glibc import distro_glibc, glibc_key, torch_floor
+from egpu_setup.compat.glibc import Floor, distro_glibc, glibc_key, torch_floor
 from egpu_setup.errors import MatrixError, UsageError
 from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolution import Notes
@@ -40,18 +40,20 @@ def within_glibc(
             return cands  # an unknown glibc floors nothing (a Python's own check still applies)
         glibc, where = found[0], distro_label or "this distribution"
     have = glibc_key(glibc)
-    keep, dropped = [], []
+    keep: list[Candidate] = []
+    dropped: list[tuple[Candidate, Floor]] = []
     for cand in cands:
         floor = torch_floor(cand.release.version, cand.variant.name)
         needs = glibc_key(floor.glibc) if floor else None
-        (dropped if needs is not None and have is not None and needs > have else keep).append(
-            (cand, floor)
-        )
+        if floor is not None and needs is not None and have is not None and needs > have:
+            dropped.append((cand, floor))
+        else:
+            keep.append(cand)
     if not dropped:
         return cands
     newest_refused, floor = max(dropped, key=lambda x: candidate_order(x[0]))
     if not keep:
-        lowest = min(glibc_key(f.glibc) for _, f in dropped if f)  # type: ignore[type-var]
+        lowest = min(k for _, f in dropped if (k := glibc_key(f.glibc)) is not None)
         need = f"{lowest[0]}.{lowest[1]}"
         hint = (
             f"use a distribution with glibc >= {need} (Ubuntu 20.04, Debian 10, RHEL 8 or newer "
@@ -64,7 +66,7 @@ def within_glibc(
             f"torch {newest_refused.label} needs glibc {floor.glibc} ({floor.tag})",
             hint,
         )
-    best = keep[0][0]
+    best = keep[0]
     newer = [(cand, f) for cand, f in dropped if candidate_order(cand) > candidate_order(best)]
     if newer:
         first, first_floor = min(newer, key=lambda x: candidate_order(x[0]))
@@ -72,4 +74,4 @@ def within_glibc(
             f"glibc {glibc} ({where}): the wheels from torch {first.label} on need glibc "
             f"{first_floor.glibc} ({first_floor.tag}), so the newest that loads is {best.label}"
         )
-    return [cand for cand, _ in keep]
+    return keep

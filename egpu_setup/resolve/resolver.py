@@ -2,7 +2,7 @@
 
 Pure: no I/O beyond reading our own package data. It keys on the GPU's compute capability AND the
 driver AND the distro AND the target Python (uv's `--torch-backend=auto` and light-the-torch look
-only at the driver version, matrix-facts §5). Policy, in order:
+only at the driver version). Policy, in order:
 
 1. Target: the eGPU (or the one NVIDIA GPU, or `--gpu`, or the profile's GPU).
 2. Torch candidates: every (release, variant) with a wheel for the Python, matching `--torch` and
@@ -21,7 +21,8 @@ works.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Literal
 
 from egpu_setup.compat.matrix import (
     Distro,
@@ -33,92 +34,41 @@ from egpu_setup.compat.versions import (
     PythonVersion,
     parse_variant,
 )
+from egpu_setup.detect.facts import HostFacts, OsFacts
 from egpu_setup.errors import UsageError
+from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.constraints import Constraints, parse_distro, parse_python
-from egpu_setup.resolve.driver import driver_unknown_gpu, linux_driver, wsl_driver
+from egpu_setup.resolve.driver import DriverCase, driver_unknown_gpu, linux_driver, wsl_driver
 from egpu_setup.resolve.glibc_floor import within_glibc
 from egpu_setup.resolve.resolution import Notes, Resolution
-from egpu_setup.resolve.target import pick_target
+from egpu_setup.resolve.target import Target, pick_target
 from egpu_setup.resolve.wheels import FALLBACK_PYTHON, candidates, torch_plan
 
 
 def resolve(
-    facts: Any | None,
-    profile: Any | None,
+    facts: HostFacts | None,
+    profile: Profile | None,
     constraints: Constraints,
     matrix: Matrix | None = None,
 ) -> Resolution:
-    """Choose the driver, CUDA variant and torch wheel, with a reason for every choice."""
+    """Choose the driver, CUDA variant and torch wheel, with a reason for every choice.
+
+    `facts` None: what-if inputs only (`resolve --gpu ...`, a bundle's targets)."""
     m = matrix or load_matrix()
-    c = constraints
     n = Notes()
-    if c.cuda is not None:
-        try:
-            c = _replace(c, cuda=parse_variant(c.cuda))
-        except ValueError as exc:
-            raise UsageError(f"--cuda: {exc}", "use e.g. --cuda cu128 or --cuda cpu") from exc
-    if c.flavour not in ("open", "proprietary", "auto"):
-        raise UsageError(f"driver flavour {c.flavour!r} is not open, proprietary or auto")
-    if c.driver_branch is not None and m.branch(c.driver_branch) is None:
-        known = ", ".join(str(b.branch) for b in m.branches)
-        raise UsageError(
-            f"--driver-branch {c.driver_branch}: not an NVIDIA driver branch we know",
-            f"known branches: {known}",
-        )
+    c = _checked(constraints, m)
     installed = _installed_driver(facts, c)
-    os_facts = getattr(facts, "os", None)
-
-    # Platform
+    os_facts = facts.os if facts is not None else None
     platform: Literal["linux", "wsl"] = c.platform or (
-        "wsl" if getattr(os_facts, "wsl", None) else "linux"
+        "wsl" if os_facts is not None and os_facts.wsl else "linux"
     )
-
-    # Distro
-    distro_id, distro_ver = (getattr(os_facts, "id", None), getattr(os_facts, "version_id", None))
-    if c.distro:
-        distro_id, distro_ver = parse_distro(c.distro, m)
-    distro = m.distro(distro_id, distro_ver)
-    distro_label = f"{distro_id}-{distro_ver}" if distro_id and distro_ver else distro_id
-    base = m.base_of(distro_id, distro_ver) if distro is None else None
-    if base is not None:
-        distro = next(d for d in m.distros if d.label == base.base)
-        n.reasons.append(
-            f"{distro_label} uses the {base.base} package archive: planned as {base.base}"
-        )
-
-    # Python
+    distro, distro_label = _distro(os_facts, c, m, n)
     python = _python(facts, c, distro, n)
-
-    # GPU
     target, others = pick_target(facts, profile, c, m, n)
-    want_gpu = target is not None or installed is not None
-    if target is not None:
-        gpu = target.gpu
-        if target.cc is None:
-            n.warnings.append(
-                f"compute capability of {gpu.name} unknown: wheels are not checked for its kernels"
-            )
-        else:
-            n.reasons.append(
-                f"{gpu.name}{' (' + gpu.pci_id + ')' if gpu.pci_id else ''} is {gpu.architecture}, "
-                f"compute capability {target.cc}"
-            )
-    elif installed is not None:
-        n.warnings.append(
-            f"no NVIDIA GPU known: resolved from driver {installed} alone, so the wheel is not "
-            "checked for your GPU's kernels (pass --gpu)"
-        )
-    elif c.cuda not in (None, "cpu"):
-        want_gpu = True
-        n.warnings.append(
-            "no NVIDIA GPU and no driver known: the CUDA wheel is not checked against either"
-        )
-    else:
-        n.warnings.append(
-            "no NVIDIA GPU found: planning the CPU build (plug in the eGPU or pass --gpu)"
-        )
-
+    want_gpu = _explain_target(target, installed, c, n)
     cands = candidates(m, python, target, want_gpu, c.torch_spec, c.cuda)
+    distro_id, distro_ver = _distro_key(os_facts, c, m)
+    base = m.base_of(distro_id, distro_ver) if m.distro(distro_id, distro_ver) is None else None
     cands = within_glibc(cands, c, distro_id, distro_ver, distro_label, base, n)
 
     if platform == "wsl":
@@ -126,10 +76,19 @@ def resolve(
     elif target is None:
         driver, chosen = driver_unknown_gpu(m, cands, installed, n)
     else:
-        driver, chosen = linux_driver(
-            m, cands, installed, facts, target, others, distro, distro_label, python, c, n
+        case = DriverCase(
+            m,
+            tuple(cands),
+            installed,
+            facts,
+            target,
+            tuple(others),
+            distro,
+            distro_label,
+            python,
+            c,
         )
-
+        driver, chosen = linux_driver(case, n)
     torch = torch_plan(m, chosen, c, n)
     if chosen.how == "ptx":
         n.warnings.append(
@@ -150,16 +109,87 @@ def resolve(
     )
 
 
-def _replace(c: Constraints, **kw: Any) -> Constraints:
-    from dataclasses import replace
+def _checked(c: Constraints, m: Matrix) -> Constraints:
+    """The constraints with --cuda normalised; UsageError for what no matrix row can mean."""
+    if c.cuda is not None:
+        try:
+            c = replace(c, cuda=parse_variant(c.cuda))
+        except ValueError as exc:
+            raise UsageError(f"--cuda: {exc}", "use e.g. --cuda cu128 or --cuda cpu") from exc
+    if c.flavour not in ("open", "proprietary", "auto"):
+        raise UsageError(f"driver flavour {c.flavour!r} is not open, proprietary or auto")
+    if c.driver_branch is not None and m.branch(c.driver_branch) is None:
+        known = ", ".join(str(b.branch) for b in m.branches)
+        raise UsageError(
+            f"--driver-branch {c.driver_branch}: not an NVIDIA driver branch we know",
+            f"known branches: {known}",
+        )
+    return c
 
-    return replace(c, **kw)
+
+def _distro_key(
+    os_facts: OsFacts | None, c: Constraints, m: Matrix
+) -> tuple[str | None, str | None]:
+    """(id, version) of the distribution asked for: --distro, else the host's os-release."""
+    if c.distro:
+        return parse_distro(c.distro, m)
+    if os_facts is None:
+        return None, None
+    return os_facts.id, os_facts.version_id
 
 
-def _installed_driver(facts: Any | None, c: Constraints) -> DriverVersion | None:
+def _distro(
+    os_facts: OsFacts | None, c: Constraints, m: Matrix, n: Notes
+) -> tuple[Distro | None, str | None]:
+    """(the distribution whose packages the plan uses, the host's own label): a derivative
+    (Linux Mint) is planned as its base."""
+    distro_id, distro_ver = _distro_key(os_facts, c, m)
+    distro = m.distro(distro_id, distro_ver)
+    label = f"{distro_id}-{distro_ver}" if distro_id and distro_ver else distro_id
+    base = m.base_of(distro_id, distro_ver) if distro is None else None
+    if base is not None:
+        distro = next(d for d in m.distros if d.label == base.base)
+        n.reasons.append(f"{label} uses the {base.base} package archive: planned as {base.base}")
+    return distro, label
+
+
+def _explain_target(
+    target: Target | None, installed: DriverVersion | None, c: Constraints, n: Notes
+) -> bool:
+    """Say which GPU the plan is for (or that none is known); True when CUDA wheels are wanted."""
+    if target is not None:
+        gpu = target.gpu
+        if target.cc is None:
+            n.warnings.append(
+                f"compute capability of {gpu.name} unknown: wheels are not checked for its kernels"
+            )
+        else:
+            n.reasons.append(
+                f"{gpu.name}{' (' + gpu.pci_id + ')' if gpu.pci_id else ''} is {gpu.architecture}, "
+                f"compute capability {target.cc}"
+            )
+        return True
+    if installed is not None:
+        n.warnings.append(
+            f"no NVIDIA GPU known: resolved from driver {installed} alone, so the wheel is not "
+            "checked for your GPU's kernels (pass --gpu)"
+        )
+        return True
+    if c.cuda not in (None, "cpu"):
+        n.warnings.append(
+            "no NVIDIA GPU and no driver known: the CUDA wheel is not checked against either"
+        )
+        return True
+    n.warnings.append(
+        "no NVIDIA GPU found: planning the CPU build (plug in the eGPU or pass --gpu)"
+    )
+    return False
+
+
+def _installed_driver(facts: HostFacts | None, c: Constraints) -> DriverVersion | None:
     text = c.driver
     if text is None and facts is not None:
-        text = getattr(getattr(facts, "nvidia", None), "driver_version", None)
+        text = facts.nvidia.driver_version
         if text:
             text = str(text).splitlines()[0].strip()  # WSL nvidia-smi: first line only (uv#14647)
     if not text:
@@ -172,10 +202,10 @@ def _installed_driver(facts: Any | None, c: Constraints) -> DriverVersion | None
         return None
 
 
-def _python(facts: Any | None, c: Constraints, distro: Distro | None, n: Notes) -> str:
+def _python(facts: HostFacts | None, c: Constraints, distro: Distro | None, n: Notes) -> str:
     if c.python:
         return parse_python(c.python)
-    detected = getattr(getattr(facts, "python", None), "version", None)
+    detected = facts.python.version if facts is not None else None
     if detected:
         try:
             return str(PythonVersion.from_str(detected))

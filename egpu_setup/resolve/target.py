@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from egpu_setup.compat.matrix import (
     Architecture,
@@ -13,7 +12,9 @@ from egpu_setup.compat.matrix import (
 from egpu_setup.compat.versions import (
     ComputeCapability,
 )
+from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.errors import UsageError
+from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolution import Notes, ResolvedGpu
 
@@ -90,7 +91,7 @@ def make_target(
     )
 
 
-def target_from_fact(gpu: Any, matrix: Matrix) -> Target:
+def target_from_fact(gpu: Gpu, matrix: Matrix) -> Target:
     cc = gpu.compute_capability
     arch_name = gpu.architecture
     name = gpu.name or f"NVIDIA device {gpu.device_id}"
@@ -108,14 +109,12 @@ def target_from_fact(gpu: Any, matrix: Matrix) -> Target:
     return make_target(matrix, name, pci_id, arch_name, cc)
 
 
-def target_from_profile(profile: Any, matrix: Matrix) -> Target | None:
-    spec = getattr(profile, "gpu", None)
-    if spec is None:
-        return None
-    cc = getattr(spec, "compute_capability", None)
-    arch_name = getattr(spec, "architecture", None)
-    ids = tuple(getattr(spec, "device_ids", ()) or ())
-    name = getattr(spec, "name", None) or "profile GPU"
+def target_from_profile(profile: Profile, matrix: Matrix) -> Target | None:
+    spec = profile.gpu
+    cc = spec.compute_capability
+    arch_name: str | None = spec.architecture
+    ids = spec.device_ids
+    name = spec.name or "profile GPU"
     if cc is None and (arch_name or "any") == "any" and not ids:
         return None  # a generic profile names no GPU
     if cc is None:
@@ -128,11 +127,9 @@ def target_from_profile(profile: Any, matrix: Matrix) -> Target | None:
 
 
 def pick_target(
-    facts: Any | None, profile: Any | None, c: Constraints, m: Matrix, n: Notes
+    facts: HostFacts | None, profile: Profile | None, c: Constraints, m: Matrix, n: Notes
 ) -> tuple[Target | None, list[Target]]:
-    nvidia = [
-        g for g in (getattr(facts, "gpus", ()) or ()) if getattr(g, "vendor", None) == "nvidia"
-    ]
+    nvidia = list(facts.nvidia_gpus) if facts is not None else []
     if c.gpu:
         target = identify_gpu(c.gpu, m, n)
         others = [
@@ -140,10 +137,9 @@ def pick_target(
         ]
         return target, others
     if nvidia:
-        egpu = getattr(facts, "egpu", None)
-        chosen = egpu
+        chosen = facts.egpu if facts is not None else None
         if chosen is None and profile is not None:
-            ids = set(getattr(getattr(profile, "gpu", None), "device_ids", ()) or ())
+            ids = set(profile.gpu.device_ids)
             chosen = next((g for g in nvidia if g.device_id in ids), None)
         if chosen is None and len(nvidia) == 1:
             chosen = nvidia[0]
@@ -157,14 +153,14 @@ def pick_target(
             )
         others = [target_from_fact(g, m) for g in nvidia if g is not chosen]
         target = target_from_fact(chosen, m)
-        if getattr(chosen, "external", None):
+        if chosen.external:
             n.reasons.append(f"planning for the external GPU at {chosen.pci_address}")
         return target, others
     if profile is not None:
-        target = target_from_profile(profile, m)
-        if target is not None:
+        from_profile = target_from_profile(profile, m)
+        if from_profile is not None:
             n.reasons.append(
-                f"no NVIDIA GPU detected: planning for the profile's GPU, {target.gpu.name}"
+                f"no NVIDIA GPU detected: planning for the profile's GPU, {from_profile.gpu.name}"
             )
-        return target, []
+        return from_profile, []
     return None, []

@@ -8,7 +8,6 @@ newest release, SASS before PTX, stable before experimental, newest CUDA first.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from egpu_setup.compat.matrix import (
     Architecture,
@@ -40,7 +39,7 @@ class Candidate:
         return f"{self.release.version}+{self.variant.name}"
 
 
-def candidate_order(c: Candidate) -> tuple[Any, ...]:
+def candidate_order(c: Candidate) -> tuple[tuple[int, ...], bool, bool, tuple[int, int]]:
     cuda = variant_cuda(c.variant.name) or (0, 0)
     return (c.release.key, c.how != "ptx", c.variant.stable, cuda)
 
@@ -65,10 +64,10 @@ def candidates(
     pairs = [(t, v) for t in matrix.torch for v in t.variants if (v.name == "cpu") == kind_cpu]
     pairs_py = [(t, v) for t, v in pairs if python in t.pythons(v)]
     if not pairs_py:
-        pys = sorted({p for t, v in pairs for p in t.pythons(v)}, key=PythonVersion.from_str)
+        every = sorted({p for t, v in pairs for p in t.pythons(v)}, key=PythonVersion.from_str)
         raise MatrixError(
             f"no torch wheel exists for Python {python}",
-            f"torch 2.x has wheels for Python {pys[0]} to {pys[-1]}; "
+            f"torch 2.x has wheels for Python {every[0]} to {every[-1]}; "
             f"use e.g. --python {FALLBACK_PYTHON}",
         )
     pairs_spec = [(t, v) for t, v in pairs_py if matches_spec(t.version)]
@@ -132,8 +131,10 @@ def no_kernels(
     pairs_py: list[tuple[TorchVersion, TorchVariant]],
     pairs_spec: list[tuple[TorchVersion, TorchVariant]],
 ) -> MatrixError:
-    gpu = f"{target.gpu.name} (compute capability {target.cc})"
-    working = [(t, v) for t, v in pairs_py if v.arch is not None and v.arch.runs(target.cc)]  # type: ignore[arg-type]
+    cc = target.cc
+    assert cc is not None  # no_kernels is asked only for a GPU whose capability is known
+    gpu = f"{target.gpu.name} (compute capability {cc})"
+    working = [(t, v) for t, v in pairs_py if v.arch is not None and v.arch.runs(cc)]
     what = " ".join(p for p in ("torch " + spec_text if spec else "", cuda, "wheel") if p)
     if not working:
         return MatrixError(

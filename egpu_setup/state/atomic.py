@@ -24,7 +24,8 @@ def sha256(data: bytes) -> str:
 
 
 def fsync_dir(directory: Path) -> None:
-    """Make a rename durable: fsync the directory entry (reference §6.1, not done by Ansible)."""
+    """Make a rename durable: fsync the directory entry (fsync(2); Ansible's atomic_move does
+    not)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

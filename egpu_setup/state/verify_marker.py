@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
+from egpu_setup.host.machine import Host
 from egpu_setup.state.atomic import atomic_write
 from egpu_setup.state.paths import refuse_link
 
@@ -14,7 +14,7 @@ from egpu_setup.state.paths import refuse_link
 VERIFY_MARKER = "/var/lib/egpu-setup/verify-after-reboot"
 
 
-def write_verify_marker(host: Any, run_id: str, reason: str) -> None:
+def write_verify_marker(host: Host, run_id: str, reason: str) -> None:
     """Arm egpu-setup-verify.service for the next boot (atomically, under the target root)."""
     data = {"run": run_id, "reason": reason, "time": round(time.time(), 3)}
     # location, not real_path: a link planted as the marker is replaced, never written through
@@ -23,7 +23,7 @@ def write_verify_marker(host: Any, run_id: str, reason: str) -> None:
     atomic_write(path, (json.dumps(data) + "\n").encode(), 0o644)
 
 
-def remove_verify_marker(host: Any) -> bool:
+def remove_verify_marker(host: Host) -> bool:
     """Disarm it (rollback took the unit away); True when there was one (a link in its place
     goes too: what it points to is never touched)."""
     try:

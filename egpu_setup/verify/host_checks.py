@@ -4,7 +4,7 @@ Pure functions over HostFacts and command text, plus one thin `probe_host_checks
 that text through the Host. A kernel module and a userspace library of different versions is
 the classic state after a driver upgrade without a reboot: nvidia-smi then prints "Failed to
 initialize NVML: Driver/library version mismatch" and, on recent drivers, "NVML library version:
-570.124" (reference/hotplug-security.md §7 row 33).
+570.124" (tests/data/real/ has users' pastes of it).
 """
 
 from __future__ import annotations

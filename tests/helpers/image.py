@@ -1,6 +1,6 @@
 """Bootable Debian 12 images for the slow tests: entered properly, packages from a shared cache.
 
-An image starts as a copy of the debootstrap root of tests/_debroot.py (its cache, its mirror:
+An image starts as a copy of the debootstrap root of tests/helpers/debroot.py (its cache, its mirror:
 the one this machine's apt uses), gets a kernel and systemd, and then what egpu-setup installs
 for a lab image: the NVIDIA driver that `egpu-setup resolve --distro debian-12` names, built by
 DKMS for the image's own kernel.
@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import _debroot
+from helpers import debroot as _debroot
 
 ENTER = Path(__file__).with_name("enter_root.py")
 SUITE = "bookworm"

@@ -13,8 +13,16 @@ import hashlib
 import os
 import secrets
 import stat
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from conftest import FIXTURES
+
+TB4 = FIXTURES / "tb4-rtx4090-ubuntu2404"  # the recorded laptop the attacks install for
+STATE = "var/lib/egpu-setup"  # the state directory, relative to an image root
+UDEV = "etc/udev/rules.d/71-egpu-setup.rules"  # a file install manages
 
 
 def tree_digest(base: Path) -> dict[str, tuple[str, ...]]:
@@ -99,3 +107,20 @@ class Sentinel:
                 if p.is_file() and not p.is_symlink() and needle in p.read_bytes():
                     found.append(str(p))
         return found
+
+
+def install(
+    cli: Callable[..., subprocess.CompletedProcess], img: Path, *extra: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """`install --only config` of the recorded TB4 laptop into the image `img`."""
+    return cli(
+        "install", "--profile", "rtx4090", "--only", "config", "--root", str(img), "--from",
+        str(TB4), "--yes", *extra, timeout=timeout,
+    )  # fmt: skip
+
+
+def clean_error(res: subprocess.CompletedProcess) -> None:
+    """The refusal is an `error:` and a `hint:`, no traceback and no "internal error"."""
+    assert res.stderr.startswith("error: ") or "\nerror: " in res.stderr, res.stderr
+    assert "\nhint: " in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr

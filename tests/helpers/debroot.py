@@ -1,0 +1,153 @@
+"""Real Debian roots for install tests, built once with debootstrap and copied per test.
+
+Debian 12 (bookworm) and 13 (trixie), minbase, `main` only: a freshly installed Debian has no
+contrib/non-free components, which is exactly what the install plan must add as a deb822 drop-in.
+The mirror is read from this machine's own apt configuration (/etc/apt/sources*);
+no host name is written into the repository.
+
+Cache: $EGPU_SETUP_TEST_CACHE/debroot/<suite> when set (kept between sessions), else a temporary
+directory for this test session. Each test gets its own copy (`cp -a --reflink=auto`), so a test
+can install, write and roll back without disturbing the next one.
+
+Run directly to warm the cache:  python tests/helpers/debroot.py bookworm trixie
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SUITES = ("bookworm", "trixie")
+_MARKER = ".egpu-setup-debroot-complete"
+# A policy-rc.d that refuses every service start: nothing in a root must start daemons.
+_POLICY_RC = "#!/bin/sh\nexit 101\n"
+
+
+class DebrootUnavailable(Exception):
+    """debootstrap or a mirror is missing: tests skip with this reason."""
+
+
+def host_mirror(etc: Path = Path("/etc/apt")) -> str:
+    """The Debian archive URI this machine's apt uses (deb822 or one-line sources)."""
+    candidates: list[str] = []
+    for path in sorted((etc / "sources.list.d").glob("*.sources")):
+        for stanza in re.split(r"\n\s*\n", path.read_text(errors="replace")):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line.startswith("#") or ":" not in line:
+                    continue
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if fields.get("enabled", "yes").lower() == "no":
+                continue
+            suites = fields.get("suites", "").split()
+            if any(s in SUITES or s in ("stable", "oldstable") for s in suites):
+                candidates.extend(fields.get("uris", "").split())
+    one_line = etc / "sources.list"
+    if one_line.is_file():
+        for line in one_line.read_text(errors="replace").splitlines():
+            m = re.match(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
+            if m and m.group(2) in (*SUITES, "stable", "oldstable"):
+                candidates.append(m.group(1))
+    for uri in candidates:
+        if uri.startswith(("http://", "https://", "file:")) and "security" not in uri:
+            return uri
+    raise DebrootUnavailable("no Debian archive found in /etc/apt/sources.list*")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("EGPU_SETUP_TEST_CACHE")
+    if base:
+        d = Path(base) / "debroot"
+    else:
+        d = Path(tempfile.gettempdir()) / f"egpu-setup-debroot-{os.getuid()}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def build(suite: str, dest: Path | None = None) -> Path:
+    """A complete minbase root for `suite` in the cache (built on first use; ~30 s).
+
+    Parallel test workers (pytest-xdist) share the cache: the first one to ask builds the root
+    under an exclusive lock, the others wait for it and then use the same root."""
+    if shutil.which("debootstrap") is None:
+        raise DebrootUnavailable("debootstrap is not installed (apt-get install debootstrap)")
+    if os.geteuid() != 0:
+        raise DebrootUnavailable("debootstrap and chroot need root")
+    root = dest or cache_dir() / suite
+    if (root / _MARKER).is_file():
+        return root
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / _MARKER).is_file():
+            return root
+        return _debootstrap(suite, root)
+
+
+def _debootstrap(suite: str, root: Path) -> Path:
+    mirror = host_mirror()
+    work = root.with_name(root.name + ".building")
+    shutil.rmtree(work, ignore_errors=True)
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["debootstrap", "--variant=minbase", "--components=main", suite, str(work), mirror],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise DebrootUnavailable(f"debootstrap {suite} failed: {proc.stderr[-500:]}")
+    (work / "usr/sbin/policy-rc.d").write_text(_POLICY_RC)
+    (work / "usr/sbin/policy-rc.d").chmod(0o755)
+    shutil.copy("/etc/resolv.conf", work / "etc/resolv.conf")
+    for deb in (work / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+    upd = subprocess.run(
+        ["chroot", str(work), "apt-get", "update"], capture_output=True, text=True, check=False
+    )
+    if upd.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise DebrootUnavailable(f"apt-get update in {suite} root failed: {upd.stderr[-500:]}")
+    (work / _MARKER).write_text(f"{suite} built in {time.monotonic() - started:.1f} s\n")
+    shutil.rmtree(root, ignore_errors=True)
+    work.rename(root)
+    return root
+
+
+def copy_root(suite: str, dest: Path) -> Path:
+    """A private copy of the cached root at `dest` (reflinks where the filesystem has them)."""
+    src = build(suite)
+    subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(dest)], check=True)
+    (dest / _MARKER).unlink(missing_ok=True)
+    return dest
+
+
+def snapshot(root: Path, sub: str = "etc") -> dict[str, tuple[str, bytes | str]]:
+    """Every entry under root/sub: regular files by bytes and mode, links by target, dirs."""
+    out: dict[str, tuple[str, bytes | str]] = {}
+    base = root / sub
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir", oct(p.stat().st_mode))
+            else:
+                out[rel] = (oct(p.stat().st_mode), p.read_bytes())
+    return out
+
+
+if __name__ == "__main__":
+    for s in sys.argv[1:] or SUITES:
+        t = time.monotonic()
+        print(s, build(s), f"{time.monotonic() - t:.1f} s")

@@ -1,0 +1,112 @@
+"""A PEP 503 "simple" index on 127.0.0.1, served by a real http.server from a temp directory.
+
+Holds the torch 2.13.0 CPU wheel that `pip download` finds with this machine's own pip
+configuration (plus its dependencies), and small wheels built here. Requests are logged so a
+test can prove where pip/uv got their files from.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from helpers.loopback import LoopbackServer
+
+TORCH_SPEC = "torch==2.13.0"
+
+
+def build_wheel(directory: Path, name: str, version: str, body: str = "") -> Path:
+    """A minimal, valid pure-Python wheel (METADATA, WHEEL, RECORD with hashes)."""
+    mod = name.replace("-", "_")
+    dist = f"{mod}-{version}"
+    files = {
+        f"{mod}/__init__.py": f"__version__ = {version!r}\n{body}",
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: egpu-setup-tests\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{dist}.dist-info/RECORD,,")
+    files[f"{dist}.dist-info/RECORD"] = "\n".join(record) + "\n"
+    out = directory / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(out, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return out
+
+
+def download_torch(directory: Path) -> list[Path]:
+    """torch 2.13.0 (CPU) and its dependencies, as this machine's pip finds them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / ".complete"
+    if not marker.exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "-d", str(directory), TORCH_SPEC],
+            check=True,
+        )
+        marker.write_text("ok\n")
+    return sorted(directory.glob("*.whl"))
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("EGPU_SETUP_TEST_CACHE") or tempfile.gettempdir()
+    return Path(base) / "wheels-torch-2.13.0"
+
+
+class LocalIndex:
+    """`with LocalIndex(wheels) as idx: idx.url` -> "http://127.0.0.1:PORT/simple/"."""
+
+    def __init__(self, wheels: list[Path]):
+        self._tmp = tempfile.TemporaryDirectory(prefix="egpu-setup-index-")
+        self.dir = Path(self._tmp.name)
+        by_project: dict[str, list[Path]] = {}
+        for whl in wheels:
+            by_project.setdefault(canonicalize_name(whl.name.split("-")[0]), []).append(whl)
+        simple = self.dir / "simple"
+        (self.dir / "files").mkdir(parents=True)
+        for project, files in by_project.items():
+            (simple / project).mkdir(parents=True)
+            links = []
+            for whl in files:
+                target = self.dir / "files" / whl.name
+                os.symlink(whl.resolve(), target)
+                digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+                href = f"../../files/{html.escape(whl.name.replace('+', '%2B'))}#sha256={digest}"
+                links.append(f'<a href="{href}">{html.escape(whl.name)}</a><br>')
+            (simple / project / "index.html").write_text(
+                "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
+            )
+        (simple / "index.html").write_text(
+            "<!DOCTYPE html><html><body>\n"
+            + "\n".join(f'<a href="{p}/">{p}</a>' for p in sorted(by_project))
+            + "\n</body></html>\n"
+        )
+
+    def __enter__(self) -> LocalIndex:
+        self.server = LoopbackServer(root=self.dir)
+        return self
+
+    @property
+    def requests(self) -> list[str]:
+        """The path of every request the index answered, in order."""
+        return self.server.paths
+
+    @property
+    def url(self) -> str:
+        return f"{self.server.url}simple/"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()
+        self._tmp.cleanup()

@@ -1,0 +1,78 @@
+"""A run killed after writing a trigger file but before its follow-up command owes that command:
+the next run plans it again and clears the debt only when it ran (issue 6: converges)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import PlanOptions
+from egpu_setup.plan.steps import RunCommand
+from egpu_setup.render.files import HostCommand
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
+from helpers import install_values as values
+
+NOUVEAU = values.rendered()[1]
+INITRAMFS = HostCommand(("update-initramfs", "-u"), "rebuild the initramfs", after=(NOUVEAU.path,))
+OPTS = PlanOptions(target="root", only=frozenset({"driver", "config"}))
+
+SCRIPT = """
+import sys
+sys.path[:0] = [{tests!r}]
+from helpers import install_values as values
+from egpu_setup.execute.executor import ExecOptions, execute
+from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.build import build_plan
+from egpu_setup.plan.options import PlanOptions
+from egpu_setup.render.files import HostCommand
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
+
+nouveau = values.rendered()[1]
+cmd = HostCommand(("update-initramfs", "-u"), "rebuild the initramfs", after=(nouveau.path,))
+host = RootHost({root!r})
+paths = StatePaths.for_root(host.root)
+opts = PlanOptions(target="root", only=frozenset({{"driver", "config"}}))
+plan = build_plan(values.facts(), None, values.resolution(action="keep"), (nouveau,), host, opts,
+                  Manifest.load(paths), (cmd,))
+execute(plan, host, paths, ExecOptions())
+"""
+
+
+def plan_for(root: Path):
+    host = RootHost(root)
+    manifest = Manifest.load(StatePaths.for_root(host.root))
+    return build_plan(
+        values.facts(), None, values.resolution(action="keep"), (NOUVEAU,), host, OPTS, manifest,
+        (INITRAMFS,),
+    )  # fmt: skip
+
+
+def test_a_command_owed_by_a_killed_run_is_run_by_the_next(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc/modprobe.d").mkdir(parents=True)
+    (root / "var/lib/dpkg").mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text("")
+    first = plan_for(root)
+    index = next(i for i, s in enumerate(first.steps) if isinstance(s, RunCommand))
+    env = {**os.environ, "EGPU_SETUP_TEST_KILL_AT": f"{index}:begin"}
+    script = SCRIPT.format(tests=str(REPO / "tests"), root=str(root))
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, check=False)
+    assert res.returncode == -9, res.stderr  # killed right before the command
+    assert (root / NOUVEAU.path.lstrip("/")).exists()  # the trigger file was written
+    paths = StatePaths.for_root(root)
+    assert Manifest.load(paths).pending_commands() == (INITRAMFS.argv,)
+
+    again = plan_for(root)
+    assert [s.kind for s in again.steps] == ["run-command"] and again.steps[0].owed
+    # update-initramfs is not in this image: the step is skipped, and that settles the debt
+    execute(again, RootHost(root), paths, ExecOptions())
+    assert Manifest.load(paths).pending_commands() == ()
+    assert plan_for(root).steps == ()

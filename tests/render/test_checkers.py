@@ -1,0 +1,256 @@
+"""Every rendered file passes the real checker for its format.
+
+shellcheck + `bash -n` (scripts and the GRUB drop-in, which grub-mkconfig sources as shell),
+`systemd-analyze verify` with EMPTY stderr (it exits 0 on unknown keys, printing them to stderr),
+`udevadm verify` from Debian 13 (systemd >= 254; Debian 12's 252 lacks the verb), Xorg's own
+config parser for the Xorg file the boot helper writes, and for xorg.conf.d with our link
+dangling (eGPU absent) and resolving (present). A test skips only when its checker cannot be installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from egpu_setup.render.files import XORG_DROPIN, RenderedFile, render_set
+from helpers.render_cases import CASES, fake_sys, run_helper
+
+RENDERS = [
+    pytest.param(name, mode, id=f"{name}-{mode}")
+    for name, (_, _, _, modes) in CASES.items()
+    for mode in modes
+]
+
+
+def _files(name: str, mode: str) -> tuple[RenderedFile, ...]:
+    facts, prof, opts, _ = CASES[name]
+    return render_set(facts, prof, None, mode, **opts).files
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"{tool} is not installed (.ci/run installs it)")
+    return path
+
+
+def _shell_files(files):
+    return [f for f in files if f.content.startswith("#!/bin/sh") or f.path.endswith(".cfg")]
+
+
+@pytest.mark.parametrize(("name", "mode"), RENDERS)
+def test_scripts_pass_bash_n_and_shellcheck(name: str, mode: str, tmp_path: Path) -> None:
+    shellcheck = _need("shellcheck")
+    scripts = _shell_files(_files(name, mode))
+    assert any(f.path == "/usr/local/bin/egpu-hotplug" for f in scripts)
+    for f in scripts:
+        path = tmp_path / Path(f.path).name
+        path.write_text(f.content)
+        syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert syntax.returncode == 0, f"{f.path}: {syntax.stderr}"
+        lint = subprocess.run(
+            [shellcheck, "-s", "sh", "-f", "gcc", str(path)], capture_output=True, text=True
+        )
+        assert lint.returncode == 0 and lint.stdout == "", f"{f.path}:\n{lint.stdout}{lint.stderr}"
+
+
+def test_shellcheck_catches_a_bad_script(tmp_path: Path) -> None:
+    """The checker is live: an unquoted expansion is reported (SC2086)."""
+    shellcheck = _need("shellcheck")
+    bad = tmp_path / "bad.sh"
+    bad.write_text("#!/bin/sh\nx=$1\nrm $x\n")
+    lint = subprocess.run(
+        [shellcheck, "-s", "sh", "-f", "gcc", str(bad)], capture_output=True, text=True
+    )
+    assert lint.returncode != 0 and "SC2086" in lint.stdout
+
+
+# -- systemd ---------------------------------------------------------------------------------------
+
+
+def _fake_root(tmp_path: Path, files: tuple[RenderedFile, ...]) -> Path:
+    """A root with the host's unit directory, usr-merged /bin and stubs for every ExecStart."""
+    root = tmp_path / "root"
+    (root / "usr/lib/systemd").mkdir(parents=True)
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    for d in ("bin", "sbin", "lib"):
+        (root / "usr" / d).mkdir(parents=True, exist_ok=True)
+        (root / d).symlink_to(f"usr/{d}")
+    (root / "usr/local/bin").mkdir(parents=True)
+    for stub in ("usr/bin/rm", "usr/bin/nvidia-persistenced", "usr/local/bin/egpu-setup"):
+        (root / stub).write_text("#!/bin/sh\nexit 0\n")
+        (root / stub).chmod(0o755)
+    for f in files:
+        target = root / f.path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f.content)
+        target.chmod(f.mode)
+    return root
+
+
+@pytest.mark.parametrize(("name", "mode"), RENDERS)
+def test_units_pass_systemd_analyze_verify(name: str, mode: str, tmp_path: Path) -> None:
+    analyze = _need("systemd-analyze")
+    files = _files(name, mode)
+    units = [f.path for f in files if f.path.endswith(".service")]
+    assert len(units) >= 3
+    root = _fake_root(tmp_path, files)
+    for unit in units:
+        res = subprocess.run(
+            [analyze, "verify", f"--root={root}", unit], capture_output=True, text=True
+        )
+        assert (res.returncode, res.stderr) == (0, ""), f"{unit}:\n{res.stderr}"
+
+
+def test_systemd_analyze_catches_a_bad_unit(tmp_path: Path) -> None:
+    """The reason for asserting empty stderr: a typo'd key still exits 0."""
+    analyze = _need("systemd-analyze")
+    root = _fake_root(tmp_path, ())
+    unit = root / "etc/systemd/system/bad.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(
+        "[Unit]\nAfterr=bolt.service\n[Service]\nType=oneshot\nExecStart=/usr/bin/rm -f /x\n"
+    )
+    res = subprocess.run(
+        [analyze, "verify", f"--root={root}", "/etc/systemd/system/bad.service"],
+        capture_output=True,
+        text=True,
+    )
+    assert "Afterr" in res.stderr
+
+
+# -- udev ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def udev_root() -> Path:
+    from helpers.debroot import DebrootUnavailable
+    from helpers.udev_root import udev_root as build
+
+    try:
+        return build()
+    except DebrootUnavailable as exc:
+        pytest.skip(f"no udevadm >= 254: {exc}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "mode"), RENDERS)
+def test_rules_pass_udevadm_verify(name: str, mode: str, udev_root: Path) -> None:
+    from helpers.udev_root import udevadm_verify
+
+    rules = {Path(f.path).name: f.content for f in _files(name, mode) if f.path.endswith(".rules")}
+    res = udevadm_verify(udev_root, rules)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"Success: {len(rules)}" in res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_udevadm_verify_catches_a_bad_rule(udev_root: Path) -> None:
+    from helpers.udev_root import udevadm_verify
+
+    res = udevadm_verify(udev_root, {"98-bad.rules": 'ACTION="add" SUBSYSTEM=="pci"\n'})
+    assert res.returncode != 0
+
+
+# -- Xorg ------------------------------------------------------------------------------------------
+
+
+def _xorg_parse(conf: Path, tmp_path: Path, configdir: Path | None = None) -> str:
+    xorg = _need("Xorg")
+    log = tmp_path / "Xorg.log"
+    log.unlink(missing_ok=True)
+    extra = ["-configdir", str(configdir)] if configdir is not None else []
+    subprocess.run(
+        [
+            "timeout",
+            "10",
+            xorg,
+            ":97",
+            "-config",
+            str(conf),
+            *extra,
+            "-logfile",
+            str(log),
+            "-nolisten",
+            "tcp",
+            "-noreset",
+            "-novtswitch",
+            "-sharevts",
+            "-keeptty",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+@pytest.mark.parametrize("slot", ["0000:3c:00", "10000:e1:00"])
+def test_xorg_file_the_boot_helper_writes_parses(slot: str, tmp_path: Path) -> None:
+    """The file egpu-hotplug writes at boot (display mode), through Xorg's own parser."""
+    _need("Xorg")
+    res = run_helper(tmp_path, fake_sys(tmp_path, slot=slot), "display", "5", slot=slot)
+    assert res.returncode == 0, res.stderr
+    conf = tmp_path / "run/egpu-setup/90-egpu-setup.conf"
+    log = _xorg_parse(conf, tmp_path)
+    assert log, "Xorg wrote no log"
+    assert "Parse error" not in log and "Problem parsing" not in log, log[-3000:]
+    assert '|-->Device "egpu-setup-egpu"' in log, log[-3000:]
+    # It got past parsing to loading the driver (absent on a machine without a GPU).
+    assert 'LoadModule: "nvidia"' in log or 'Failed to load module "nvidia"' in log, log[-3000:]
+
+
+def _config_dir(tmp_path: Path, target: Path) -> tuple[Path, Path]:
+    """An xorg.conf.d with a keyboard snippet and our link; a minimal -config next to it."""
+    confd = tmp_path / "xorg.conf.d"
+    confd.mkdir()
+    (confd / "00-keyboard.conf").write_text(
+        'Section "InputClass"\n    Identifier "kbd"\n    MatchIsKeyboard "on"\n'
+        '    Option "XkbLayout" "us"\nEndSection\n'
+    )
+    (confd / Path(XORG_DROPIN).name).symlink_to(target)
+    base = tmp_path / "base.conf"
+    base.write_text('Section "ServerFlags"\n    Option "AutoAddDevices" "false"\nEndSection\n')
+    return base, confd
+
+
+def test_absent_egpu_leaves_xorg_without_an_egpu_device(tmp_path: Path) -> None:
+    """Booted without the eGPU: the helper wrote nothing, the link dangles, and Xorg reads the
+    directory as if our file were not there (scan.c skips what it cannot fopen)."""
+    _need("Xorg")
+    sysfs = fake_sys(tmp_path, authorized="0")
+    res = run_helper(tmp_path, sysfs, "display", "1")
+    assert res.returncode == 0, res.stderr
+    runtime = tmp_path / "run/egpu-setup/90-egpu-setup.conf"
+    assert not runtime.exists()
+    base, confd = _config_dir(tmp_path, runtime)
+    log = _xorg_parse(base, tmp_path, confd)
+    assert f'Using config directory: "{confd}"' in log, log[-3000:]
+    assert "egpu-setup-egpu" not in log and "Parse error" not in log, log[-3000:]
+    assert "(EE) Unable to locate/open config directory" not in log
+
+
+def test_present_egpu_reaches_xorg_through_the_link(tmp_path: Path) -> None:
+    """The control for the test above: the same directory with the file present has the
+    eGPU's Device section, so its absence there is the dangling link's doing."""
+    _need("Xorg")
+    res = run_helper(tmp_path, fake_sys(tmp_path), "display", "5")
+    assert res.returncode == 0, res.stderr
+    base, confd = _config_dir(tmp_path, tmp_path / "run/egpu-setup/90-egpu-setup.conf")
+    log = _xorg_parse(base, tmp_path, confd)
+    assert '|-->Device "egpu-setup-egpu"' in log, log[-3000:]
+
+
+def test_display_mode_writes_no_fixed_xorg_file() -> None:
+    for name, mode in [p.values for p in RENDERS if p.values[1] == "display"]:
+        assert not [f.path for f in _files(name, mode) if "xorg.conf.d" in f.path]
+
+
+def test_xorg_parser_catches_a_broken_section(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text('Section "Device"\n    Identifier "x"\n    Driver "nvidia"\n')
+    log = _xorg_parse(conf, tmp_path)
+    assert "Parse error" in log or "Problem parsing" in log

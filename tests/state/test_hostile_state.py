@@ -1,0 +1,125 @@
+"""Hostile: the state under --root (state dir, manifest, journal, backups, reports, lock, verify
+marker) stays inside the image.
+
+Each case plants a link (absolute, the way a tarball or a careless image build leaves them)
+to a sentinel tree beside the target, or a FIFO, a loop, a name with a newline; then runs the real
+command as root and checks the sentinel is byte for byte what it was, its secret in no output, and
+the error (if any) is an `error:` and a `hint:`, no traceback (helpers/sentinel.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from helpers.sentinel import STATE, UDEV, clean_error, install
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
+
+
+# -- the state under --root: a planted link is refused, named, and never followed --------------
+
+STATE_LINKS = {
+    # where the link goes -> what it points at in the sentinel
+    "journal": (f"{STATE}/journal.jsonl", "sudoers"),
+    "state-dir": (STATE, "dir"),
+    "manifest": (f"{STATE}/manifest.json", "shadow"),
+    "backups": (f"{STATE}/backups", "dir"),
+}
+
+
+@pytest.mark.parametrize("where", sorted(STATE_LINKS))
+def test_a_link_planted_in_the_state_is_refused(cli, image, sentinel, where) -> None:
+    """Was: journal.jsonl -> /etc/sudoers made root append JSON to it; a linked state dir put
+    the manifest, journal and backups outside the image."""
+    rel, target = STATE_LINKS[where]
+    link = image / rel
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(getattr(sentinel, {"dir": "directory"}.get(target, target)))
+    extra: tuple[str, ...] = ()
+    if where == "backups":  # a file from before egpu-setup: its bytes go to backups/
+        (image / UDEV).parent.mkdir(parents=True)
+        (image / UDEV).write_text("# the admin's own rule\n")
+        extra = ("--force",)
+    res = install(cli, image, *extra)
+    assert res.returncode in (1, 2), res.stderr
+    clean_error(res)
+    assert str(link) in res.stderr  # the error names the link
+    assert sentinel.unchanged(), sentinel.changes()
+    assert not (image / UDEV).exists() or where == "backups"  # refused before any write
+    assert where != "backups" or (image / UDEV).read_text() == "# the admin's own rule\n"
+    assert not sentinel.leaked(res.stdout, res.stderr)
+
+
+def test_reports_through_a_link_are_not_written(cli, image, sentinel) -> None:
+    (image / STATE).mkdir(parents=True)
+    (image / STATE / "reports").symlink_to(sentinel.directory)
+    res = install(cli, image)
+    assert res.returncode == 0, res.stderr  # a report that cannot be saved fails nothing
+    assert "could not save the install report" in res.stderr
+    assert sentinel.unchanged(), sentinel.changes()
+
+
+def test_an_image_whose_run_is_an_absolute_link_keeps_its_lock_inside(cli, image, sentinel) -> None:
+    """/run -> (the sentinel): the lock resolves inside the image, as after a chroot."""
+    (image / "run").symlink_to(sentinel.directory)
+    res = install(cli, image)
+    assert res.returncode == 0, res.stderr
+    assert sentinel.unchanged(), sentinel.changes()
+    inside = image / sentinel.directory.relative_to("/") / "lock/egpu-setup.lock"
+    assert inside.is_file()
+
+
+def test_a_lock_planted_as_a_link_is_replaced_never_followed(cli, image, sentinel) -> None:
+    (image / "run/lock").mkdir(parents=True)
+    (image / "run/lock/egpu-setup.lock").symlink_to(sentinel.sudoers)
+    res = install(cli, image)
+    assert res.returncode == 0, res.stderr
+    assert sentinel.unchanged(), sentinel.changes()
+    assert not (image / "run/lock/egpu-setup.lock").is_symlink()
+
+
+def test_a_lock_path_that_is_a_directory_is_an_error(cli, image) -> None:
+    """Was: "internal error" (IsADirectoryError)."""
+    lock = image / "run/lock/egpu-setup.lock"
+    lock.mkdir(parents=True)
+    res = install(cli, image)
+    assert res.returncode == 1, res.stderr
+    clean_error(res)
+    assert f"the run lock {lock} is a directory" in res.stderr
+    assert lock.is_dir() and not (image / UDEV).exists()
+
+
+def test_a_fifo_as_the_lock_is_replaced_never_opened(cli, image) -> None:
+    lock = image / "run/lock/egpu-setup.lock"
+    lock.parent.mkdir(parents=True)
+    os.mkfifo(lock)  # opening it for writing would block until a reader came
+    res = install(cli, image, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert stat.S_ISREG(os.lstat(lock).st_mode)
+
+
+def test_the_verify_marker_planted_as_a_link_is_replaced_not_written_through(
+    tmp_path: Path, sentinel
+) -> None:
+    from egpu_setup.host.machine import RootHost
+    from egpu_setup.state.verify_marker import (
+        VERIFY_MARKER,
+        remove_verify_marker,
+        write_verify_marker,
+    )
+
+    img = tmp_path / "img"
+    marker = img / VERIFY_MARKER.lstrip("/")
+    marker.parent.mkdir(parents=True)
+    marker.symlink_to(sentinel.sudoers)
+    write_verify_marker(RootHost(img), "run-1", "a new driver")
+    assert not marker.is_symlink() and json.loads(marker.read_text())["run"] == "run-1"
+    marker.unlink()
+    marker.symlink_to(sentinel.sudoers)
+    assert remove_verify_marker(RootHost(img))
+    assert sentinel.unchanged(), sentinel.changes()

@@ -1,0 +1,110 @@
+"""Sources a reader of the repository can follow: public documents (an upstream file, a manual
+page, a vendor page, an issue), or an entry of docs/sources.md; never a note that lives outside
+the repository ("§3.1 of some reference", "[K2]", "the brief").
+
+Recorded data is what the world printed (tests/fixtures, tests/data) and is left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+OUTSIDE = re.compile(
+    r"§"
+    r"|\breference/"
+    r"|/tmp/brief|\(brief[,:]|\bthe brief\b"
+    r"|\b(?:matrix-facts|hotplug-security|fleet-and-testing|egpu-tools|aesthetics)(?:\.md)?\b"
+)
+# A key into a note's source list: [K2], [N1], [R11]. pci.ids names read the same ("GA102GL [A10]"),
+# so the GPU table and what it is built from are not searched for them.
+NOTE_KEY = re.compile(r"\[[A-Z]{1,2}\d+[a-z]?\]")
+PCI_NAMES = ("scripts/gpu_table/", "egpu_setup/data/gpus.yaml")
+RECORDED = ("tests/fixtures/", "tests/data/")
+# Files other branches are rewriting now; their comments are cleaned there, and each leaves this
+# list (test_the_owed_files_still_owe says when) once both branches are merged.
+OWED: dict[str, str] = {}
+SOURCES = REPO / "docs" / "sources.md"
+
+
+def _tracked() -> list[str]:
+    out = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.split()
+    return [p for p in out if (REPO / p).is_file()] or [
+        p.relative_to(REPO).as_posix() for p in REPO.rglob("*") if p.is_file()
+    ]
+
+
+def _text(rel: str) -> str | None:
+    try:
+        return (REPO / rel).read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None  # binary
+
+
+def _hits(rel: str) -> list[str]:
+    text = _text(rel) or ""
+    return [
+        f"{rel}:{n}: {line.strip()[:120]}"
+        for n, line in enumerate(text.splitlines(), 1)
+        if OUTSIDE.search(line) or (not rel.startswith(PCI_NAMES) and NOTE_KEY.search(line))
+    ]
+
+
+def _owed(rel: str) -> bool:
+    return any(rel == k or (k.endswith("/") and rel.startswith(k)) for k in OWED)
+
+
+def test_no_comment_or_data_row_cites_a_note_outside_the_repo() -> None:
+    found = [
+        hit
+        for rel in _tracked()
+        if not rel.startswith(RECORDED) and not _owed(rel) and rel != "tests/test_sources.py"
+        for hit in _hits(rel)
+    ]
+    assert found == []
+
+
+def test_the_owed_files_still_owe() -> None:
+    """An entry of OWED whose files are clean by now is stale: remove it."""
+    files = _tracked()
+    for key in OWED:
+        owing = [rel for rel in files if rel == key or (rel.startswith(key) and key.endswith("/"))]
+        assert any(_hits(rel) for rel in owing), f"{key} cites nothing outside: drop it from OWED"
+
+
+def test_every_citation_of_docs_sources_names_an_entry_there() -> None:
+    known = SOURCES.read_text(encoding="utf-8").lower()
+    cited = re.compile(r'docs/sources\.md, (?:"([^"]+)"|([A-Za-z][A-Za-z ]*[A-Za-z]))')
+    missing = []
+    for rel in _tracked():
+        for m in cited.finditer(_text(rel) or ""):
+            name = (m.group(1) or m.group(2)).lower()
+            if name not in known:
+                missing.append(f"{rel}: {name}")
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("line", "outside"),
+    [
+        ("# see hotplug-security.md §3.7", True),
+        ("# (sysfs-bus-thunderbolt [K2])", True),
+        ("# Interfaces pinned (brief: 'Resolution')", True),
+        ("# Linux Documentation/ABI/testing/sysfs-bus-thunderbolt", False),
+        ("# NVIDIA H100 product brief PB-11133-001 (mirror)", False),
+        ("# [unverified] [3rd-party] [inferred]", False),
+    ],
+)
+def test_the_pattern(line: str, outside: bool) -> None:
+    assert bool(OUTSIDE.search(line) or NOTE_KEY.search(line)) is outside
+
+
+def test_pci_ids_names_are_not_note_keys_in_the_gpu_table() -> None:
+    assert _hits("scripts/gpu_table/pci.ids-nvidia.txt") == []
+    assert NOTE_KEY.search("2236  GA102GL [A10]")
