@@ -12,10 +12,10 @@ rename and the manifest update recognises the restored file as done, not as some
 restore that cannot be done (a missing or corrupt backup, a read-only or full disk) is reported
 as failed, its entry kept for a later run, and the rest is undone.
 
-Test hook (documented, inert unless set): EGPU_SETUP_TEST_ROLLBACK_KILL_AT=<i>:<point> makes
-rollback SIGKILL itself while undoing the i-th entry it handles: `mid-write` (the restored
-file's temp copy written and fsync'ed, not renamed), `renamed` (the file restored, the manifest
-not yet told).
+Test hook (documented, inert unless set): EGPU_SETUP_TEST_ROLLBACK_KILL_AT=<path>:<point> makes
+rollback SIGKILL itself while undoing the managed `path`: at `mid-write` (the restored file's
+temp copy written and fsync'ed, not renamed) or `renamed` (the file restored, the manifest not
+yet told).
 """
 
 from __future__ import annotations
@@ -164,9 +164,9 @@ def _text(data: bytes) -> str:
 KILL_ENV = "EGPU_SETUP_TEST_ROLLBACK_KILL_AT"
 
 
-def _kill_hook(index: int, where: str) -> None:
+def _kill_hook(path: str, where: str) -> None:
     spec = os.environ.get(KILL_ENV)
-    if spec and spec == f"{index}:{where}":
+    if spec and spec == f"{path}:{where}":
         signal.raise_signal(signal.SIGKILL)
 
 
@@ -176,7 +176,7 @@ def apply_undo(host: Host, manifest: Manifest, undo: list[Undo], force: bool = F
     One that cannot be handled (its backup missing or corrupt, the disk read-only or full) comes
     back as action "failed", its entry kept, and the others are still undone."""
     done: list[Undo] = []
-    for index, u in enumerate(undo):
+    for u in undo:
         if u.action == "refused":
             log.warning("%s: %s", u.path, u.detail)
             done.append(u)
@@ -186,7 +186,7 @@ def apply_undo(host: Host, manifest: Manifest, undo: list[Undo], force: bool = F
             done.append(u)
             continue
         try:
-            _undo_one(host, manifest, u, index)
+            _undo_one(host, manifest, u)
         except EgpuSetupError as exc:
             log.warning("%s: not restored: %s", u.path, exc.message)
             done.append(Undo(u.path, "failed", exc.message))
@@ -200,7 +200,7 @@ def apply_undo(host: Host, manifest: Manifest, undo: list[Undo], force: bool = F
     return done
 
 
-def _undo_one(host: Host, manifest: Manifest, u: Undo, index: int = -1) -> None:
+def _undo_one(host: Host, manifest: Manifest, u: Undo) -> None:
     entry = manifest.files[u.path]
     real = location(host, u.path)
     if u.action == "already-gone" and not entry["created"]:
@@ -216,7 +216,7 @@ def _undo_one(host: Host, manifest: Manifest, u: Undo, index: int = -1) -> None:
         _mark_restoring(manifest, entry, entry["prior_sha256"])
         mode = entry["prior_mode"] & 0o7777 if entry.get("prior_mode") is not None else None
         atomic_write(  # the rename replaces our link too
-            real, data, mode, before_rename=lambda _tmp: _kill_hook(index, "mid-write")
+            real, data, mode, before_rename=lambda _tmp: _kill_hook(u.path, "mid-write")
         )
         owner = entry.get("prior_owner")
         if owner and os.geteuid() == 0:
@@ -229,7 +229,7 @@ def _undo_one(host: Host, manifest: Manifest, u: Undo, index: int = -1) -> None:
             location(host, d).rmdir()
     with contextlib.suppress(OSError):
         fsync_dir(real.parent)
-    _kill_hook(index, "renamed")
+    _kill_hook(u.path, "renamed")
     del manifest.files[u.path]
     manifest.save()
 

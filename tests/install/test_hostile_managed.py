@@ -9,12 +9,13 @@ the error (if any) is an `error:` and a `hint:`, no traceback (helpers/sentinel.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
 import pytest
 
-from helpers.sentinel import UDEV, clean_error, install
+from helpers.sentinel import STATE, UDEV, clean_error, install
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
 
@@ -83,3 +84,83 @@ def test_a_fifo_at_a_managed_path_neither_blocks_nor_is_read(cli, image) -> None
     assert res.returncode in (1, 2), res.stderr
     clean_error(res)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# -- rollback: crash-idempotent, a bad backup skipped, only egpu-setup's paths deleted ---------
+
+ADMIN = "# the admin's own rule\n"
+KILL = "EGPU_SETUP_TEST_ROLLBACK_KILL_AT"  # execute/undo.py's test hook
+
+
+def _installed_over_the_admins_rule(cli, image) -> None:
+    (image / UDEV).parent.mkdir(parents=True)
+    (image / UDEV).write_text(ADMIN)
+    res = install(cli, image, "--force")  # the admin's bytes go to backups/
+    assert res.returncode == 0, res.stderr
+
+
+def _rollback(cli, image, **env: str):
+    return cli("rollback", "--yes", "--root", str(image), env=env)
+
+
+def _temp_files(image) -> list[str]:
+    return [str(p) for p in image.rglob("*.egpu-setup-tmp-*")]
+
+
+@pytest.mark.parametrize("point", ["mid-write", "renamed"])
+def test_a_rollback_killed_while_restoring_finishes_on_the_next_run(cli, image, point) -> None:
+    """Was: a SIGKILL left temp files only install cleaned, and after some kills every later
+    rollback called the just-restored original "edited" and exited 1 for ever."""
+    _installed_over_the_admins_rule(cli, image)
+    killed = _rollback(cli, image, **{KILL: f"/{UDEV}:{point}"})
+    assert killed.returncode == -9, killed.stderr  # SIGKILL, at that point
+    assert bool(_temp_files(image)) == (point == "mid-write")
+    again = _rollback(cli, image)
+    assert again.returncode == 0, again.stderr
+    assert (image / UDEV).read_text() == ADMIN
+    assert _temp_files(image) == []
+    assert not (image / "usr/local/bin/egpu-hotplug").exists()
+    assert _rollback(cli, image).returncode == 0  # and for ever after: nothing left to undo
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_bad_backup_is_skipped_and_the_rest_undone(cli, image, damage) -> None:
+    """Was: one missing or corrupt backup stopped rollback; the files after it were never
+    undone."""
+    _installed_over_the_admins_rule(cli, image)
+    (backup,) = (image / STATE / "backups").iterdir()
+    if damage == "missing":
+        backup.unlink()
+    else:
+        backup.write_text("not what was backed up\n")
+    res = _rollback(cli, image)
+    assert res.returncode == 1, res.stderr
+    assert f"backup {backup} is {damage}" in res.stderr and "Traceback" not in res.stderr
+    assert not (image / "usr/local/bin/egpu-hotplug").exists()  # the rest was undone
+    assert not (image / "etc/systemd/system/egpu-setup-wait.service").exists()
+    manifest = json.loads((image / STATE / "manifest.json").read_text())
+    assert list(manifest["files"]) == [f"/{UDEV}"]  # kept for a later run, the rest gone
+
+
+def test_rollback_deletes_only_paths_egpu_setup_writes(cli, image, sentinel) -> None:
+    """Was: rollback deleted any path the manifest listed."""
+    assert install(cli, image).returncode == 0
+    path = image / STATE / "manifest.json"
+    manifest = json.loads(path.read_text())
+    created = manifest["files"]["/usr/local/bin/egpu-hotplug"]
+    planted = {
+        "/etc/shadow": "root:x:19000:0:99999:7:::\n",  # not a path egpu-setup writes
+        "/etc/modprobe.d/egpu-setup-x.conf": "options x y=1\n",  # ours by name, no header
+        "/" + str(sentinel.sudoers).lstrip("/"): "",  # the sentinel's path, inside the image
+    }
+    for rel, text in planted.items():
+        (image / rel.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (image / rel.lstrip("/")).write_text(text)
+        manifest["files"][rel] = dict(created, created_dirs=[])
+    path.write_text(json.dumps(manifest))
+    res = _rollback(cli, image)
+    assert "Traceback" not in res.stderr
+    for rel, text in planted.items():
+        assert (image / rel.lstrip("/")).read_text() == text, rel
+    assert not (image / "usr/local/bin/egpu-hotplug").exists()
+    assert sentinel.unchanged(), sentinel.changes()
