@@ -9,6 +9,12 @@ as text, JSON or a self-contained HTML page.
 Reports come from machines we do not control, so nothing in them is trusted: every value is
 type-checked on the way in (a wrong type is "unknown", never a crash) and the HTML escapes every
 string it prints, so a hostile hostname cannot inject markup.
+
+A machine is the folder its reports were collected into (the Ansible fetch layout,
+<dest>/<inventory_hostname>/...), never the hostname a report claims: a report copied into
+lab-01's folder that claims to be lab-04 stays lab-01's, flagged, and cannot stand in for lab-04's
+own. Reports given without such a folder fall back to the claimed hostname, told apart by the
+hash of /etc/machine-id each install report records when laptops cloned from one image share it.
 """
 
 from __future__ import annotations
@@ -55,9 +61,12 @@ class LoadedReport:
 
     path: Path
     kind: str  # "verify" / "install" / "resolution"
-    hostname: str
+    hostname: str  # who it is filed under: its fetch folder, else what it claims
     time: datetime | None
     data: Mapping[str, Any]
+    claimed: str | None = None  # the hostname the report itself states
+    folder: str | None = None  # the fetch folder it was collected into
+    machine: str | None = None  # sha256 of the machine's /etc/machine-id, when recorded
 
 
 @dataclass(frozen=True)
@@ -173,28 +182,39 @@ def load_report(path: Path, base: Path | None = None) -> LoadedReport:
     # `install --yes --json` prints the resolution plus the run's "result": an install outcome.
     if kind == "resolution" and isinstance(data.get("result"), dict):
         kind = "install"
+    claimed, folder = _claimed(data), _folder(path, base)
+    machine = data.get("machine_id")
     return LoadedReport(
         path=path,
         kind=kind,
-        hostname=_hostname(data, path, base),
+        hostname=folder or claimed or f"? ({path.name})",
         time=_report_time(data, path),
         data=data,
+        claimed=claimed,
+        folder=folder,
+        machine=machine if isinstance(machine, str) and _HEX64.fullmatch(machine) else None,
     )
 
 
-def _hostname(data: Mapping[str, Any], path: Path, base: Path | None) -> str:
-    """The report's own hostname; else the folder the controller fetched it into; else the file."""
-    host = data.get("host")
-    for candidate in (_get(host, "hostname"), data.get("hostname")):
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _claimed(data: Mapping[str, Any]) -> str | None:
+    """The hostname the report states (in "host", or at the top)."""
+    for candidate in (_get(data.get("host"), "hostname"), data.get("hostname")):
         if isinstance(candidate, str) and candidate.strip():
             return candidate.strip()
-    # ansible fetch layout: <dest>/<inventory_hostname>/verify-....json
-    if base is not None and path.parent != base:
-        try:
-            return path.relative_to(base).parts[0]
-        except ValueError:
-            pass
-    return f"? ({path.name})"
+    return None
+
+
+def _folder(path: Path, base: Path | None) -> str | None:
+    """The folder the controller fetched it into: <dest>/<inventory_hostname>/....json."""
+    if base is None or path.parent == base:
+        return None
+    try:
+        return path.relative_to(base).parts[0]
+    except ValueError:
+        return None
 
 
 def _report_time(data: Mapping[str, Any], path: Path) -> datetime | None:
@@ -252,11 +272,20 @@ def collect(paths: Sequence[str | os.PathLike[str]]) -> FleetReport:
 
 
 def merge(reports: Iterable[LoadedReport]) -> tuple[HostRow, ...]:
-    """One row per hostname from its newest verify and newest install report, sorted by name."""
+    """One row per machine from its newest verify and newest install report, sorted by name."""
+    reports = list(reports)
     by_host: dict[str, dict[str, LoadedReport]] = {}
     oldest = datetime.min.replace(tzinfo=timezone.utc)
+    # a claimed hostname that several machines share (no fetch folder tells them apart)
+    machines: dict[str, set[str]] = {}
     for rep in reports:
-        slot = by_host.setdefault(rep.hostname, {})
+        if rep.folder is None and rep.machine is not None:
+            machines.setdefault(rep.hostname, set()).add(rep.machine)
+    for rep in reports:
+        key = rep.hostname
+        if rep.folder is None and rep.machine and len(machines.get(key, ())) > 1:
+            key = f"{key} (machine {rep.machine[:12]})"
+        slot = by_host.setdefault(key, {})
         prev = slot.get(rep.kind)
         if prev is None or (rep.time or oldest, str(rep.path)) >= (
             prev.time or oldest,
@@ -305,6 +334,9 @@ def _row(hostname: str, reps: Mapping[str, LoadedReport]) -> HostRow:
     install_state = _install_state(install)
     if install is not None and install_state == "failed":
         failures.insert(0, _install_failure(install))
+    for rep in ordered:  # filed under one machine, claiming to be another: someone must look
+        if rep.folder and rep.claimed and rep.claimed != rep.folder:
+            failures.append(f"{rep.path.name} claims to be {rep.claimed}")
 
     newest = ordered[0].time if ordered and ordered[0].time else None
     return HostRow(

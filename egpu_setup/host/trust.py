@@ -284,3 +284,24 @@ def owned_by_root(paths: Iterable[str]) -> bool:
     for path in paths:
         _chain(path, scan)
     return not scan.owners and scan.open_to is None
+
+
+def root_may_run(script: str) -> bool:
+    """Whether a unit or helper root starts may exec `script` (an egpu-setup console script):
+    it, every directory above it, and the interpreter its `#!` line names (with that
+    interpreter's pyvenv.cfg and site-packages) are all root's and closed to others."""
+    if not owned_by_root([script]):
+        return False
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return False
+    if not first.startswith(b"#!"):
+        return True  # not a script: the chain checked above is all it runs
+    words = first[2:].decode("utf-8", errors="replace").split()
+    if not words or not words[0].startswith("/"):
+        return False
+    scan = _Scan()
+    _scan_python(words[0], scan, None)
+    return not scan.owners and scan.open_to is None

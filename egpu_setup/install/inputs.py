@@ -3,6 +3,7 @@ facts allow, the resolver's constraints, the rendered set, the manifest, the pla
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -111,14 +112,37 @@ def render(
 
     if not only & {"driver", "config"}:
         return RenderSet(files=(), commands=(), notes=())
-    return render_set(
+    tool_path, note = unit_tool_path(entry_point_path(sys.argv[0]), target)
+    rendered = render_set(
         facts,
         profile,
         resolution,
         options.mode or profile.mode,
         venv=options.venv_path,
-        tool_path=entry_point_path(sys.argv[0]),
+        tool_path=tool_path,
         bolt_available=bolt_usable(target),
+    )
+    if note:
+        rendered = dataclasses.replace(rendered, notes=(*rendered.notes, note))
+    return rendered
+
+
+def unit_tool_path(running: str | None, target: Host) -> tuple[str | None, str | None]:
+    """The egpu-setup the units and egpu-eject run as root, and a note when it is not this one.
+
+    The running console script only on this machine and only when root owns all it runs
+    (host/trust.root_may_run): a pipx or uv install in a home is the user's to change, and a
+    build host's path does not exist inside an image. Otherwise the default path, which the
+    note asks the admin to fill."""
+    from egpu_setup.host.trust import root_may_run
+    from egpu_setup.render.context import DEFAULT_TOOL_PATH
+
+    if running is None or (target.kind == "live" and root_may_run(running)):
+        return running, None
+    why = "is on the build host" if target.kind != "live" else "can be changed by a non-root user"
+    return DEFAULT_TOOL_PATH, (
+        f"the units and egpu-eject run {DEFAULT_TOOL_PATH}, not {running} (it {why}): install "
+        f"egpu-setup there, root-owned"
     )
 
 

@@ -3,12 +3,14 @@ for `egpu-setup report` (schema egpu-setup/install/1)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import Any
 
 from egpu_setup.errors import EXIT_FAILED, EXIT_REBOOT, EgpuSetupError
 from egpu_setup.execute.executor import ExecResult
+from egpu_setup.host.machine import Host
 from egpu_setup.install.prepared import Prepared
 
 log = logging.getLogger("egpu_setup.install")
@@ -41,6 +43,7 @@ def install_report(
         "host": run.facts.fleet_summary(
             run.facts.egpu, hostname=run.target.read_attr("/proc/sys/kernel/hostname"), torch=torch
         ),
+        "machine_id": machine_id(run.target),
         "resolution": run.resolution.to_json(),
         "steps": steps,
         "verify_ok": verify.get("ok") if verify else None,
@@ -70,3 +73,11 @@ def save_install_report(
         log.warning("could not save the install report: %s", exc.message)
         return
     log.info("report: %s", path)
+
+
+def machine_id(target: Host) -> str | None:
+    """sha256 of the target's /etc/machine-id (machine-id(5)): tells apart laptops that share a
+    hostname (cloned from one image) in `report`, without the id itself leaving the machine."""
+    text = target.read("/etc/machine-id", limit=4096)
+    value = text.strip() if text else ""
+    return hashlib.sha256(value.encode()).hexdigest() if value else None

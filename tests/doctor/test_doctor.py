@@ -753,7 +753,7 @@ def test_lab_verify_reports_read_as_torch_facts():
 
 
 def test_real_cpu_verify_report_reads_as_cpu_build():
-    path = REPORTS / "real" / "ci-cpu" / "verify-20261129T165644Z.json"
+    path = REPORTS / "real" / "vm" / "verify-20261129T165644Z.json"
     info = parse_torch_info(json.loads(path.read_text()), str(path))
     assert (info.torch_version, info.cuda, info.arch_list) == ("2.13.0+cpu", None, ())
 

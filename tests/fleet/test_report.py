@@ -115,9 +115,9 @@ def test_text_table() -> None:
 
 
 def test_newest_report_wins_regardless_of_order(tmp_path: Path) -> None:
-    _write(tmp_path / "a" / "verify-1.json", _verify("h", ok=False, time="2026-11-28T09:00:00Z"))
-    _write(tmp_path / "b" / "verify-2.json", _verify("h", ok=True, time="2026-11-28T11:00:00Z"))
-    _write(tmp_path / "c" / "verify-3.json", _verify("h", ok=False, time="2026-11-28T10:00:00Z"))
+    _write(tmp_path / "h" / "verify-1.json", _verify("h", ok=False, time="2026-11-28T09:00:00Z"))
+    _write(tmp_path / "h" / "verify-2.json", _verify("h", ok=True, time="2026-11-28T11:00:00Z"))
+    _write(tmp_path / "h" / "verify-3.json", _verify("h", ok=False, time="2026-11-28T10:00:00Z"))
     (row,) = collect([tmp_path]).rows
     assert row.ok and row.time == "2026-11-28T11:00:00+00:00"
 
@@ -236,7 +236,7 @@ def test_hostile_report_cannot_inject_html(tmp_path: Path) -> None:
     evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     data = _verify(evil, gpu={"name": "<b>RTX</b>"}, driver='"><iframe src=//evil>', torch="&amp;")
     data["checks"].append({"id": "<svg onload=alert(2)>", "ok": False, "detail": "</td></tr>"})
-    _write(tmp_path / "evil" / "verify.json", data)
+    _write(tmp_path / "verify.json", data)  # no fetch folder: the claimed hostname names the row
     page = render_html(collect([tmp_path]), title="<i>lab</i>")
     p = _Collector()
     p.feed(page)
@@ -326,7 +326,7 @@ def test_real_install_json_and_cpu_verify() -> None:
     rows = {r.hostname: r for r in collect([DATA / "real"]).rows}
     image = rows["image-trixie"]  # no hostname in install --json: the fetch folder names it
     assert (image.install, image.verify, image.gpu) == ("changed", None, "GeForce RTX 4090")
-    cpu = rows["vm"]  # verify's own hostname wins over the folder name
+    cpu = rows["vm"]  # its fetch folder, which is also the hostname it states
     assert (cpu.verify, cpu.amp, cpu.torch, cpu.failures) == ("ok", "ok", "2.13.0+cpu", ())
 
 

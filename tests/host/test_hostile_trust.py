@@ -238,3 +238,38 @@ def test_the_decision_is_one_function_for_every_caller(shared: Path) -> None:
     with pytest.raises(UsageError, match="writable by others"):
         run_as(python)
     assert json.dumps(run_as(PY, python=False)) == "null"  # a root-owned program, checked alone
+
+
+# -- the egpu-setup that units and egpu-eject run as root -----------------------------------------
+
+
+def _console_script(where: Path, interpreter: str) -> Path:
+    script = where / "bin" / "egpu-setup"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!{interpreter}\nimport sys\nsys.exit(0)\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_units_never_run_a_users_egpu_setup_or_a_build_hosts(shared: Path) -> None:
+    """Was: the units and egpu-eject ran the egpu-setup on the installer's PATH as root, even a
+    pipx/uv install in a home, and under --root the build host's path."""
+    from egpu_setup.host.machine import LiveHost, RootHost
+    from egpu_setup.install.inputs import unit_tool_path
+    from egpu_setup.render.context import DEFAULT_TOOL_PATH
+
+    live = LiveHost()
+    roots = _console_script(shared / "opt", PY)
+    assert unit_tool_path(str(roots), live) == (str(roots), None)
+    users = _console_script(shared / "home", PY)
+    _chown_tree(shared / "home")  # a pipx install in nobody's home
+    path, note = unit_tool_path(str(users), live)
+    assert path == DEFAULT_TOOL_PATH and note and "non-root user" in note
+    venv = _venv(shared / "uv")  # root's script, but its interpreter is nobody's venv
+    _chown_tree(venv)
+    via_venv = _console_script(shared / "uvbin", str(venv / "bin" / "python"))
+    assert unit_tool_path(str(via_venv), live)[0] == DEFAULT_TOOL_PATH
+    image = shared / "img"
+    image.mkdir()
+    path, note = unit_tool_path(str(roots), RootHost(image))
+    assert path == DEFAULT_TOOL_PATH and note and "build host" in note
