@@ -172,6 +172,8 @@ def load_report(path: Path, base: Path | None = None) -> LoadedReport:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not JSON: {exc}") from exc
+    except RecursionError:  # "[[[[…" nested past the parser's depth: one bad file, not all
+        raise ValueError("not JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     schema = data.get("schema")

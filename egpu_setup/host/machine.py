@@ -101,16 +101,16 @@ class Host:
 
     # -- reads (soft: a missing or unreadable source is None, with a debug line) ---------------
 
-    def read_bytes(self, path: str, limit: int = MAX_READ) -> bytes | None:
+    def read_bytes(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> bytes | None:
         """At most `limit` bytes of a regular file (sysfs and procfs attributes are regular
         files too); None for anything else: a FIFO or a device planted in a bundle or an image
-        must neither block a read nor feed it forever."""
+        must neither block a read nor feed it forever. newest: the end of a longer file."""
         real = self._real(path)
-        return None if real is None else read_regular(real, limit, label=path)
+        return None if real is None else read_regular(real, limit, label=path, newest=newest)
 
-    def read(self, path: str, limit: int = MAX_READ) -> str | None:
+    def read(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> str | None:
         """Text of a file; None when it is missing, unreadable or binary."""
-        data = self.read_bytes(path, limit)
+        data = self.read_bytes(path, limit, newest=newest)
         if data is None:
             return None
         if b"\0" in data:
@@ -322,18 +322,32 @@ class Host:
         return None
 
 
-def read_regular(real: Path, limit: int = MAX_READ, *, label: str | None = None) -> bytes | None:
+def read_regular(
+    real: Path, limit: int = MAX_READ, *, label: str | None = None, newest: bool = False
+) -> bytes | None:
     """At most `limit` bytes of the regular file at `real` (its last component not followed);
-    None, with a debug line, when it is missing, unreadable, a link or not a regular file."""
+    None, with a debug line, when it is missing, unreadable, a link or not a regular file.
+
+    newest: of a longer file keep the last `limit` bytes (a log, whose recent end matters), and
+    say so in a warning."""
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
     except OSError as exc:
         log.debug("cannot read %s: %s", label or real, exc.strerror or exc)
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             log.debug("ignoring %s: not a regular file", label or real)
             return None
+        if newest and st.st_size > limit:
+            log.warning(
+                "%s is %d MiB: reading its last %d MiB only",
+                label or real,
+                st.st_size >> 20,
+                limit >> 20,
+            )
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
         chunks, size = [], 0
         while size < limit:
             chunk = os.read(fd, min(limit - size, 1 << 20))
@@ -446,7 +460,8 @@ class RecordedHost(Host):
         return release, u.get("machine")
 
     def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
-        return self.bundle_file(f"commands/{name}.txt")
+        # a kernel log longer than the cap: its newest part, where the eGPU's errors are
+        return self._files.read(f"/commands/{name}.txt", MAX_READ, newest=name == "dmesg")
 
     def bundle_file(self, rel: str, limit: int = MAX_READ) -> str | None:
         """Text of a file of the bundle beside root/ (commands/torch.json), read inside it."""

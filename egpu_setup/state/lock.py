@@ -66,8 +66,11 @@ class RunLock:
                     "wait for it to finish; never delete the lock file",
                 ) from exc
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+        except OSError as exc:  # a full disk: the flock holds all the same, only the name is lost
+            log.debug("cannot write who holds %s: %s", self.path, exc.strerror or exc)
         self._fd = fd
 
     def _unusable(self, exc: OSError) -> EgpuSetupError:

@@ -63,3 +63,13 @@ def test_the_install_report_records_a_hash_of_the_machine_id(tmp_path: Path) -> 
     (tmp_path / "etc/machine-id").write_text("4f9f1bd5f4f14b9f8e2c3b51a1d1b6a3\n")
     digest = machine_id(RootHost(tmp_path))
     assert digest is not None and len(digest) == 64 and "4f9f1bd5" not in digest
+
+
+def test_one_deeply_nested_file_does_not_fail_the_whole_report(tmp_path: Path) -> None:
+    tree = tmp_path / "fetched"
+    shutil.copytree(LAB, tree)
+    (tree / "lab-02/verify-20261130T000000Z.json").write_text("[" * 200_000 + "]" * 200_000)
+    res = _report(str(tree), "--json")
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)["hosts"]) == 6
+    assert "nested too deeply" in res.stderr and "Traceback" not in res.stderr

@@ -1,10 +1,12 @@
 """A sentinel tree outside the target, for the hostile tests: hashed before and after an attack.
 
-Each hostile test builds its input in a temp dir and points links, paths and manifests at the
+Each hostile test builds its input in a temp dir: a link (absolute, the way a tarball or a
+careless image build leaves them), a FIFO, a loop, a name with a newline, pointing at the
 sentinel's files (a stand-in /etc/sudoers, an /etc/shadow with a secret in it, a home with a
-venv...). The attack may run as root against real files; the sentinel is what it must not
+venv...). The real command runs as root against real files; the sentinel is what it must not
 reach: `unchanged()` compares every entry (bytes, mode, owner, link target) with the state
-before, and `leaked(text)` tells whether its secret reached an output or a file.
+before, `leaked(text)` tells whether its secret reached an output or a file, and `clean_error`
+checks that a refusal is an `error:` and a `hint:`, no traceback.
 """
 
 from __future__ import annotations

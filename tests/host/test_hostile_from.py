@@ -1,10 +1,7 @@
 """Hostile: a recorded host (`--from DIR`) is read inside itself, and a `--root` that is the running
 system is refused.
 
-Each case plants a link (absolute, the way a tarball or a careless image build leaves them)
-to a sentinel tree beside the target, or a FIFO, a loop, a name with a newline; then runs the real
-command as root and checks the sentinel is byte for byte what it was, its secret in no output, and
-the error (if any) is an `error:` and a `hint:`, no traceback (helpers/sentinel.py).
+How each attack is planted and checked: tests/helpers/sentinel.py.
 """
 
 from __future__ import annotations
@@ -138,3 +135,19 @@ def test_a_pci_address_with_a_newline_never_reaches_a_rule(cli, bundle, tmp_path
             assert not any(
                 line.rstrip().endswith(('"0000:', ":00.0")) for line in text.splitlines()
             ), path
+
+
+def test_a_recorded_kernel_log_over_the_cap_keeps_its_newest_part(
+    bundle, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: the cap kept the oldest 64 MiB of dmesg.txt, silently: the eGPU's errors, at the
+    end, were never seen."""
+    from egpu_setup.host import machine
+
+    monkeypatch.setattr(machine, "MAX_READ", 4096)
+    newest = "[ 9999.1] NVRM: Xid (PCI:0000:2f:00): 79, GPU has fallen off the bus.\n"
+    (bundle / "commands/dmesg.txt").write_text("[    0.0] old boot line\n" * 1000 + newest)
+    with caplog.at_level("WARNING", logger="egpu_setup"):
+        text = machine.RecordedHost(bundle).command("dmesg", ["dmesg"])
+    assert text is not None and text.endswith(newest) and len(text) == 4096
+    assert "reading its last" in caplog.text

@@ -1,14 +1,12 @@
 """Hostile: the files install manages under --root are written, backed up and rolled back inside
 the image, never through a link to the host.
 
-Each case plants a link (absolute, the way a tarball or a careless image build leaves them)
-to a sentinel tree beside the target, or a FIFO, a loop, a name with a newline; then runs the real
-command as root and checks the sentinel is byte for byte what it was, its secret in no output, and
-the error (if any) is an `error:` and a `hint:`, no traceback (helpers/sentinel.py).
+How each attack is planted and checked: tests/helpers/sentinel.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -164,3 +162,52 @@ def test_rollback_deletes_only_paths_egpu_setup_writes(cli, image, sentinel) -> 
         assert (image / rel.lstrip("/")).read_text() == text, rel
     assert not (image / "usr/local/bin/egpu-hotplug").exists()
     assert sentinel.unchanged(), sentinel.changes()
+
+
+@pytest.fixture
+def small_image(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """An image root on a tmpfs of its own (4 MiB): it can be made read-only, or full."""
+    import subprocess
+
+    monkeypatch.delenv("EGPU_SETUP_STATE_DIR")
+    img = tmp_path / "small"
+    img.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(img)], check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield img
+    finally:
+        subprocess.run(["umount", "-l", str(img)], check=False)
+
+
+@pytest.mark.parametrize("trouble", ["read-only", "full"])
+def test_rollback_on_a_read_only_or_full_disk_is_an_error_and_resumes(
+    cli, small_image, trouble
+) -> None:
+    """Was: EROFS or ENOSPC during rollback gave "internal error"."""
+    import subprocess
+
+    _installed_over_the_admins_rule(cli, small_image)
+    filler = small_image / "filler"
+    if trouble == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(small_image)], check=True)
+    else:
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            while True:  # until ENOSPC
+                f.write(b"\0" * 65536)
+                f.flush()
+    res = _rollback(cli, small_image)
+    assert res.returncode == 1, res.stderr
+    clean_error(res)
+    assert ("Read-only file system" if trouble == "read-only" else "No space left") in res.stderr
+    if trouble == "read-only":
+        subprocess.run(["mount", "-o", "remount,rw", str(small_image)], check=True)
+    else:
+        filler.unlink()
+    again = _rollback(cli, small_image)
+    assert again.returncode == 0, again.stderr
+    assert (small_image / UDEV).read_text() == ADMIN
+    assert _temp_files(small_image) == []

@@ -1,10 +1,7 @@
 """Hostile: the state under --root (state dir, manifest, journal, backups, reports, lock, verify
 marker) stays inside the image.
 
-Each case plants a link (absolute, the way a tarball or a careless image build leaves them)
-to a sentinel tree beside the target, or a FIFO, a loop, a name with a newline; then runs the real
-command as root and checks the sentinel is byte for byte what it was, its secret in no output, and
-the error (if any) is an `error:` and a `hint:`, no traceback (helpers/sentinel.py).
+How each attack is planted and checked: tests/helpers/sentinel.py.
 """
 
 from __future__ import annotations
