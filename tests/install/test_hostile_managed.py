@@ -7,6 +7,7 @@ How each attack is planted and checked: tests/helpers/sentinel.py.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -154,7 +155,9 @@ def test_rollback_deletes_only_paths_egpu_setup_writes(cli, image, sentinel) -> 
     for rel, text in planted.items():
         (image / rel.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (image / rel.lstrip("/")).write_text(text)
-        manifest["files"][rel] = dict(created, created_dirs=[])
+        # the attacker hashes what they plant, so the entry looks like egpu-setup's own write
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        manifest["files"][rel] = dict(created, created_dirs=[], sha256=digest)
     path.write_text(json.dumps(manifest))
     res = _rollback(cli, image)
     assert "Traceback" not in res.stderr

@@ -8,7 +8,9 @@ accepted a trailing newline (`re.search` with `$`), so `name: "lab\\n"` passed.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +24,12 @@ def test_a_huge_profile_is_refused_by_its_size(cli: Cli, tmp_path: Path) -> None
     huge = tmp_path / "huge.yaml"
     with open(huge, "wb") as f:
         f.truncate(3 * 1024**3)  # sparse: 3 GB to read, nothing on disk
-    res = cli("profiles", "check", str(huge), timeout=60)
+    # 1 GiB of address space: reading the file whole would fail with MemoryError
+    res = subprocess.run(
+        [sys.executable, "-m", "egpu_setup", "profiles", "check", str(huge)],
+        capture_output=True, text=True, timeout=60, check=False,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+    )  # fmt: skip
     assert res.returncode == 2, res.stderr
     assert "profile is larger than 256 KiB" in res.stderr + res.stdout
     assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr
