@@ -120,3 +120,56 @@ def test_the_verify_marker_planted_as_a_link_is_replaced_not_written_through(
     marker.symlink_to(sentinel.sudoers)
     assert remove_verify_marker(RootHost(img))
     assert sentinel.unchanged(), sentinel.changes()
+
+
+# -- state files of the wrong shape, and what goes into them ------------------------------------
+
+WRONG_SHAPES = {
+    "manifest-a-list": ("manifest.json", "[]\n"),
+    "manifest-files-a-list": (
+        "manifest.json",
+        '{"schema": "egpu-setup/manifest/1", "files": [1, 2]}\n',
+    ),
+    "manifest-entry-a-string": (
+        "manifest.json",
+        '{"schema": "egpu-setup/manifest/1", "files": {"/etc/udev/rules.d/x.rules": "x"}}\n',
+    ),
+    "journal-lines-of-the-wrong-shape": ("journal.jsonl", '[]\n{"run": 5}\n"x"\n{"event": []}\n'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_SHAPES))
+@pytest.mark.parametrize("command", ["install", "rollback"])
+def test_state_files_of_the_wrong_shape_are_an_error_not_a_crash(cli, image, case, command) -> None:
+    """Was: well-formed JSON of the wrong shape in the manifest or journal: "internal error"."""
+    name, text = WRONG_SHAPES[case]
+    (image / STATE).mkdir(parents=True)
+    (image / STATE / name).write_text(text)
+    if command == "install":
+        res = install(cli, image)
+    else:
+        res = cli("rollback", "--yes", "--root", str(image))
+    assert res.returncode in (0, 1, 2), res.stderr
+    assert "internal error" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+    if res.returncode != 0:
+        clean_error(res)
+    assert (image / STATE / name).read_text() == text or name == "journal.jsonl"
+
+
+def test_an_index_token_stays_out_of_the_journal_and_the_report() -> None:
+    """Was: a token in an index URL's query string landed in the 0644 install report and the
+    journal. The journal and the report both go through text.redact_tree."""
+    from egpu_setup.state.journal import Journal
+    from egpu_setup.state.paths import StatePaths
+    from egpu_setup.text import redact_tree
+
+    url = "https://ada:pw@mirror.lab/whl/cu128?token=SECRET-1&x=2#SECRET-2"
+    event = {"event": "step", "argv": ["pip", "install", "--index-url", url], "detail": url}
+    assert "SECRET" not in json.dumps(redact_tree(event)) and "pw@" not in json.dumps(
+        redact_tree(event)
+    )
+    paths = StatePaths.for_root(Path("/"))  # the test's own state dir (conftest)
+    Journal(paths).append(event)
+    text = (paths.state_dir / "journal.jsonl").read_text()
+    assert "mirror.lab/whl/cu128?token=***&x=***#***" in text
+    assert "SECRET" not in text and ":pw@" not in text
