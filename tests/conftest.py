@@ -49,3 +49,20 @@ def run_cli(
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path):
+    """Files outside the target that a hostile input points at (helpers/sentinel.py)."""
+    from helpers.sentinel import Sentinel
+
+    return Sentinel(tmp_path / "outside")
+
+
+@pytest.fixture
+def image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty image root whose state lives inside it (not in the test's state dir)."""
+    monkeypatch.delenv("EGPU_SETUP_STATE_DIR")
+    img = tmp_path / "img"
+    img.mkdir()
+    return img

@@ -18,6 +18,7 @@ Processes (pip, debootstrap, apt-get in the root, dpkg-scanpackages) run through
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import logging
 import os
@@ -29,7 +30,14 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from egpu_setup.bundle.format import MANIFEST, PROFILE_FILE, SCHEMA, load_manifest, sha256_file
+from egpu_setup.bundle.format import (
+    MANIFEST,
+    PIN_FILE,
+    PROFILE_FILE,
+    SCHEMA,
+    load_manifest,
+    sha256_file,
+)
 from egpu_setup.bundle.targets import Target
 from egpu_setup.bundle.wheels import (
     GLIBC,
@@ -80,9 +88,11 @@ class BuildReport:
     files: int
     total_bytes: int
     seconds: float
+    manifest_sha256: str = ""  # the pin `install --bundle-sha256` needs
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "manifest_sha256": self.manifest_sha256,
             "targets": self.targets,
             "downloaded": self.downloaded,
             "reused": self.reused,
@@ -111,6 +121,7 @@ class Builder:
 
         started = time.monotonic()
         self.out.mkdir(parents=True, exist_ok=True)
+        _refuse_links(self.out)  # a bundle holds regular files only: a link would carry writes out
         try:
             self.old = load_manifest(self.out).data if (self.out / MANIFEST).exists() else {}
         except UsageError:
@@ -128,7 +139,7 @@ class Builder:
                 self._debs(target)
         if "tool" in self.opts.parts:
             self._tool()
-        manifest = self._write_manifest()
+        manifest, pin = self._write_manifest()
         return BuildReport(
             [t.name for t in self.targets],
             self.downloaded,
@@ -136,6 +147,7 @@ class Builder:
             len(manifest["files"]),
             manifest["total_bytes"],
             time.monotonic() - started,
+            pin,
         )
 
     # -- incremental bookkeeping ------------------------------------------------------------------
@@ -548,7 +560,8 @@ class Builder:
 
     # -- (d) manifest -----------------------------------------------------------------------------
 
-    def _write_manifest(self) -> dict[str, Any]:
+    def _write_manifest(self) -> tuple[dict[str, Any], str]:
+        """Write manifest.json and its pin (manifest.sha256); return both."""
         from egpu_setup import __version__
 
         old_files = {f["path"]: f for f in self.old.get("files", [])}
@@ -604,8 +617,26 @@ class Builder:
             "files": sorted(files, key=lambda f: f["path"]),
             "total_bytes": sum(f["size"] for f in files),
         }
-        atomic_write(self.out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), 0o644)
-        return manifest
+        if {**self.old, "created": None} == {**manifest, "created": None}:
+            manifest["created"] = self.old.get("created")  # nothing changed: the same pin
+        data = (json.dumps(manifest, indent=2) + "\n").encode()
+        atomic_write(self.out / MANIFEST, data, 0o644)
+        pin = hashlib.sha256(data).hexdigest()
+        atomic_write(self.out / PIN_FILE, f"{pin}  {MANIFEST}\n".encode(), 0o644)
+        return manifest, pin
+
+
+def _refuse_links(out: Path) -> None:
+    """UsageError naming the first symbolic link under the bundle directory."""
+    for dirpath, dirnames, filenames in os.walk(out):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                raise UsageError(
+                    f"--out {out}: {path} is a symbolic link (-> {os.readlink(path)}): a bundle "
+                    "holds regular files only, and egpu-setup writes through no link",
+                    "remove the link, or build into a new directory",
+                )
 
 
 def _header(t: Target) -> str:

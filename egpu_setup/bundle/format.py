@@ -7,13 +7,24 @@ requirements-py3.11-debian-12.txt `name==version --hash=sha256:...` per target
 debs/debian-12/*.deb + Packages   the driver's packages: a flat local apt repository
 tool/*.whl                        egpu-setup's own wheel and its dependencies (Ansible's
                                   `bundle` source installs from here, --no-index)
+manifest.sha256                   the manifest's sha256 (`sha256sum` format), for the admin
+
+Nothing in a bundle is trusted until manifest.json hashes to the pin the admin carried over from
+the machine that built it (`install --bundle DIR --bundle-sha256 HEX`, or EGPU_SETUP_BUNDLE_SHA256):
+every other file is then trusted only through its sha256 in that manifest. A pin read from the
+bundle itself proves nothing: whoever could swap a wheel could rewrite manifest.sha256 too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Sequence
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,16 +42,27 @@ PROFILE_FILE = "profile.yaml"
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb", opener=_nofollow) as f:
         for chunk in iter(lambda: f.read(1024 * 1024), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+PIN_FILE = "manifest.sha256"  # `sha256sum` format; the admin copies it from the build machine
+PIN_ENV = "EGPU_SETUP_BUNDLE_SHA256"
+MAX_MANIFEST = 64 * 1024 * 1024
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
 @dataclass(frozen=True)
 class Manifest:
     path: Path
     data: dict[str, Any]
+    sha256: str = ""  # of the bytes `data` was parsed from: what a pin is compared with
 
     @property
     def targets(self) -> list[dict[str, Any]]:
@@ -53,52 +75,170 @@ class Manifest:
         return {f["path"]: f for f in self.data.get("files", [])}
 
 
-def load_manifest(bundle: Path) -> Manifest:
-    """The bundle's manifest, validated; UsageError (exit 2) when DIR is not a bundle."""
+def check_pin(pin: str) -> str:
+    """A manifest pin as `bundle` prints it (64 hex digits, any case); UsageError otherwise."""
+    value = pin.strip().lower()
+    if not _HEX64.fullmatch(value):
+        raise UsageError(
+            f"--bundle-sha256 {pin!r}: expected the 64 hex digits `egpu-setup bundle` printed",
+            f"copy the value from {PIN_FILE} on the machine that built the bundle",
+        )
+    return value
+
+
+def read_bundle_file(bundle: Path, rel: str, limit: int = MAX_MANIFEST) -> bytes:
+    """The bytes of `rel` in the bundle, never through a link (none between the bundle and it,
+    nor it), nor from anything but a regular file; UsageError naming what is wrong."""
+    from egpu_setup.host.machine import read_regular, refuse_links_below
+
+    path = refuse_links_below(bundle, bundle / rel, leaf=True)
+    data = read_regular(path, limit + 1)
+    if data is None:
+        raise UsageError(
+            f"{path}: missing, unreadable or not a regular file",
+            "copy the bundle again from its source, or rebuild it with `egpu-setup bundle`",
+        )
+    if len(data) > limit:
+        raise UsageError(f"{path}: larger than {limit >> 20} MiB", "rebuild the bundle")
+    return data
+
+
+@contextlib.contextmanager
+def pinned_copy(bundle: Path, manifest: Manifest, rel: str) -> Iterator[Path]:
+    """A private copy of `rel`, made from bytes that hash to its sha256 in `manifest`: what is
+    read from it is what was checked, whatever happens to the bundle meanwhile."""
+    data = read_bundle_file(bundle, rel, 16 * 1024 * 1024)
+    if hashlib.sha256(data).hexdigest() != manifest.files().get(rel, {}).get("sha256"):
+        raise EgpuSetupError(
+            f"bundle {bundle}: {rel} does not match its sha256 in {MANIFEST}; nothing was "
+            "installed",
+            "copy the bundle again from its source, or rebuild it with `egpu-setup bundle`",
+        )
+    with tempfile.TemporaryDirectory(prefix="egpu-setup-bundle-") as tmp:
+        copy = Path(tmp) / Path(rel).name
+        copy.write_bytes(data)
+        yield copy
+
+
+def load_manifest(bundle: Path, pin: str | None = None) -> Manifest:
+    """The bundle's manifest, validated; UsageError (exit 2) when DIR is not a bundle.
+
+    With `pin` (the sha256 `bundle` printed), the bytes must hash to it before anything in them
+    is believed: a manifest re-hashed after a wheel was swapped is refused (exit 1)."""
     path = Path(bundle) / MANIFEST
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
+    if not os.path.lexists(path):
         raise UsageError(
             f"--bundle {bundle}: no {MANIFEST} there", "pass a directory `egpu-setup bundle` wrote"
-        ) from exc
-    except (OSError, ValueError) as exc:
+        )
+    raw = read_bundle_file(Path(bundle), MANIFEST)
+    digest = hashlib.sha256(raw).hexdigest()
+    if pin is not None and digest != pin:
+        raise EgpuSetupError(
+            f"bundle {bundle}: {MANIFEST} has sha256 {digest}, not the pinned {pin}: it is not "
+            "the bundle that was built; nothing was installed",
+            "copy the bundle again from the machine that built it, and its pin from there",
+        )
+    try:
+        data = json.loads(raw.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError) as exc:
         raise UsageError(
             f"{path}: not a bundle manifest ({exc})", "rebuild it with `egpu-setup bundle`"
-        ) from exc
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UsageError(
             f"{path}: schema {data.get('schema') if isinstance(data, dict) else None!r}, "
             f"expected {SCHEMA}",
             "rebuild the bundle with this version of egpu-setup",
         )
-    for entry in data.get("files", []):
-        rel = entry.get("path", "")
-        if rel.startswith("/") or ".." in rel.split("/") or not rel:
-            raise UsageError(f"{path}: file path {rel!r} leaves the bundle", "rebuild the bundle")
-    return Manifest(path, data)
+    _check_shape(data, path)
+    return Manifest(path, data, digest)
+
+
+def _check_shape(data: dict[str, Any], path: Path) -> None:
+    """UsageError naming the first value `install --bundle` would use that has the wrong shape."""
+
+    def bad(key: str, what: str) -> UsageError:
+        return UsageError(f"{path}: {key}: {what}", "rebuild the bundle with `egpu-setup bundle`")
+
+    files = data.get("files", [])
+    if not isinstance(files, list):
+        raise bad("files", "expected a list")
+    for i, entry in enumerate(files):
+        if not isinstance(entry, dict):
+            raise bad(f"files[{i}]", "expected an object")
+        rel = entry.get("path")
+        if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/"):
+            raise bad(f"files[{i}].path", f"{rel!r} leaves the bundle")
+        if not isinstance(entry.get("sha256"), str) or not _HEX64.fullmatch(entry["sha256"]):
+            raise bad(f"files[{i}].sha256", "not a sha256")
+        if not isinstance(entry.get("size"), int) or isinstance(entry["size"], bool):
+            raise bad(f"files[{i}].size", "not a size in bytes")
+    targets = data.get("targets", [])
+    if not isinstance(targets, list):
+        raise bad("targets", "expected a list")
+    shapes = {
+        "torch": {
+            "version": str,
+            "variant": str,
+            "index_url": str,
+            "requirements": list,
+            "wheels": str,
+            "requirements_file": str,
+        },
+        "driver": {"packages": list, "repository": str},
+    }
+    for i, t in enumerate(targets):
+        if not isinstance(t, dict):
+            raise bad(f"targets[{i}]", "expected an object")
+        for key in ("name", "python", "distro"):
+            if not isinstance(t.get(key), str):
+                raise bad(f"targets[{i}].{key}", "expected a string")
+        for part, keys in shapes.items():
+            value = t.get(part)
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise bad(f"targets[{i}].{part}", "expected an object or null")
+            for key, kind in keys.items():
+                if not isinstance(value.get(key), kind):
+                    raise bad(f"targets[{i}].{part}.{key}", f"expected a {kind.__name__}")
+            for key in ("requirements", "packages"):
+                if key in keys and not all(isinstance(x, str) for x in value[key]):
+                    raise bad(f"targets[{i}].{part}.{key}", "expected a list of strings")
+            for key in ("wheels", "requirements_file", "repository"):
+                if key not in keys:
+                    continue
+                rel = str(value[key])
+                if rel.startswith("/") or ".." in rel.split("/") or not rel:
+                    raise bad(f"targets[{i}].{part}.{key}", f"{rel!r} leaves the bundle")
 
 
 def verify_files(bundle: Path, manifest: Manifest, prefixes: Sequence[str]) -> int:
     """Check size and sha256 of every manifest file under `prefixes`; bytes checked.
 
     A mismatch is exit 1 before anything is installed: a wheel or .deb changed after `bundle`
-    wrote it is exactly what --require-hashes and a local apt repository cannot catch later."""
+    wrote it is exactly what --require-hashes and a local apt repository cannot catch later.
+    Files are read only from inside the bundle: a link there (to a host file) is refused."""
+    from egpu_setup.host.machine import refuse_links_below
+
     checked = 0
     bad: list[str] = []
     for rel, entry in manifest.files().items():
         if not any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in prefixes):
             continue
-        real = Path(bundle) / rel
+        real = refuse_links_below(Path(bundle), Path(bundle) / rel, leaf=True)
         try:
-            size = real.stat().st_size
+            st = os.lstat(real)
         except OSError:
             bad.append(f"{rel} is missing")
             continue
-        if size != entry.get("size") or sha256_file(real) != entry.get("sha256"):
+        if not stat.S_ISREG(st.st_mode):
+            bad.append(f"{rel} is not a regular file")
+            continue
+        if st.st_size != entry.get("size") or sha256_file(real) != entry.get("sha256"):
             bad.append(f"{rel} does not match its sha256 in {MANIFEST}")
             continue
-        checked += size
+        checked += st.st_size
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise EgpuSetupError(

@@ -19,9 +19,11 @@ Examples:
   egpu-setup bundle --profile rtx4090 --out cpu-bundle --cuda cpu --only torch,tool
   sudo egpu-setup bundle --profile lab.yaml --out lab --index-url https://mirror.lab/whl/cu128
 \b
-Then on each laptop (no network needed):
-  sudo egpu-setup install --bundle /srv/lab-bundle --yes
-Running it again with the same inputs downloads nothing (files are checked by sha256).
+It prints the pin: the sha256 of the bundle's manifest.json (also in DIR/manifest.sha256).
+Carry it to the laptops apart from the bundle (the inventory, a profile repository), then on
+each laptop (no network needed):
+  sudo egpu-setup install --bundle /srv/lab-bundle --bundle-sha256 HEX --yes
+Running it again with the same inputs downloads nothing and keeps the same pin.
 """
 
 PARTS = ("torch", "driver", "tool")
@@ -131,3 +133,7 @@ def command(
         click.echo(f"  downloaded: {', '.join(report.downloaded)}")
     if report.reused:
         click.echo(f"  up to date: {', '.join(report.reused)}")
+    click.echo(
+        f"  pin: {report.manifest_sha256}  (the sha256 of manifest.json, also in "
+        f"{target_dir / 'manifest.sha256'}; install with --bundle-sha256 {report.manifest_sha256})"
+    )

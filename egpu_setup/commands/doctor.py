@@ -26,14 +26,15 @@ _TORCH_INFO_HINT = (
 )
 
 
-def load_torch_info(path: Path) -> TorchInfo:
-    """Torch facts from a user-named file or a bundle's commands/torch.json: a verify report or
-    the small form (egpu_setup/doctor/torchcheck.py)."""
+def load_torch_info(path: Path, text: str | None = None) -> TorchInfo:
+    """Torch facts from a user-named file or a bundle's commands/torch.json (`text`, read inside
+    the bundle): a verify report or the small form (egpu_setup/doctor/torchcheck.py)."""
     from egpu_setup.doctor.torchcheck import parse_torch_info
     from egpu_setup.host.machine import LiveHost
 
-    # Read through the gateway: this is a file on this machine that the user pointed us at.
-    text = LiveHost().read(str(path), limit=1024 * 1024)
+    if text is None:
+        # Read through the gateway: this is a file on this machine that the user pointed us at.
+        text = LiveHost().read(str(path), limit=1024 * 1024)
     if text is None:
         raise UsageError(f"cannot read {path}", _TORCH_INFO_HINT)
     try:
@@ -84,9 +85,12 @@ def command(
     from egpu_setup.host.machine import open_host
 
     host = open_host(from_dir)
+    bundled = None
     if torch_info_path is None and from_dir is not None:
-        candidate = Path(from_dir) / "commands" / "torch.json"
-        torch_info_path = candidate if candidate.is_file() else None
+        # read inside the bundle, like every file of it: a link there cannot reach this machine
+        bundled = host.bundle_file("commands/torch.json", 1024 * 1024)
+        if bundled is not None:
+            torch_info_path = Path(from_dir) / "commands" / "torch.json"
     if venv is not None and (from_dir is not None or torch_info_path is not None):
         raise UsageError(
             "--venv inspects this machine's venv", "drop --from/--torch-info, or drop --venv"
@@ -97,7 +101,9 @@ def command(
 
         torch_info: TorchInfo | None = probe_venv_torch(LiveHost(), venv)
     else:
-        torch_info = load_torch_info(torch_info_path) if torch_info_path is not None else None
+        torch_info = (
+            load_torch_info(torch_info_path, bundled) if torch_info_path is not None else None
+        )
     facts = detect_host(host)
     inputs = collect(host, facts)
     if torch_info_path is not None:

@@ -31,7 +31,7 @@ Examples:
   egpu-setup install --profile rtx4090 --only torch --cuda cpu --venv ~/torch-venv
   sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
-  sudo egpu-setup install --bundle /media/usb/lab-bundle --yes   # offline, from `bundle`
+  sudo egpu-setup install --bundle /media/usb/lab-bundle --bundle-sha256 HEX --yes  # offline
   sudo egpu-setup install --profile rtx4090 --matrix updated --yes  # after `matrix update`
   sudo egpu-setup install --profile rtx4090 --yes --enclosure 00e8d1a4-3c2b-0e01-ffff-ffffffffffff
 \b
@@ -93,6 +93,16 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     help="Install offline from a bundle written by `egpu-setup bundle`.",
 )
 @click.option(
+    "--bundle-sha256",
+    "bundle_sha256",
+    default=None,
+    metavar="HEX",
+    envvar="EGPU_SETUP_BUNDLE_SHA256",
+    show_envvar=True,
+    help="The sha256 of the bundle's manifest.json that `egpu-setup bundle` printed: nothing "
+    "in the bundle is trusted until it matches.",
+)
+@click.option(
     "--root", "root_dir", default=None, metavar="DIR", help="Install into the system image at DIR."
 )
 @from_option
@@ -136,6 +146,7 @@ def command(
     mode: str | None,
     index_url: str | None,
     bundle_dir: str | None,
+    bundle_sha256: str | None,
     root_dir: str | None,
     from_dir: str | None,
     force: bool,
@@ -166,6 +177,7 @@ def command(
         mode=mode,
         index_url=index_url,
         bundle_dir=bundle_dir,
+        bundle_sha256=bundle_sha256,
         root_dir=root_dir,
         from_dir=from_dir,
         force=force,

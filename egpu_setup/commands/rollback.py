@@ -50,10 +50,16 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
     outcome = apply_rollback(plan) if yes else preview(plan)
     if as_json:
         echo_json(outcome.to_json())
+        error = outcome.error()
+        if error is not None:
+            raise error
         if outcome.failed:
             sys.exit(1)
         return
     click.echo(rollback_text(outcome))
+    error = outcome.error()
+    if error is not None:
+        raise error  # after the table: which files were undone, and the one that was not
     if plan.empty:
         return
     if not outcome.applied:

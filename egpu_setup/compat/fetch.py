@@ -8,14 +8,20 @@ is written atomically (temp file in the same directory, fsync, rename).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -43,6 +49,11 @@ TIMEOUT = (5.0, 30.0)  # connect, read: the all-variants page is a few MB
 
 
 RETRIES = 3
+
+
+# The whole fetch, retries included: the per-read timeout alone never fires for a server that
+# trickles a byte every few seconds, and would hold `matrix update` for ever.
+DEADLINE_S = 120.0
 
 
 BACKOFF = 0.5  # seconds, doubled per retry (urllib3 Retry backoff_factor)
@@ -179,10 +190,52 @@ def _session(retries: int, backoff: float) -> requests.Session:
     return session
 
 
+class _Deadline(Exception):
+    """The overall deadline of the fetch passed (raised from SIGALRM or the read loop)."""
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """SIGALRM after `seconds`, raising _Deadline wherever the fetch is blocked (a socket read
+    in the headers, a retry's back-off): only the main thread can take a signal, so elsewhere
+    the read loop's own check is all there is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum: int, frame: FrameType | None) -> None:
+        raise _Deadline()
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _fetch(
-    url: str, cache: Path, timeout: Timeout, retries: int, backoff: float
+    url: str,
+    cache: Path,
+    timeout: Timeout,
+    retries: int,
+    backoff: float,
+    deadline_s: float = DEADLINE_S,
 ) -> tuple[str, str, dict[str, str]]:
-    """GET `url` with the cached ETag -> (body, 'fetched'|'not-modified', validators)."""
+    """GET `url` with the cached ETag -> (body, 'fetched'|'not-modified', validators), all of it
+    within `deadline_s` seconds."""
+    hint = "check the network or --index-url; the shipped matrix stays in force"
+    try:
+        with _alarm(deadline_s):
+            return _get(url, cache, timeout, retries, backoff, time.monotonic() + deadline_s)
+    except _Deadline:
+        raise EgpuSetupError(f"{url}: no complete answer within {deadline_s:g} s", hint) from None
+
+
+def _get(
+    url: str, cache: Path, timeout: Timeout, retries: int, backoff: float, deadline: float
+) -> tuple[str, str, dict[str, str]]:
     import requests
 
     body_file, meta_file = cache / "torch.html", cache / "torch.meta.json"
@@ -206,7 +259,7 @@ def _fetch(
             if resp.status_code != 200:
                 raise EgpuSetupError(f"{url} answered HTTP {resp.status_code}", hint)
             chunks, size = [], 0
-            for chunk in resp.iter_content(1 << 16):
+            for chunk in _chunks(resp, deadline):
                 size += len(chunk)
                 if size > MAX_PAGE:
                     raise EgpuSetupError(f"{url}: page larger than {MAX_PAGE >> 20} MiB", hint)
@@ -224,6 +277,18 @@ def _fetch(
         raise EgpuSetupError(f"could not read {url}: {type(exc).__name__}", hint) from exc
 
 
+def _chunks(resp: requests.Response, deadline: float) -> Iterator[bytes]:
+    """The body as it arrives, checking the deadline after each read: urllib3's read1 returns
+    whatever one socket read gave (iter_content would wait for 64 KiB, one trickled byte at a
+    time), so a slow server cannot keep a read going past it."""
+    read1 = getattr(resp.raw, "read1", None)
+    chunks = iter(lambda: read1(1 << 16, decode_content=True), b"") if read1 else None
+    for chunk in chunks or resp.iter_content(1 << 16):
+        if time.monotonic() > deadline:
+            raise _Deadline()
+        yield chunk
+
+
 def update_matrix(
     state: str | os.PathLike[str] | None = None,
     index_url: str | None = None,
@@ -231,6 +296,7 @@ def update_matrix(
     timeout: Timeout = TIMEOUT,
     retries: int = RETRIES,
     backoff: float = BACKOFF,
+    deadline_s: float = DEADLINE_S,
 ) -> UpdateResult:
     """Fetch `<index>/torch/`, validate it against the snapshot, then replace the overlay."""
     from egpu_setup.compat.matrix import load_snapshot
@@ -240,7 +306,7 @@ def update_matrix(
     url = base + "torch/"
     root = state_dir(state)
     cache = root / CACHE_DIR
-    text, status, validators = _fetch(url, cache, timeout, retries, backoff)
+    text, status, validators = _fetch(url, cache, timeout, retries, backoff, deadline_s)
     try:
         parsed = parse_index(text)
         new_versions = validate(parsed, [t.version for t in snapshot.torch])

@@ -21,7 +21,7 @@ from egpu_setup.host.machine import Host
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_IDS_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids")
-_ADDR = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_ADDR = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")  # \Z: no final "\n"
 VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
 # SMBIOS chassis types that are portable (DMTF DSP0134, "Chassis Types"): Portable, Laptop,
 # Notebook, Sub Notebook, Convertible, Detachable.

@@ -103,23 +103,22 @@ def probe_os(host: Host) -> OsFacts:
 
 
 def _release_files(host: Host) -> dict[str, str]:
-    """No usable os-release (very old or stripped systems): the `distro` package reads
-    lsb-release and the distribution's own release files, under the host's root."""
-    if not host.is_dir("/etc"):
-        return {}  # a pasted report with no filesystem: nothing to read
-    import distro
-
-    d = distro.LinuxDistribution(
-        root_dir=str(host.root), include_lsb=False, include_uname=False, include_oslevel=False
+    """No usable os-release (very old or stripped systems): lsb-release, then the
+    distribution's own release file (detect/release_files.py), all read through the Host."""
+    from egpu_setup.detect.release_files import (
+        parse_lsb_release,
+        parse_release_line,
+        release_file_names,
     )
-    found = {
-        "ID": d.id(),
-        "VERSION_ID": d.version(best=False),
-        "ID_LIKE": d.like(),
-        "VERSION_CODENAME": d.codename(),
-        "PRETTY_NAME": d.name(pretty=True),
-    }
-    return {k: v for k, v in found.items() if v}
+
+    lsb = parse_lsb_release(host.read("/etc/lsb-release", 64 * 1024) or "")
+    if lsb.get("ID"):
+        return lsb
+    for name in release_file_names(host.listdir("/etc")):
+        found = parse_release_line(name, host.read(f"/etc/{name}", 64 * 1024) or "")
+        if found.get("ID"):
+            return found
+    return {}
 
 
 _PYTHON = re.compile(r"python(3\.\d+)$")

@@ -14,10 +14,10 @@ from egpu_setup.detect.sysfs import parse_bool01, parse_gbps, parse_int
 from egpu_setup.host.machine import Host
 
 TB_DEVICES = "/sys/bus/thunderbolt/devices"
-_DOMAIN = re.compile(r"^domain\d+$")
+_DOMAIN = re.compile(r"^domain\d+\Z")
 # Routers are "<domain>-<route>"; route 0 is the host router. Other entries (retimers
 # "0-0:1.1", XDomain services "0-1.1", usb4_portN) are not devices a user authorizes.
-_ROUTER = re.compile(r"^(\d+)-([0-9a-f]+)$")
+_ROUTER = re.compile(r"^(\d+)-([0-9a-f]+)\Z")
 
 
 def probe_thunderbolt(host: Host) -> ThunderboltFacts:

@@ -13,6 +13,7 @@ Arch and driver rules reuse egpu_setup.compat.versions (the resolver's value typ
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,12 +158,15 @@ def probe_venv_torch(host: Host, venv: Path) -> TorchInfo:
     """The torch facts of a venv, by running its own Python through the Host gateway
     (doctor --venv and record --venv)."""
     from egpu_setup.errors import ExecutionError
+    from egpu_setup.host.trust import run_as
 
-    python = venv / "bin" / "python"
+    python = Path(os.path.abspath(venv)) / "bin" / "python"
     if not host.exists(str(python)):
         raise UsageError(f"{python} does not exist", "pass the venv that holds torch (--venv PATH)")
+    # Root never runs a Python another user can change: as its owner, or not at all.
+    owner = run_as(str(python)) if host.kind == "live" else None
     try:
-        res = host.run([str(python), "-I", "-c", _TORCH_PROBE], timeout=120)
+        res = host.run([str(python), "-I", "-c", _TORCH_PROBE], timeout=120, run_as=owner, cwd="/")
     except ExecutionError as exc:
         raise UsageError(
             f"{python}: {exc.message}", "run `egpu-setup verify` to see where it hangs"

@@ -130,10 +130,12 @@ def recover(
         )
         resumed = f"run {last.run_id} was interrupted{where}"
         log.warning("%s; continuing from the host's current state", resumed)
-    dirs = {host.real_path(p).parent for p in manifest.files}
+    from egpu_setup.execute.undo import temp_dirs
+
+    dirs = temp_dirs(host, manifest)
     for step in plan.steps:
         for p in _paths_of(step):
-            dirs.add(host.real_path(p).parent)
+            dirs.add(execute_files.location(host, p).parent)
     dirs.add(paths.state_dir)
     dirs.add(paths.backups)
     cleaned = [str(p) for p in clean_temp_files(dirs)]

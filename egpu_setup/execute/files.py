@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from egpu_setup.errors import EgpuSetupError
 from egpu_setup.host.machine import Host
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
@@ -54,11 +56,11 @@ def _entry(ctx: Context, path: str, real: Path, kind: str) -> dict[str, Any]:
     prior_mode = None
     prior_owner = None
     prior_link = None
-    if real.is_symlink():
+    st = _lstat(real)
+    if st is not None and stat.S_ISLNK(st.st_mode):
         prior_link = os.readlink(real)
-    elif real.exists():
-        prior = real.read_bytes()
-        st = real.stat()
+    elif st is not None:
+        prior = read_managed(real, path)
         prior_mode = st.st_mode & 0o7777
         prior_owner = [st.st_uid, st.st_gid]
     entry = {
@@ -87,7 +89,14 @@ def write_managed(
 ) -> None:
     real = location(ctx.host, path)
     entry = _entry(ctx, path, real, "file")
-    current = real.read_bytes() if real.is_file() else None
+    st = _lstat(real)
+    if st is not None and stat.S_ISLNK(st.st_mode) and entry["sha256"]:
+        # --force over a link someone put where our file was: the link goes (the rename
+        # replaces it), what it points to is never read, let alone copied into backups/
+        target = os.readlink(real)
+        entry.setdefault("replaced_links", []).append(target)
+        log.warning("%s: replacing the link -> %s that took its place", path, target)
+    current = read_managed(real, path) if st is not None and stat.S_ISREG(st.st_mode) else None
     if current is not None and not ctx.manifest.is_ours(path, current) and entry["sha256"]:
         # --force over a user's edit: keep their version too, and say where
         name = ctx.manifest.backup(current)
@@ -114,7 +123,34 @@ def link_managed(ctx: Context, path: str, target: str) -> None:
     ctx.manifest.save()  # the link is made: record it, as write_managed records its hash
 
 
+def _lstat(real: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(real)
+    except FileNotFoundError:
+        return None
+
+
+def read_managed(real: Path, path: str) -> bytes:
+    """The bytes of the regular file at `real` (a managed path), never through a link; an
+    error naming it for anything else there (a FIFO would block, a device never end)."""
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise EgpuSetupError(
+            f"cannot read {path}: {exc.strerror or exc}", f"look at {real} and move it away"
+        ) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EgpuSetupError(
+                f"{path} is not a regular file (found at {real})",
+                "egpu-setup writes only regular files and links there: move it away",
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 def location(host: Host, path: str) -> Path:
     """Where `path` is on disk, its last component not followed: we replace links, not targets."""
-    parent = host.real_path(path.rsplit("/", 1)[0] or "/")
-    return parent / path.rsplit("/", 1)[1]
+    return Path(host.location(path))

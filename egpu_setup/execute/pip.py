@@ -20,8 +20,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
@@ -210,15 +213,23 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
             f"{step.venv} exists and is not a virtual environment (no pyvenv.cfg)",
             "egpu-setup never installs into a system Python (PEP 668); pass --venv NEW_PATH",
         )
+    # a venv that exists (a half-made one too, which --clear would rebuild in place) is
+    # root's own, or root does not touch it
+    exists = not step.create_venv or step.rebuild_venv
+    if exists and not step.run_as and host.kind == "live":
+        _refuse_foreign_venv(step.venv)
     uv = choose_installer(host, wanted)
     if step.create_venv:
         ctx.manifest.add_venv(step.venv, ctx.run_id)
         ctx.manifest.save()
     env = installer_env(account(host, step.run_as) if step.run_as else None)
-    with _bundle_seen_from(host, step) as seen:
-        for argv in commands(seen, uv):
-            # the whole environment, not added to ours: the source variables it drops stay dropped
+    with _pinned_requirements(step) as pinned, _bundle_seen_from(host, pinned) as seen:
+        for i, argv in enumerate(commands(seen, uv)):
+            # the whole environment, not added to ours: the source variables it drops stay
+            # dropped
             host.run_checked(argv, env=env, replace_env=True, on_line=show_line)
+            if i == 0 and step.create_venv:
+                _mark_created(host, step.venv, ctx.run_id)
     return "done", f"with {'uv' if uv else 'pip'}"
 
 
@@ -227,20 +238,72 @@ IMAGE_BUNDLE = "/run/egpu-setup/bundle"
 
 @contextlib.contextmanager
 def _bundle_seen_from(host: Host, step: PipInstall) -> Iterator[PipInstall]:
-    """The step as the installer sees it: inside an image (--root), a bundle's wheels and
-    requirements file are this machine's files, bound read-only under /run for the commands."""
+    """The step as the installer sees it: inside an image (--root), a bundle's wheels and its
+    checked requirements file are this machine's files, bound read-only under /run for the
+    commands (each directory on its own: the checked copy lies in a private temporary one)."""
     if not isinstance(host, RootHost) or not step.find_links:
         yield step
         return
-    files = [step.find_links] + ([step.requirements_file] if step.requirements_file else [])
-    common = os.path.commonpath([os.path.dirname(f.rstrip("/")) for f in files])
+    with contextlib.ExitStack() as stack:
+        wheels = stack.enter_context(host.bound(step.find_links, f"{IMAGE_BUNDLE}/wheels"))
+        requirements = None
+        if step.requirements_file:
+            folder = os.path.dirname(step.requirements_file)
+            inside = stack.enter_context(host.bound(folder, f"{IMAGE_BUNDLE}/requirements"))
+            requirements = f"{inside}/{os.path.basename(step.requirements_file)}"
+        yield dataclasses.replace(step, find_links=wheels, requirements_file=requirements)
 
-    def inside(path: str | None) -> str | None:
-        return None if path is None else f"{IMAGE_BUNDLE}/{os.path.relpath(path, common)}"
 
-    with host.bound(common, IMAGE_BUNDLE):
-        yield dataclasses.replace(
-            step,
-            find_links=inside(step.find_links),
-            requirements_file=inside(step.requirements_file),
+@contextlib.contextmanager
+def _pinned_requirements(step: PipInstall) -> Iterator[PipInstall]:
+    """From a bundle, pip installs only what the requirements file's --hash lines allow, so
+    that file is the trust anchor of every wheel: its bytes are read once, checked against the
+    sha256 the (pinned) bundle manifest gives, and pip reads that copy, not the bundle's file
+    (which whoever holds the USB stick could swap after the check)."""
+    if not step.find_links:
+        yield step
+        return
+    from egpu_setup.host.machine import read_regular
+    from egpu_setup.state.atomic import sha256
+
+    source = str(step.requirements_file)
+    data = read_regular(Path(source), 16 * 1024 * 1024)
+    got = sha256(data) if data is not None else None
+    if got is None or got != step.requirements_sha256:
+        raise EgpuSetupError(
+            f"{source} is not the requirements file the bundle's manifest lists "
+            f"(sha256 {got or 'unreadable'}): nothing was installed",
+            "copy the bundle again from the machine that built it, and run again",
+        )
+    tmp = tempfile.mkdtemp(prefix="egpu-setup-requirements-")
+    try:
+        os.chmod(tmp, 0o755)  # readable by the user the installer may run as; hashes only
+        copy = Path(tmp) / "requirements.txt"
+        copy.write_bytes(data)  # type: ignore[arg-type]
+        copy.chmod(0o644)
+        yield dataclasses.replace(step, requirements_file=str(copy))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _mark_created(host: Host, venv: str, run_id: str) -> None:
+    """The mark `rollback --packages` looks for before it deletes a venv (execute/undo.py): a
+    manifest naming some other directory can never make it delete that one."""
+    from egpu_setup.execute.undo import MARK_VENV
+    from egpu_setup.state.atomic import atomic_write
+
+    atomic_write(host.location(f"{venv}/{MARK_VENV}"), f"{run_id}\n".encode(), 0o644)
+
+
+def _refuse_foreign_venv(venv: str) -> None:
+    """Root installs into an existing venv only when root owns all its Python runs (pip runs
+    inside it): host/trust.py. A user's venv gets torch from that user (the plan's run_as)."""
+    from egpu_setup.host.trust import run_as
+
+    owner = run_as(f"{venv}/bin/python")
+    if owner is not None:
+        raise EgpuSetupError(
+            f"{venv} belongs to uid {owner[0]}: root does not run its pip",
+            f"install as that user (`egpu-setup install --only torch --venv {venv}` without "
+            "sudo), or pass --venv NEW_PATH for a root-owned venv",
         )

@@ -2,6 +2,20 @@
 
 A file edited by someone after egpu-setup wrote it is kept (with a warning) unless forced; a
 file replaced twice goes back to its content from before the first time.
+
+Rollback acts as root on what the manifest says, so it acts only on paths egpu-setup writes
+(OWNED: the rendered drop-ins, unit links, apt sources and keyrings, the staged bundle
+packages), and removes a rendered file only while it carries egpu-setup's header. It is
+idempotent across a kill: before each restore the entry records what is being put back
+(`restoring`, the same role `pending` has for a write), so a rollback killed between the
+rename and the manifest update recognises the restored file as done, not as someone's edit. A
+restore that cannot be done (a missing or corrupt backup, a read-only or full disk) is reported
+as failed, its entry kept for a later run, and the rest is undone.
+
+Test hook (documented, inert unless set): EGPU_SETUP_TEST_ROLLBACK_KILL_AT=<path>:<point> makes
+rollback SIGKILL itself while undoing the managed `path`: at `mid-write` (the restored file's
+temp copy written and fsync'ed, not renamed) or `renamed` (the file restored, the manifest not
+yet told).
 """
 
 from __future__ import annotations
@@ -9,22 +23,68 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import stat
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from egpu_setup.execute.files import location
+from egpu_setup.errors import EgpuSetupError
+from egpu_setup.execute.files import location, read_managed
 from egpu_setup.host.machine import Host
+from egpu_setup.render.headers import has_header
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
 
 log = logging.getLogger("egpu_setup.execute")
 
+# Files egpu-setup renders, each starting with its header (render/headers.py): README, "What
+# egpu-setup changes on a machine"; the names come from render/files.py.
+RENDERED = (
+    "/etc/udev/rules.d/*egpu-setup*.rules",
+    "/etc/modprobe.d/egpu-setup-*.conf",
+    "/etc/systemd/system/egpu-setup-*.service",
+    "/usr/local/bin/egpu-*",
+    "/etc/default/grub.d/*egpu-setup*.cfg",
+    "/etc/X11/xorg.conf.d/*egpu-setup*.conf",
+)
+# Paths egpu-setup writes without a header: unit links, apt sources and keys, staged packages.
+OTHER_OWNED = (
+    "/etc/systemd/system/*.wants/egpu-setup-*.service",
+    "/etc/apt/sources.list.d/egpu-setup-*.sources",
+    "/etc/apt/keyrings/egpu-setup-*.gpg",
+    "/etc/apt/preferences.d/egpu-setup-*",
+    "/var/lib/egpu-setup/bundle-apt/*/*",
+)
+# What `install --root` adds to a lab image (install/lab_image.py, install/tool.py): the
+# first-boot marker and the profiles it names (with a header), the link to the tool's venv,
+# Debian's persistenced unit masked, and the seal (machine-id(5) "uninitialized", D-Bus's link).
+IMAGE_OWNED = (
+    "/var/lib/egpu-setup/firstboot-pending",
+    "/etc/egpu-setup/profiles/*.yaml",
+    "/usr/local/bin/egpu-setup",
+    "/etc/systemd/system/nvidia-persistenced.service",
+    "/etc/machine-id",
+    "/var/lib/dbus/machine-id",
+)
+MARK_VENV = ".egpu-setup-venv"  # written into each venv egpu-setup creates (execute/pip.py)
+
+
+def owned_path(path: str) -> bool:
+    """Is `path` one egpu-setup writes (a whole-path match, component by component)?"""
+    p = PurePosixPath(path)
+    return any(p.match(pattern) for pattern in (*RENDERED, *OTHER_OWNED, *IMAGE_OWNED))
+
+
+def rendered_path(path: str) -> bool:
+    p = PurePosixPath(path)
+    return any(p.match(pattern) for pattern in RENDERED)
+
 
 @dataclass(frozen=True)
 class Undo:
     path: str
-    action: str  # restored / removed / kept-edited / already-gone / unlinked
+    action: str  # restored / removed / kept-edited / already-gone / unlinked / refused / failed
     detail: str = ""
 
     def to_json(self) -> dict[str, str]:
@@ -36,11 +96,17 @@ def plan_undo(host: Host, manifest: Manifest) -> list[Undo]:
     out: list[Undo] = []
     for path in reversed(list(manifest.files)):
         entry = manifest.files[path]
-        real = location(host, path)
-        if entry["kind"] == "link":
-            out.append(_plan_link(path, entry, real))
-        else:
-            out.append(_plan_file(path, entry, real, manifest))
+        if not owned_path(path):
+            out.append(Undo(path, "refused", "not a path egpu-setup writes: left alone"))
+            continue
+        try:
+            real = location(host, path)
+            if entry["kind"] == "link":
+                out.append(_plan_link(path, entry, real))
+            else:
+                out.append(_plan_file(path, entry, real, manifest))
+        except EgpuSetupError as exc:  # a FIFO where our file was, a link loop above it
+            out.append(Undo(path, "refused", exc.message))
     return out
 
 
@@ -51,8 +117,16 @@ def _prior(entry: dict[str, Any]) -> str:
     return f"to the content from before egpu-setup ({(entry.get('prior_sha256') or '?')[:12]})"
 
 
+def _lstat(real: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(real)
+    except FileNotFoundError:
+        return None
+
+
 def _plan_link(path: str, entry: dict[str, Any], real: Path) -> Undo:
-    current = os.readlink(real) if real.is_symlink() else None
+    st = _lstat(real)
+    current = os.readlink(real) if st is not None and stat.S_ISLNK(st.st_mode) else None
     if current is not None and current == entry.get("target"):
         if entry["created"]:
             return Undo(path, "unlinked")
@@ -61,8 +135,9 @@ def _plan_link(path: str, entry: dict[str, Any], real: Path) -> Undo:
         if current == entry.get("prior_link"):
             return Undo(path, "already-gone", f"already points to {current} again")
         return Undo(path, "kept-edited", f"now points to {current}")
-    if real.exists():  # a regular file where our link was
-        if entry.get("prior_sha256") and sha256(real.read_bytes()) == entry["prior_sha256"]:
+    if st is not None:  # a regular file where our link was
+        data = read_managed(real, path)
+        if entry.get("prior_sha256") and sha256(data) == entry["prior_sha256"]:
             return Undo(path, "already-gone", "the file from before egpu-setup is back")
         return Undo(path, "kept-edited", "replaced by a file since egpu-setup linked it")
     if entry["created"]:
@@ -72,62 +147,142 @@ def _plan_link(path: str, entry: dict[str, Any], real: Path) -> Undo:
 
 def _plan_file(path: str, entry: dict[str, Any], real: Path, manifest: Manifest) -> Undo:
     # we only ever write regular files: a link here now is someone else's (or the old one back)
-    if real.is_symlink():
+    st = _lstat(real)
+    if st is not None and stat.S_ISLNK(st.st_mode):
         current = os.readlink(real)
         if current == entry.get("prior_link"):
             return Undo(path, "already-gone", f"already the link -> {current} again")
         return Undo(path, "kept-edited", f"now a link to {current}")
-    data = real.read_bytes() if real.is_file() else None
+    data = read_managed(real, path) if st is not None else None
+    if data is not None and not entry["created"] and sha256(data) == entry.get("prior_sha256"):
+        # put back already: by hand, or by a rollback killed before it could say so
+        return Undo(path, "already-gone", "the file from before egpu-setup is back")
     if data is not None and not manifest.is_ours(path, data):
         return Undo(path, "kept-edited", "changed since egpu-setup wrote it")
     if entry["created"]:
-        return Undo(path, "removed" if data is not None else "already-gone")
+        if data is None:
+            return Undo(path, "already-gone")
+        if rendered_path(path) and not has_header(_text(data)):
+            return Undo(path, "refused", "it does not carry egpu-setup's header: left alone")
+        return Undo(path, "removed")
     return Undo(path, "restored", _prior(entry))
 
 
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+KILL_ENV = "EGPU_SETUP_TEST_ROLLBACK_KILL_AT"
+
+
+def _kill_hook(path: str, where: str) -> None:
+    spec = os.environ.get(KILL_ENV)
+    if spec and spec == f"{path}:{where}":
+        signal.raise_signal(signal.SIGKILL)
+
+
 def apply_undo(host: Host, manifest: Manifest, undo: list[Undo], force: bool = False) -> list[Undo]:
-    """Carry out `undo`; entries that were handled leave the manifest (saved after each)."""
+    """Carry out `undo`; entries that were handled leave the manifest (saved after each).
+
+    One that cannot be handled (its backup missing or corrupt, the disk read-only or full) comes
+    back as action "failed", its entry kept, and the others are still undone."""
     done: list[Undo] = []
     for u in undo:
-        entry = manifest.files[u.path]
-        real = location(host, u.path)
+        if u.action == "refused":
+            log.warning("%s: %s", u.path, u.detail)
+            done.append(u)
+            continue
         if u.action == "kept-edited" and not force:
             log.warning("%s was edited after egpu-setup wrote it: kept as it is", u.path)
             done.append(u)
             continue
-        if u.action == "already-gone" and not entry["created"]:
-            pass  # what was there before us is back already (by hand): nothing to put back
-        elif entry.get("prior_link") is not None:
-            # a link before us (file or unit link entry alike): the same link text, exactly
-            atomic_symlink(real, entry["prior_link"])
-        elif entry.get("prior_sha256"):
-            # a regular file before us, whatever we put there (a file or a unit link): its
-            # bytes, mode and owner from the backup (a link we made over it goes with the rename)
-            data = manifest.read_backup(entry["backup"])
-            atomic_write(real, data, entry["prior_mode"])  # the rename replaces our link too
-            owner = entry.get("prior_owner")
-            if owner and os.geteuid() == 0:
-                os.chown(real, owner[0], owner[1])
-        else:  # created by us
-            with contextlib.suppress(FileNotFoundError):
-                real.unlink()
-        for d in reversed(entry.get("created_dirs") or []):
-            with contextlib.suppress(OSError):  # not empty: something else lives there now
-                location(host, d).rmdir()
-        with contextlib.suppress(OSError):
-            fsync_dir(real.parent)
-        del manifest.files[u.path]
-        manifest.save()
+        try:
+            _undo_one(host, manifest, u)
+        except EgpuSetupError as exc:
+            log.warning("%s: not restored: %s", u.path, exc.message)
+            done.append(Undo(u.path, "failed", exc.message))
+            continue
+        except OSError as exc:  # EROFS, ENOSPC, EACCES: said per file, the rest goes on
+            why = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+            log.warning("%s: not restored: %s", u.path, why)
+            done.append(Undo(u.path, "failed", why))
+            continue
         done.append(u)
     return done
 
 
-def remove_tree(host: Host, path: str) -> None:
-    """Delete a venv egpu-setup created (only ever called for paths the manifest lists)."""
+def _undo_one(host: Host, manifest: Manifest, u: Undo) -> None:
+    entry = manifest.files[u.path]
+    real = location(host, u.path)
+    if u.action == "already-gone" and not entry["created"]:
+        pass  # what was there before us is back already: nothing to put back
+    elif entry.get("prior_link") is not None:
+        # a link before us (file or unit link entry alike): the same link text, exactly
+        _mark_restoring(manifest, entry, "link:" + entry["prior_link"])
+        atomic_symlink(real, entry["prior_link"])
+    elif entry.get("prior_sha256"):
+        # a regular file before us, whatever we put there (a file or a unit link): its bytes,
+        # mode and owner from the backup (a link we made over it goes with the rename)
+        data = manifest.read_backup(entry["backup"])
+        _mark_restoring(manifest, entry, entry["prior_sha256"])
+        mode = entry["prior_mode"] & 0o7777 if entry.get("prior_mode") is not None else None
+        atomic_write(  # the rename replaces our link too
+            real, data, mode, before_rename=lambda _tmp: _kill_hook(u.path, "mid-write")
+        )
+        owner = entry.get("prior_owner")
+        if owner and os.geteuid() == 0:
+            os.chown(real, owner[0], owner[1], follow_symlinks=False)
+    else:  # created by us
+        with contextlib.suppress(FileNotFoundError):
+            real.unlink()
+    for d in reversed(entry.get("created_dirs") or []):
+        with contextlib.suppress(OSError):  # not empty: something else lives there now
+            location(host, d).rmdir()
+    with contextlib.suppress(OSError):
+        fsync_dir(real.parent)
+    _kill_hook(u.path, "renamed")
+    del manifest.files[u.path]
+    manifest.save()
+
+
+def _mark_restoring(manifest: Manifest, entry: dict[str, Any], what: str) -> None:
+    """Say what is about to be put back before the rename, as a write records `pending`."""
+    entry["restoring"] = what
+    manifest.save()
+
+
+def temp_dirs(host: Host, manifest: Manifest) -> set[Path]:
+    """The directories a killed write or restore may have left a temp file in."""
+    out = {manifest.paths.state_dir, manifest.paths.backups}
+    for path in manifest.files:
+        with contextlib.suppress(EgpuSetupError):
+            out.add(location(host, path).parent)
+    return out
+
+
+def clean_temp(host: Host, manifest: Manifest) -> list[Path]:
+    """Remove the temp files (TMP_MARK) a killed install or rollback left next to its targets."""
+    from egpu_setup.state.atomic import clean_temp_files
+
+    removed = clean_temp_files(temp_dirs(host, manifest))
+    for p in removed:
+        log.warning("removed a temp file a dead run left: %s", p)
+    return removed
+
+
+def remove_tree(host: Host, path: str) -> bool:
+    """Delete a venv egpu-setup created: only a real directory (not a link) that holds a
+    pyvenv.cfg and the mark egpu-setup left when it made it; True when it was removed."""
     import shutil
 
     real = location(host, path)
-    if (real / "pyvenv.cfg").is_file():
+    st = _lstat(real)
+    if st is None:
+        return False
+    marked = os.path.isfile(real / MARK_VENV) and not os.path.islink(real / MARK_VENV)
+    if stat.S_ISDIR(st.st_mode) and (real / "pyvenv.cfg").is_file() and marked:
         shutil.rmtree(real)
-    elif real.exists():
-        log.warning("%s is not a venv any more: left alone", path)
+        return True
+    why = "a link" if stat.S_ISLNK(st.st_mode) else "not a venv egpu-setup made"
+    log.warning("%s is %s (no %s in it): left alone", path, why, MARK_VENV)
+    return False

@@ -19,6 +19,7 @@ import io
 import logging
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -74,23 +75,45 @@ class Host:
         return "/" + "/".join(done)
 
     def real_path(self, path: str) -> Path:
-        """Where `path` lies on this machine's disk (for the executor's writes)."""
-        resolved = self.resolve(path) or path
+        """Where `path` lies on this machine's disk (for the executor's writes), every link on
+        the way resolved inside the root; UsageError when they loop (ELOOP): the raw path would
+        let the kernel follow them, out of the root."""
+        resolved = self.resolve(path)
+        if resolved is None:
+            raise UsageError(
+                f"{path} under {self.root}: more than {_MAX_LINKS} symbolic links on the way",
+                f"remove the link loop under {self.root}",
+            )
         return self.root / resolved.lstrip("/") if not self._is_slash else Path(resolved)
+
+    def location(self, path: str) -> Path:
+        """Where `path` itself lies on disk: its directories resolved inside the root, its last
+        component not followed (writes replace a link, never what it points to)."""
+        parent, _, name = path.rstrip("/").rpartition("/")
+        if name in ("", ".", "..") or "\0" in path:
+            raise UsageError(f"{path!r} is not a path egpu-setup writes", "report this as a bug")
+        return self.real_path(parent or "/") / name
+
+    def _real(self, path: str) -> Path | None:
+        """real_path, or None (with a debug line) for the soft readers."""
+        try:
+            return self.real_path(path)
+        except UsageError as exc:
+            log.debug("%s", exc.message)
+            return None
 
     # -- reads (soft: a missing or unreadable source is None, with a debug line) ---------------
 
-    def read_bytes(self, path: str, limit: int = MAX_READ) -> bytes | None:
-        try:
-            with open(self.real_path(path), "rb") as f:
-                return f.read(limit)
-        except OSError as exc:
-            log.debug("cannot read %s: %s", path, exc.strerror or exc)
-            return None
+    def read_bytes(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> bytes | None:
+        """At most `limit` bytes of a regular file (sysfs and procfs attributes are regular
+        files too); None for anything else: a FIFO or a device planted in a bundle or an image
+        must neither block a read nor feed it forever. newest: the end of a longer file."""
+        real = self._real(path)
+        return None if real is None else read_regular(real, limit, label=path, newest=newest)
 
-    def read(self, path: str, limit: int = MAX_READ) -> str | None:
+    def read(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> str | None:
         """Text of a file; None when it is missing, unreadable or binary."""
-        data = self.read_bytes(path, limit)
+        data = self.read_bytes(path, limit, newest=newest)
         if data is None:
             return None
         if b"\0" in data:
@@ -106,21 +129,26 @@ class Host:
         return text.strip() or None
 
     def listdir(self, path: str) -> list[str]:
+        real = self._real(path)
         try:
-            return sorted(os.listdir(self.real_path(path)))
+            return sorted(os.listdir(real)) if real is not None else []
         except OSError:
             return []
 
     def exists(self, path: str) -> bool:
-        return self.real_path(path).exists()
+        real = self._real(path)
+        return real is not None and real.exists()
 
     def is_dir(self, path: str) -> bool:
-        return self.real_path(path).is_dir()
+        real = self._real(path)
+        return real is not None and real.is_dir()
 
     def readlink(self, path: str) -> str | None:
         """The target of the link at `path` itself; links above it resolve inside the root."""
         parent, _, name = path.rstrip("/").rpartition("/")
-        parent_real = self.resolve(parent or "/") or parent
+        parent_real = self.resolve(parent or "/")
+        if parent_real is None or name in ("", ".", ".."):
+            return None
         real = self.root / parent_real.lstrip("/") / name if not self._is_slash else Path(path)
         try:
             return os.readlink(real)
@@ -140,6 +168,10 @@ class Host:
     def getenv(self, name: str) -> str | None:
         return None
 
+    def bundle_file(self, rel: str, limit: int = MAX_READ) -> str | None:
+        """A file of a recorded bundle beside its root/ (commands/torch.json); None elsewhere."""
+        return None
+
     def write_attr(self, path: str, value: str) -> None:
         """Write an existing sysfs attribute (never creates a file); ExecutionError on failure."""
         try:
@@ -157,7 +189,9 @@ class Host:
     def free_bytes(self, path: str) -> int | None:
         """Bytes a normal process may still write on the filesystem that would hold `path`
         (its nearest existing ancestor); None when that cannot be told."""
-        real = self.real_path(path)
+        real = self._real(path)
+        if real is None:
+            return None
         while not real.exists() and real != real.parent:
             real = real.parent
         try:
@@ -228,12 +262,17 @@ class Host:
         *,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        run_as: tuple[int, int] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
     ) -> Result:
         """Run argv (a list, never a shell string) to its end, its output captured, in the C
-        locale (parsers read it). ExecutionError when it cannot start or misses the deadline."""
+        locale (parsers read it). ExecutionError when it cannot start or misses the deadline.
+        run_as: (uid, gid) to run as, no supplementary groups (host/trust.py decides it)."""
         full, spawn_env, replace = self.spawn_args(argv, {**_C_LOCALE, **(env or {})}, False)
         log.debug("run: %s", full)
-        res = process.spawn(full, env=spawn_env, replace_env=replace, timeout=timeout)
+        res = process.spawn(
+            full, env=spawn_env, replace_env=replace, timeout=timeout, run_as=run_as, cwd=cwd
+        )
         if res.timed_out:
             raise ExecutionError(
                 f"`{' '.join(argv)}` did not finish within {timeout:g} s",
@@ -306,10 +345,69 @@ class Host:
     def which(self, name: str) -> str | None:
         for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
             candidate = f"{d}/{name}"
-            real = self.real_path(candidate)
-            if real.is_file() and os.access(real, os.X_OK):
+            real = self._real(candidate)
+            if real is not None and real.is_file() and os.access(real, os.X_OK):
                 return candidate
         return None
+
+
+def read_regular(
+    real: Path, limit: int = MAX_READ, *, label: str | None = None, newest: bool = False
+) -> bytes | None:
+    """At most `limit` bytes of the regular file at `real` (its last component not followed);
+    None, with a debug line, when it is missing, unreadable, a link or not a regular file.
+
+    newest: of a longer file keep the last `limit` bytes (a log, whose recent end matters), and
+    say so in a warning."""
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
+    except OSError as exc:
+        log.debug("cannot read %s: %s", label or real, exc.strerror or exc)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            log.debug("ignoring %s: not a regular file", label or real)
+            return None
+        if newest and st.st_size > limit:
+            log.warning(
+                "%s is %d MiB: reading its last %d MiB only",
+                label or real,
+                st.st_size >> 20,
+                limit >> 20,
+            )
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(limit - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        log.debug("cannot read %s: %s", label or real, exc.strerror or exc)
+        return None
+    finally:
+        os.close(fd)
+
+
+def refuse_links_below(base: Path, target: Path, *, leaf: bool = False) -> Path:
+    """`target`, after checking that no directory between `base` and it is a symbolic link
+    (and with `leaf`, not `target` itself either); UsageError naming the first that is. For a
+    directory the user named (`render --out`, `install --bundle`): a link planted inside it
+    (DIR/etc -> /etc) must not carry a write, or a read, onto this machine's own files."""
+    parts = target.relative_to(base).parts
+    current = base
+    for part in parts if leaf else parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise UsageError(
+                f"{current} is a symbolic link (-> {os.readlink(current)}): egpu-setup does "
+                f"not follow links inside {base}",
+                f"replace the link by what it points to, or use a fresh directory for {base}",
+            )
+    return target
 
 
 def check_platform(platform: str) -> None:
@@ -360,15 +458,24 @@ class RecordedHost(Host):
                 f"recorded host not found: {bundle}",
                 "pass a directory written by `egpu-setup record DIR`",
             )
-        if not any((bundle / part).exists() for part in ("root", "commands", "meta.json")):
+        if not any(os.path.lexists(bundle / part) for part in ("root", "commands", "meta.json")):
             raise UsageError(
                 f"{bundle} is not a recorded host: it has no root/, commands/ or meta.json",
                 "pass a directory written by `egpu-setup record DIR`, or lay out a pasted "
                 "report as DIR/commands/lspci.txt, nvidia-smi.txt, dmesg.txt",
             )
+        for part in ("root", "commands"):
+            if (bundle / part).is_symlink():  # its own links resolve inside; this one cannot
+                raise UsageError(
+                    f"{bundle / part} is a symbolic link (-> {os.readlink(bundle / part)}): a "
+                    "recorded host is read only from inside its directory",
+                    "replace the link by a copy of what it points to, or record again",
+                )
         super().__init__(bundle / "root")
         self.bundle = bundle
-        self.meta = _read_meta(bundle / "meta.json")
+        # files beside root/ (commands/, meta.json) resolve inside the bundle the same way
+        self._files = Host(bundle)
+        self.meta = _read_meta(self._files)
         env = self.meta.get("env")
         self._env = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
@@ -382,15 +489,12 @@ class RecordedHost(Host):
         return release, u.get("machine")
 
     def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
-        path = self.bundle / "commands" / f"{name}.txt"
-        try:
-            data = path.read_bytes()[:MAX_READ]
-        except OSError:
-            return None
-        if b"\0" in data:
-            log.debug("ignoring %s: binary content", path)
-            return None
-        return data.decode("utf-8", errors="replace")
+        # a kernel log longer than the cap: its newest part, where the eGPU's errors are
+        return self._files.read(f"/commands/{name}.txt", MAX_READ, newest=name == "dmesg")
+
+    def bundle_file(self, rel: str, limit: int = MAX_READ) -> str | None:
+        """Text of a file of the bundle beside root/ (commands/torch.json), read inside it."""
+        return self._files.read("/" + rel, limit)
 
     def command_lines(
         self, name: str, argv: Sequence[str], timeout: float = 10.0, limit: int | None = None
@@ -467,16 +571,19 @@ def _file_lines(path: Path, limit: int) -> TextLines | None:
     return TextLines(lines(), size, start)
 
 
-def _read_meta(path: Path) -> dict:
+def _read_meta(files: Host) -> dict:
     """meta.json of a bundle as a dict; {} when missing or malformed (soft, like every source)."""
     import json
 
+    text = files.read("/meta.json", 1024 * 1024)
     try:
-        meta = json.loads(path.read_bytes()[:MAX_READ].decode("utf-8", errors="replace"))
-    except (OSError, ValueError):
-        log.debug("no usable %s", path)
+        meta = json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        meta = None
+    if not isinstance(meta, dict):
+        log.debug("no usable meta.json in %s", files.root)
         return {}
-    return meta if isinstance(meta, dict) else {}
+    return meta
 
 
 class RootHost(Host):
@@ -490,9 +597,15 @@ class RootHost(Host):
     kind = "root"
 
     def __init__(self, root: str | os.PathLike[str]):
+        given = root
         root = Path(root).resolve()
         if not root.is_dir():
             raise UsageError(f"--root {root}: no such directory", "create the image root first")
+        if root == Path("/"):
+            raise UsageError(
+                f"--root {given} is / itself, the running system, not an image",
+                "drop --root to work on this machine, or pass the image's directory",
+            )
         super().__init__(root)
         self._binds: list[tuple[str, str]] = []
 

@@ -122,7 +122,7 @@ def render(
     """The configuration files, when the plan has a driver or config part; an image's set
     carries its first-boot unit (install/lab_image.py)."""
     from egpu_setup.install.lab_image import firstboot_for
-    from egpu_setup.render.files import render_set, tool_path_exposed
+    from egpu_setup.render.files import render_set
 
     if not only & {"driver", "config"}:
         return RenderSet(files=(), commands=(), notes=())
@@ -133,8 +133,9 @@ def render(
         options.mode or profile.mode,
         venv=options.venv_path,
         tool_path=tool_path,
-        # the running egpu-setup is this machine's: who could replace it is known only here
-        tool_exposed=tool_path_exposed(target, tool_path) if target.kind == "live" else None,
+        # choose_tool (install/tool.py) held the path to host/trust.py's rule already: the
+        # units run a root-owned egpu-setup, or root's own /opt one, so no sudoers caveat
+        tool_exposed=False,
         bolt_available=bolt_usable(target),
         firstboot=firstboot_for(profile, options.enclosure) if target.kind == "root" else None,
     )

@@ -2,22 +2,32 @@
 
 The bundle decides what is installed (torch, its variant, the driver packages), so the flags that
 would choose differently are refused; every file the plan will use is checked against the
-bundle's manifest (size and sha256) before anything is installed.
+bundle's manifest (size and sha256) before anything is installed, and the manifest itself against
+the pin the admin carried over from the machine that built it (bundle/format.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from egpu_setup.bundle.format import PROFILE_FILE, Manifest, load_manifest
+from egpu_setup.bundle.format import (
+    PIN_ENV,
+    PIN_FILE,
+    PROFILE_FILE,
+    Manifest,
+    check_pin,
+    load_manifest,
+)
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.install.options import InstallOptions
 from egpu_setup.plan.options import BundleSource
+from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.resolution import Resolution, TorchPlan
 
 log = logging.getLogger("egpu_setup.install")
@@ -30,12 +40,23 @@ class OfflineBundle:
 
     @property
     def profile_file(self) -> str:
-        """The profile the bundle was resolved for: the default of `--profile`."""
+        """Where the profile the bundle was resolved for lies (the default of `--profile`)."""
         return str(self.directory / PROFILE_FILE)
+
+    def load_profile(self) -> Profile:
+        """That profile, from bytes checked against the pinned manifest, never re-read from
+        the bundle after the check (a copy in a private directory is what the loader reads)."""
+        from egpu_setup.bundle.format import pinned_copy
+        from egpu_setup.profile.load import load_file
+
+        with pinned_copy(self.directory, self.manifest, PROFILE_FILE) as copy:
+            profile = load_file(copy)
+        return dataclasses.replace(profile, path=self.profile_file)
 
 
 def open_bundle(options: InstallOptions) -> OfflineBundle:
-    """The bundle's manifest, validated; UsageError for flags the bundle decides."""
+    """The bundle's manifest, authenticated by its pin and validated; UsageError for flags the
+    bundle decides and for a missing pin."""
     clash = [
         flag
         for flag, value in (
@@ -53,7 +74,15 @@ def open_bundle(options: InstallOptions) -> OfflineBundle:
     path = Path(options.bundle_dir or "").resolve()
     if not path.is_dir():
         raise UsageError(f"--bundle {options.bundle_dir}: no such directory", "pass a bundle DIR")
-    return OfflineBundle(path, load_manifest(path))
+    pin = options.bundle_sha256 or os.environ.get(PIN_ENV)
+    if not pin:
+        raise UsageError(
+            f"--bundle {options.bundle_dir}: nothing vouches for this bundle: pass the sha256 of "
+            "its manifest.json that `egpu-setup bundle` printed",
+            f"--bundle-sha256 HEX (or {PIN_ENV}=HEX), copied from {PIN_FILE} on the machine "
+            "that built the bundle, never from the bundle itself",
+        )
+    return OfflineBundle(path, load_manifest(path, check_pin(pin)))
 
 
 def tool_wheels(bundle: OfflineBundle | None) -> str | None:
@@ -103,6 +132,7 @@ def narrow_to_bundle(
             driver=dataclasses.replace(resolution.driver, packages=tuple(driver["packages"])),
         )
     packages = manifest.files().get(f"{driver['repository']}/Packages") if driver else None
+    requirements = manifest.files().get(torch["requirements_file"]) if wants_torch else None
     source = BundleSource(
         directory=str(directory),
         target=entry["name"],
@@ -112,6 +142,7 @@ def narrow_to_bundle(
         repository=str(directory / driver["repository"]) if wants_driver else None,
         packages_sha256=packages["sha256"] if packages else None,
         repository_sha256=repository_files(manifest, driver["repository"]) if wants_driver else (),
+        requirements_sha256=requirements["sha256"] if requirements else None,
     )
     return resolution, source
 

@@ -28,6 +28,7 @@ class InstallOptions:
     mode: str | None = None
     index_url: str | None = None
     bundle_dir: str | None = None
+    bundle_sha256: str | None = None  # the pin of the bundle's manifest.json (`bundle` prints it)
     root_dir: str | None = None
     from_dir: str | None = None
     force: bool = False

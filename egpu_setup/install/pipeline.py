@@ -49,9 +49,11 @@ def prepare(options: InstallOptions) -> Prepared:
     only = parse_only(options.only)
     bundle = open_bundle(options) if options.bundle_dir else None
     inputs.check_flags(options, bundle)
-    profile = with_enclosure(
-        load_profile(options.profile or (bundle.profile_file if bundle else "")), options.enclosure
-    )
+    if options.profile or bundle is None:
+        loaded = load_profile(options.profile or "")
+    else:
+        loaded = bundle.load_profile()  # checked against the pinned manifest first
+    profile = with_enclosure(loaded, options.enclosure)
     target, facts_host = inputs.hosts(options)
     facts = inputs.facts_of(target, facts_host)
     inputs.refuse_non_nvidia_egpu(facts)
@@ -235,11 +237,14 @@ def quick_verify(venv: str, device: str = "auto") -> dict[str, Any] | None:
     import json
 
     from egpu_setup.host.machine import LiveHost
+    from egpu_setup.host.trust import run_as
 
     argv = [sys.executable, "-m", "egpu_setup", "verify", "--quick", "--json", "--venv", venv]
     argv += ["--device", device]
     try:
-        res = LiveHost().run(argv, timeout=VERIFY_TIMEOUT_S)
+        # the tool's own Python, under the same rule as any other (host/trust.py)
+        owner = run_as(sys.executable)
+        res = LiveHost().run(argv, timeout=VERIFY_TIMEOUT_S, run_as=owner)
     except EgpuSetupError as exc:  # verify's failure is reported, it does not undo the install
         log.warning("verify did not run: %s", exc.message)
         return None

@@ -63,13 +63,18 @@ def save_install_report(
 ) -> None:
     """Save it; a report that cannot be written never turns a good install into a failure."""
     from egpu_setup.state.reports import BUILD_REPORTS, REPORTS, save_report
+    from egpu_setup.text import redact_tree
 
-    data = install_report(run, started, result, verify, error)
+    # 0644, collected from every laptop: no token of an index URL goes with it (text.py)
+    data = redact_tree(install_report(run, started, result, verify, error))
     # an image's build report would be collected from every machine made from it as its own
     folder = BUILD_REPORTS if run.target.kind == "root" else REPORTS
     try:
         path = save_report(run.paths.state_dir, "install", data, started, folder)
     except OSError as exc:
         log.warning("could not save the install report: %s", exc)
+        return
+    except EgpuSetupError as exc:  # a link planted where the reports go: said, not followed
+        log.warning("could not save the install report: %s", exc.message)
         return
     log.info("report: %s", path)

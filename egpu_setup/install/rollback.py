@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
-from egpu_setup.execute.undo import Undo, apply_undo, plan_undo
+from egpu_setup.execute.undo import Undo, apply_undo, clean_temp, plan_undo
 from egpu_setup.host.machine import Host, LiveHost, RootHost
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths, can, denied
@@ -90,8 +90,35 @@ class RollbackOutcome:
 
     @property
     def failed(self) -> bool:
-        """A follow-up failed: reported, the rollback itself is not undone; exit 1."""
-        return self.applied and any(f.status == "failed" for f in self.followups)
+        """A follow-up or a file failed: reported, the rest is not undone; exit 1."""
+        return self.applied and (
+            any(f.status == "failed" for f in self.followups) or bool(self.failed_files)
+        )
+
+    @property
+    def failed_files(self) -> tuple[Undo, ...]:
+        """Files rollback could not undo (a backup missing or corrupt, a read-only or full
+        disk) or refused to touch (not a path egpu-setup writes): kept for a later run."""
+        return tuple(u for u in self.files if u.action in ("failed", "refused"))
+
+    def error(self) -> EgpuSetupError | None:
+        """The `error:`/`hint:` that ends a rollback that left files behind (exit 1)."""
+        bad = self.failed_files if self.applied else ()
+        if not bad:
+            return None
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        first = bad[0]
+        if first.action == "refused":
+            hint = (
+                f"the manifest {self.plan.paths.manifest} lists a path egpu-setup never writes "
+                "(or one it cannot read safely): look at it; the other files were undone"
+            )
+        else:
+            hint = (
+                "the other files were undone; fix the cause (free space, a read-write "
+                "filesystem, the backup) and run rollback again to finish"
+            )
+        return EgpuSetupError(f"rollback left {first.path}: {first.detail}{more}", hint)
 
     @property
     def kept_edits(self) -> bool:
@@ -174,6 +201,7 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
         journal.append(
             {"event": "rollback-begin", "run": run, "paths": [u.path for u in plan.undo]}
         )
+        clean_temp(host, manifest)  # what a killed install or rollback left next to its targets
         try:
             done = apply_undo(host, manifest, list(plan.undo), force=options.force)
         except PermissionError as exc:
@@ -252,7 +280,21 @@ def follow_ups(host: Host, manifest: Manifest, changed: Sequence[str]) -> list[F
             "the boot menu still has the kernel parameters egpu-setup added",
             "" if known else "regenerate the GRUB configuration with this distribution's tool",
         )
+    from egpu_setup.execute.executor import undo_argv
+
     for c in manifest.commands:
+        if undo_argv(c["argv"]) != c["undo"]:
+            # only the undo egpu-setup derives from what it ran (`boltctl forget UUID`) is run
+            # as root: a manifest naming another command is not obeyed
+            out.append(
+                FollowUp(
+                    tuple(c["undo"]),
+                    f"recorded as the undo of `{' '.join(c['argv'])}`",
+                    "failed",
+                    "not the undo egpu-setup derives from that command: not run",
+                )
+            )
+            continue
         add(c["undo"], f"undo `{' '.join(c['argv'])}`")
     return out
 
@@ -263,7 +305,7 @@ def _run_follow_ups(host: Host, manifest: Manifest, todo: list[FollowUp]) -> lis
     Under --root a command runs through chroot only when the image has the tool; otherwise the
     line says what to run there. A failure does not undo the rollback: it is reported, exit 1.
     """
-    results = [_run_one(host, manifest, f) if f.argv else f for f in todo]
+    results = [_run_one(host, manifest, f) if f.argv and f.status != "failed" else f for f in todo]
     for r in results:
         if r.status != "done":
             log.warning("%s: %s: %s", " ".join(r.argv) or r.reason, r.status, r.detail)
@@ -346,6 +388,8 @@ def rollback_text(outcome: RollbackOutcome) -> str:
         what = {"kept-edited": "kept (edited since egpu-setup wrote it)"}.get(
             u.action, verb + u.action
         )
+        if u.action in ("failed", "refused"):
+            what = f"{u.action}: {u.detail}"
         lines.append(f"{u.path}: {what}")
     state = (
         "removed" if outcome.applied and plan.options.packages else "kept (remove with --packages)"

@@ -7,7 +7,7 @@ change, and (issue 20) in an image never the build host's:
   from wheels for the image's own Python (plan step InstallTool), with /usr/local/bin/egpu-setup
   linked to it for people at the console;
 - on the running system: the running egpu-setup when root owns it and everything it is made of
-  (host/root_owned.py), else the same /opt/egpu-setup/tool, installed there when it does not
+  (host/trust.py), else the same /opt/egpu-setup/tool, installed there when it does not
   hold this version (a pipx or uv venv in a home directory is the case this is for).
 """
 
@@ -47,7 +47,7 @@ def choose_tool(
 ) -> ToolChoice:
     """Where the units point, and what to install for it (module docstring)."""
     from egpu_setup import __version__
-    from egpu_setup.host.root_owned import running_tool_problem
+    from egpu_setup.host.trust import running_tool_problem
     from egpu_setup.render.files import entry_point_path
 
     argv0 = sys.argv[0] if argv0 is None else argv0

@@ -86,7 +86,9 @@ def _write_step(
     ours = manifest is not None and manifest.is_ours(rf.path, current)
     known = manifest is not None and rf.path in manifest.files
     # not ours: edited after our last write, or somebody else's file without our header
-    foreign = current is not None and not ours and (known or _OUR_MARK not in _head(current))
+    foreign = (current is not None and not ours and (known or _OUR_MARK not in _head(current))) or (
+        known and host.readlink(rf.path) is not None
+    )  # our file swapped for a link
     old_text = current.decode("utf-8", errors="replace") if current is not None else None
     return WriteFile(
         path=rf.path,

@@ -42,6 +42,7 @@ class BundleSource:
     # (file name, sha256) of every file in `repository`, from the bundle's manifest (install
     # reads it when it opens the bundle); the executor stages nothing that does not match
     repository_sha256: tuple[tuple[str, str], ...] = ()
+    requirements_sha256: str | None = None  # of requirements_file, from the manifest
 
     @property
     def stage_to(self) -> str:

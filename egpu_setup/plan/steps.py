@@ -145,6 +145,7 @@ class PipInstall(Step):
     requirements_file: str | None = None
     # the venv is there but half-made by a failed run (plan/venv.py): made again with --clear
     rebuild_venv: bool = False
+    requirements_sha256: str | None = None  # the executor installs only from these bytes
 
     def describe(self) -> str:
         create = f"create venv {self.venv}; " if self.create_venv else ""

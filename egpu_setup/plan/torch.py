@@ -64,6 +64,7 @@ def torch_steps(
                 find_links=b.find_links,
                 requirements_file=b.requirements_file,
                 rebuild_venv=half_made,
+                requirements_sha256=b.requirements_sha256,
             ),
         ]
     index = check_index_url(options.index_url or torch.index_url)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import UsageError
 from egpu_setup.profile.problems import Marks, Problem, ProblemError
-from egpu_setup.profile.schema import schema_problems, type_of
+from egpu_setup.profile.schema import load_schema, schema_problems, type_of
 from egpu_setup.profile.strict_yaml import parse_yaml
 
 MAX_PROFILE_BYTES = 256 * 1024
@@ -21,15 +24,50 @@ class Document:
     path: Path
 
 
-def read_document(path: Path, origin: str) -> Document:
+def _read_capped(path: Path) -> bytes:
+    """At most MAX_PROFILE_BYTES + 1 bytes of a regular file: a 3 GB file is refused after
+    256 KiB, and a FIFO or a device (/dev/zero, /dev/tty) is never read at all."""
     file = str(path)
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
         raise UsageError(
             f"cannot read profile {file}: {exc.strerror or exc}",
             "check the path and its permissions",
         ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"{file} is not a regular file", "pass a profile YAML file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_PROFILE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read profile {file}: {exc.strerror or exc}",
+            "check the path and its permissions",
+        ) from None
+    finally:
+        os.close(fd)
+
+
+def _not_a_profile(file: str, why: str) -> UsageError:
+    """A file that shows no sign of being a profile: named, never quoted (it may be any file
+    on this machine, /etc/shadow passed by mistake or on purpose, and errors are often logged)."""
+    return UsageError(
+        f"{file} is not an egpu-setup profile ({why})",
+        "pass a profile name (`egpu-setup profiles list`) or a YAML file that starts with "
+        "`name: ...`",
+    )
+
+
+def looks_like_profile(text: str) -> bool:
+    """True when some line starts with a top-level key of the profile schema (`name:`, `gpu:`)."""
+    keys = "|".join(re.escape(k) for k in load_schema().get("properties", {}))
+    return re.search(rf"^(?:{keys})[ \t]*:", text, re.MULTILINE) is not None
+
+
+def read_document(path: Path, origin: str) -> Document:
+    file = str(path)
+    raw = _read_capped(path)
     if len(raw) > MAX_PROFILE_BYTES:
         raise UsageError(
             f"{file}: profile is larger than {MAX_PROFILE_BYTES // 1024} KiB",
@@ -44,9 +82,13 @@ def read_document(path: Path, origin: str) -> Document:
             f"{file}:{line}:{column}: not UTF-8 text", "save the profile as UTF-8"
         ) from None
     text = text.removeprefix("\ufeff")
+    # Before any message may quote the file: does it look like a profile at all?
+    profile_like = looks_like_profile(text)
     try:
         data, marks = parse_yaml(text, file)
     except ProblemError as exc:
+        if not profile_like:
+            raise _not_a_profile(file, "not valid YAML, and no line starts with `name:`") from None
         raise exc.problem.error() from None
     if data is None:
         raise UsageError(
@@ -59,6 +101,8 @@ def read_document(path: Path, origin: str) -> Document:
             f"expected a mapping of keys, got {type_of(data)}",
             "a profile starts with `name: ...`",
         ).error()
+    if not profile_like:
+        raise _not_a_profile(file, "none of its keys is one a profile has")
     problems = schema_problems(data, marks)
     if problems:
         raise problems[0].error(len(problems) - 1)

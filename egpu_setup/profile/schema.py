@@ -7,6 +7,7 @@ does not know, so editors and the loader apply the same rules.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import re
@@ -41,6 +42,30 @@ _ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description", "default", "x
 
 
 _schema_cache: dict[str, Any] = {}
+
+
+@functools.cache
+def ecma_pattern(pattern: str) -> re.Pattern[str]:
+    r"""A JSON Schema `pattern` compiled with its own meaning of `$`: the end of the value.
+
+    JSON Schema patterns are ECMA-262 regular expressions (JSON Schema Validation 2020-12,
+    section 6.3.3), where `$` without the m flag matches only at the end of the input; Python's
+    `$` also matches before a final newline, which would let "PCI:1:0:0\n" through into a
+    template. So each `$` outside a character class becomes `\Z`."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if ch == "[":
+            in_class = True
+        elif ch == "]":
+            in_class = False
+        out.append("\\Z" if ch == "$" and not in_class else ch)
+        i += 1
+    return re.compile("".join(out))
 
 
 def load_schema() -> dict[str, Any]:
@@ -181,7 +206,11 @@ def _scalar_problem(value: Any, schema: dict[str, Any]) -> str | None:
     if "enum" in schema and not any(_same(value, e) for e in schema["enum"]):
         choices = ", ".join("null" if e is None else str(e) for e in schema["enum"])
         return f"{_shown(value)} is not one of: {choices}"
-    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+    if (
+        isinstance(value, str)
+        and "pattern" in schema
+        and not ecma_pattern(schema["pattern"]).search(value)
+    ):
         return f"invalid value {_shown(value)}"
     if type_of(value) in ("integer", "number"):
         low, high = schema.get("minimum"), schema.get("maximum")

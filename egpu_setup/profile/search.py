@@ -96,7 +96,7 @@ def available() -> dict[str, ProfileEntry]:
     return found
 
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")  # \Z: "$" would let a final "\n" in
 
 
 def _looks_like_path(text: str) -> bool:

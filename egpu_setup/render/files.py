@@ -11,11 +11,10 @@ rollback removes only our files and notices a hand edit (`classify_generated`).
 
 from __future__ import annotations
 
+import os
 import shlex
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from egpu_setup.detect.facts import HostFacts
@@ -381,27 +380,17 @@ def render_set(
 
 def tool_path_exposed(host: Host, path: str | None) -> bool | None:
     """Whether someone other than root could replace the egpu-setup that egpu-eject runs as
-    root (through a sudoers rule): the file, its link target, or a directory above either is
-    owned by another user or writable by group/others (a sticky directory such as /tmp protects
-    root's entries). None where it cannot be told (not this machine); False for None, the
-    default /usr/local/bin/egpu-setup that scripts/install.sh makes root-owned."""
+    root (through a sudoers rule): host/trust.py's rule for every program root starts (the
+    file, each directory above it, the interpreter its `#!` names). None where it cannot be
+    told (not this machine, or no such file); False for None, the default
+    /usr/local/bin/egpu-setup that scripts/install.sh makes root-owned."""
+    from egpu_setup.host.trust import root_may_run
+
     if path is None:
         return False
-    if host.kind != "live":
+    if host.kind != "live" or not os.path.lexists(path):
         return None
-    resolved = host.resolve(path) or path
-    for name in {path, resolved}:
-        for part in (PurePosixPath(name), *PurePosixPath(name).parents):
-            try:
-                st = host.real_path(str(part)).lstat()
-            except OSError:
-                return None
-            sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-            others_write = st.st_mode & stat.S_IWOTH and not sticky_dir
-            group_write = st.st_mode & stat.S_IWGRP and st.st_gid != 0
-            if st.st_uid != 0 or others_write or group_write:
-                return True
-    return False
+    return not root_may_run(path)
 
 
 def entry_point_path(argv0: str) -> str | None:

@@ -36,6 +36,13 @@ def add_header(body: str, profile: str, mode: str) -> str:
     return shebang + header + body
 
 
+def has_header(text: str) -> bool:
+    """Does `text` start (after a shebang) with the line every file egpu-setup renders has?"""
+    lines = text.splitlines()
+    start = 1 if lines and lines[0].startswith("#!") else 0
+    return len(lines) > start and lines[start].startswith(_HEADER_FIRST)
+
+
 def classify_generated(text: str) -> str:
     """'ours' (our header, body unchanged), 'edited' (our header, body changed) or 'foreign'."""
     lines = text.splitlines(keepends=True)

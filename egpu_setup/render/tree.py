@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import refuse_links_below
 from egpu_setup.render.files import RenderedFile, RenderedLink
 from egpu_setup.state.atomic import atomic_symlink, atomic_write
 
@@ -25,6 +26,7 @@ def write_tree(out_dir: Path, files: Sequence[RenderedFile]) -> list[Path]:
             raise UsageError(
                 f"refusing to write {f.path} outside {out_dir}", "report this as a bug"
             )
+        refuse_links_below(out_dir, target)
     written = []
     try:
         for f, target in zip(files, targets, strict=False):
@@ -50,6 +52,7 @@ def write_links(out_dir: Path, links: Sequence[RenderedLink]) -> list[Path]:
                 raise UsageError(
                     f"refusing to link {ln.path} outside {out_dir}", "report this as a bug"
                 )
+            refuse_links_below(out_dir, target)
             target.parent.mkdir(parents=True, exist_ok=True)
             atomic_symlink(target, ln.target)
             made.append(target)

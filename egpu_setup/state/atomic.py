@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -72,7 +73,11 @@ def _replace(
     path.parent.mkdir(parents=True, exist_ok=True)
     old = None
     with contextlib.suppress(FileNotFoundError):
-        old = path.stat()
+        old = (
+            path.lstat()
+        )  # a link in the way is replaced: its target's mode and owner are not ours
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        old = None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from egpu_setup.state.paths import StatePaths, denied
+from egpu_setup.errors import EgpuSetupError, UsageError
+from egpu_setup.state.paths import StatePaths, denied, read_state, refuse_link
+from egpu_setup.text import redact_tree
 
 
 @dataclass(frozen=True)
@@ -38,29 +41,48 @@ class Journal:
         self.paths = paths
 
     def append(self, event: dict[str, Any]) -> None:
-        line = json.dumps({"time": round(time.time(), 3), **event}) + "\n"
+        # step descriptions and errors may quote an index URL: its token stays out (text.py)
+        line = json.dumps(redact_tree({"time": round(time.time(), 3), **event})) + "\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            refuse_link(self.paths.state_dir).mkdir(parents=True, exist_ok=True)
+            # O_NOFOLLOW: a link planted as the journal must not make root append to its target
+            fd = os.open(
+                refuse_link(self.path),
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                0o600,
+            )
         except PermissionError as exc:
             raise denied(self.path, "write") from exc
+        except OSError as exc:
+            raise EgpuSetupError(
+                f"cannot write the journal {self.path}: {exc.strerror or exc}",
+                "free space or remount the filesystem read-write, then run again",
+            ) from exc
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(
+                    f"{self.path} is not a regular file",
+                    "move it away; egpu-setup starts a new one",
+                )
             os.write(fd, line.encode())
             os.fsync(fd)
+        except OSError as exc:
+            raise EgpuSetupError(
+                f"cannot write the journal {self.path}: {exc.strerror or exc}",
+                "free space or remount the filesystem read-write, then run again",
+            ) from exc
         finally:
             os.close(fd)
 
     def events(self) -> Iterator[dict[str, Any]]:
-        try:
-            text = self.path.read_text(errors="replace")
-        except FileNotFoundError:
+        raw = read_state(self.path)
+        if raw is None:
             return
-        except PermissionError as exc:
-            raise denied(self.path, "read") from exc
-        for line in text.splitlines():
-            with contextlib.suppress(ValueError):  # a line cut by power loss is skipped
+        for line in raw.decode("utf-8", errors="replace").splitlines():
+            # a line cut by power loss is skipped, and so is one of another shape
+            with contextlib.suppress(ValueError, RecursionError):
                 event = json.loads(line)
-                if isinstance(event, dict):
+                if isinstance(event, dict) and _well_formed(event):
                     yield event
 
     def last_run(self) -> RunSummary | None:
@@ -94,6 +116,16 @@ class Journal:
             tuple(run["steps"]),
             run["boot_id"],
         )
+
+
+def _well_formed(event: dict[str, Any]) -> bool:
+    """The fields last_run reads have the types egpu-setup writes (a hand-edited or foreign
+    journal is skipped line by line, never a traceback)."""
+    types = {"run": str, "event": str, "step": int, "status": str, "boot_id": (str, type(None))}
+    if not all(isinstance(event[k], t) for k, t in types.items() if k in event):  # type: ignore[arg-type]
+        return False
+    steps = event.get("steps", [])
+    return isinstance(steps, list) and all(isinstance(s, str) for s in steps)
 
 
 def new_run_id() -> str:

@@ -11,7 +11,7 @@ import stat
 import sys
 from pathlib import Path
 
-from egpu_setup.errors import BusyError
+from egpu_setup.errors import BusyError, EgpuSetupError
 from egpu_setup.state.paths import denied
 
 log = logging.getLogger("egpu_setup.state")
@@ -27,7 +27,7 @@ class RunLock:
     def holder(self) -> str | None:
         """Who holds the lock ("pid 123: egpu-setup install …"), or None when it is free."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         try:
@@ -47,9 +47,14 @@ class RunLock:
                 self._evict_stranger()
             # 0600 and no symlinks: in the world-writable /run/lock nobody else may open (and
             # so flock) root's lock, or point it elsewhere.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
         except PermissionError as exc:  # a root-owned lock (or its directory), not root
             raise denied(self.path, "lock") from exc
+        except OSError as exc:  # a directory, a link (ELOOP), a read-only or full disk
+            raise self._unusable(exc) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device where the lock goes
+            os.close(fd)
+            raise self._unusable(OSError(errno.EINVAL, "not a regular file"))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -61,9 +66,22 @@ class RunLock:
                     "wait for it to finish; never delete the lock file",
                 ) from exc
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+        except OSError as exc:  # a full disk: the flock holds all the same, only the name is lost
+            log.debug("cannot write who holds %s: %s", self.path, exc.strerror or exc)
         self._fd = fd
+
+    def _unusable(self, exc: OSError) -> EgpuSetupError:
+        what = {
+            errno.EISDIR: "is a directory, not a lock file",
+            errno.ELOOP: "is a symbolic link, which egpu-setup never follows",
+        }.get(exc.errno or 0, f"cannot be opened: {exc.strerror or exc}")
+        return EgpuSetupError(
+            f"the run lock {self.path} {what}",
+            f"remove {self.path} (egpu-setup creates the file itself) and run again",
+        )
 
     def _evict_stranger(self) -> None:
         """A lock file root did not make (another user's, a link) is not our lock: any user
@@ -72,8 +90,12 @@ class RunLock:
             st = os.lstat(self.path)
         except FileNotFoundError:
             return
+        if stat.S_ISDIR(st.st_mode):
+            return  # never removed: acquire says what it is
         if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
-            log.warning("replacing %s: it belongs to uid %d, not root", self.path, st.st_uid)
+            log.warning(
+                "replacing %s: it is not a regular file root made (uid %d)", self.path, st.st_uid
+            )
             os.unlink(self.path)
 
     def release(self) -> None:

@@ -7,14 +7,18 @@ before egpu-setup ever touched it), which is what rollback must restore byte for
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.state.atomic import atomic_write, sha256
-from egpu_setup.state.paths import StatePaths, denied
+from egpu_setup.state.paths import StatePaths, denied, read_state, refuse_link
 
 MANIFEST_SCHEMA = "egpu-setup/manifest/1"
+HEX64 = re.compile(r"[0-9a-f]{64}")
+PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?")
 
 
 @dataclass
@@ -41,23 +45,25 @@ class Manifest:
 
     @classmethod
     def load(cls, paths: StatePaths) -> Manifest:
-        try:
-            data = json.loads(paths.manifest.read_text())
-        except FileNotFoundError:
+        """The manifest of `paths` (empty when there is none); EgpuSetupError naming the key
+        when it is not one egpu-setup wrote (a link, bad JSON, the wrong shape)."""
+        raw = read_state(paths.manifest)  # StateAccessError (a PermissionError) when not root
+        if raw is None:
             return cls(paths)
-        except PermissionError as exc:
-            # not root: a dry run goes on without it (catches PermissionError); the rest says so
-            raise denied(paths.manifest, "read") from exc
-        except (OSError, ValueError) as exc:
+        try:
+            data = json.loads(raw.decode("utf-8", errors="replace"))
+        except (ValueError, RecursionError) as exc:
             raise EgpuSetupError(
                 f"cannot read the manifest {paths.manifest}: {exc}",
                 "restore it from a backup or move it away to start over (rollback needs it)",
-            ) from exc
-        if data.get("schema") != MANIFEST_SCHEMA:
+            ) from None
+        if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+            schema = data.get("schema") if isinstance(data, dict) else None
             raise EgpuSetupError(
-                f"{paths.manifest}: unknown schema {data.get('schema')!r}",
+                f"{paths.manifest}: unknown schema {schema!r}",
                 "this manifest was written by another egpu-setup version",
             )
+        check_shape(data, str(paths.manifest))
         return cls(
             paths,
             data.get("files", {}),
@@ -77,10 +83,16 @@ class Manifest:
             "pending_commands": self.pending,
         }
         try:
-            self.paths.state_dir.mkdir(parents=True, exist_ok=True)
+            refuse_link(self.paths.state_dir).mkdir(parents=True, exist_ok=True)
             atomic_write(self.paths.manifest, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
         except PermissionError as exc:
             raise denied(self.paths.manifest, "write") from exc
+        except OSError as exc:  # EROFS, ENOSPC: said, never a traceback
+            raise EgpuSetupError(
+                f"cannot write the manifest {self.paths.manifest}: {exc.strerror or exc}",
+                "free space or remount the filesystem read-write, then run the same command "
+                "again (nothing done so far is lost: each change was recorded before it was made)",
+            ) from exc
 
     @property
     def empty(self) -> bool:
@@ -99,16 +111,25 @@ class Manifest:
     def backup(self, data: bytes) -> str:
         """Store `data` content-addressed; return the backup's name."""
         digest = sha256(data)
-        target = self.paths.backups / digest
-        if not target.exists():
+        refuse_link(self.paths.state_dir)
+        target = refuse_link(self.paths.backups) / digest
+        have = read_state(target) if os.path.lexists(target) else None
+        if have is None or sha256(have) != digest:  # missing, or not what its name says
             atomic_write(target, data, 0o600)
         return digest
 
     def read_backup(self, name: str) -> bytes:
-        data = (self.paths.backups / name).read_bytes()
+        """The backed-up bytes named `name`; EgpuSetupError when missing or corrupt."""
+        path = refuse_link(self.paths.backups) / name
+        data = read_state(path) if HEX64.fullmatch(name) else None
+        if data is None:
+            raise EgpuSetupError(
+                f"backup {path} is missing",
+                "the file cannot be restored byte for byte; restore it by hand",
+            )
         if sha256(data) != name:
             raise EgpuSetupError(
-                f"backup {self.paths.backups / name} is corrupt (hash mismatch)",
+                f"backup {path} is corrupt (hash mismatch)",
                 "the file cannot be restored byte for byte; restore it by hand",
             )
         return data
@@ -137,3 +158,98 @@ class Manifest:
     def add_command(self, argv: list[str], undo: list[str], run_id: str) -> None:
         if not any(c["undo"] == undo for c in self.commands):
             self.commands.append({"argv": argv, "undo": undo, "run": run_id})
+
+
+# -- the shape of a manifest egpu-setup wrote ---------------------------------------------------
+
+_OPT_STR = (str, type(None))
+_FILE_KEYS: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "created": (bool,),
+    "prior_sha256": _OPT_STR,
+    "prior_mode": (int, type(None)),
+    "prior_owner": (list, type(None)),
+    "prior_link": _OPT_STR,
+    "backup": _OPT_STR,
+    "created_dirs": (list, type(None)),
+    "sha256": _OPT_STR,
+    "pending": _OPT_STR,
+    "restoring": _OPT_STR,
+    "run": _OPT_STR,
+    "target": _OPT_STR,
+    "mode": (int, type(None)),
+    "replaced_edits": (list,),
+    "replaced_links": (list,),
+}
+
+
+def host_path_ok(path: object) -> bool:
+    """An absolute, normalised host path: no `.`, `..` or empty component, no NUL, no newline."""
+    if not isinstance(path, str) or not path.startswith("/") or path == "/":
+        return False
+    parts = path[1:].split("/")
+    return all(p not in ("", ".", "..") for p in parts) and not ({"\0", "\n"} & set(path))
+
+
+def check_shape(data: dict[str, Any], where: str) -> None:
+    """EgpuSetupError naming the first key of `data` that a manifest egpu-setup wrote never has:
+    rollback acts on these values as root, so well-formed JSON of another shape is refused."""
+
+    def bad(key: str, what: str) -> EgpuSetupError:
+        return EgpuSetupError(
+            f"{where}: {key}: {what}",
+            "this manifest was not written by egpu-setup (or was edited): restore it from a "
+            "backup, or move it away to start over (rollback needs it)",
+        )
+
+    def strings(value: object, key: str) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad(key, "expected a list of strings")
+        return value
+
+    files = data.get("files", {})
+    if not isinstance(files, dict):
+        raise bad("files", "expected an object keyed by host path")
+    for path, entry in files.items():
+        key = f"files[{path!r}]"
+        if not host_path_ok(path):
+            raise bad(key, "not an absolute, normalised host path")
+        if not isinstance(entry, dict) or entry.get("kind") not in ("file", "link"):
+            raise bad(key, 'expected an object with "kind": "file" or "link"')
+        for name, value in entry.items():
+            types = _FILE_KEYS.get(name)
+            if types is not None and not isinstance(value, types):
+                raise bad(f"{key}.{name}", f"unexpected {type(value).__name__}")
+        for name in ("backup", "prior_sha256"):
+            if entry.get(name) is not None and not HEX64.fullmatch(entry[name]):
+                raise bad(f"{key}.{name}", "not a sha256")
+        for d in strings(entry.get("created_dirs") or [], f"{key}.created_dirs"):
+            if not host_path_ok(d) or not path.startswith(d + "/"):
+                raise bad(f"{key}.created_dirs", f"{d!r} is not a directory above {path}")
+        for name in strings(entry.get("replaced_edits", []), f"{key}.replaced_edits"):
+            if not HEX64.fullmatch(name):
+                raise bad(f"{key}.replaced_edits", "not a sha256")
+        owner = entry.get("prior_owner")
+        if owner is not None and (len(owner) != 2 or not all(isinstance(i, int) for i in owner)):
+            raise bad(f"{key}.prior_owner", "expected [uid, gid]")
+    for name, field_name in (("packages", "name"), ("venvs", "path")):
+        items = data.get(name, [])
+        if not isinstance(items, list) or not all(
+            isinstance(i, dict) and isinstance(i.get(field_name), str) for i in items
+        ):
+            raise bad(name, f'expected a list of objects with a "{field_name}" string')
+    for pkg in data.get("packages", []):
+        # Debian Policy 5.6.1: rollback passes these to `apt-get remove`, so an option ("-o…")
+        # or anything but a package name must never get there
+        if not PACKAGE_NAME.fullmatch(pkg["name"]):
+            raise bad("packages", f"{pkg['name']!r} is not a Debian package name")
+    for v in data.get("venvs", []):
+        if not host_path_ok(v["path"]):
+            raise bad("venvs", f"{v['path']!r} is not an absolute, normalised path")
+    for name, keys in (("commands", ("argv", "undo")), ("pending_commands", ("argv",))):
+        items = data.get(name, [])
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise bad(name, "expected a list of objects")
+        for i, item in enumerate(items):
+            for k in keys:
+                strings(item.get(k), f"{name}[{i}].{k}")

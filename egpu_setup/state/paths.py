@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from egpu_setup.errors import EgpuSetupError
+from egpu_setup.errors import EgpuSetupError, UsageError
 
 STATE_DIR = "/var/lib/egpu-setup"
 
@@ -53,6 +53,49 @@ def denied(path: Path, verb: str) -> StateAccessError:
     return StateAccessError(f"{path} needs root to {verb}", sudo_hint())
 
 
+def refuse_link(path: Path) -> Path:
+    """`path`, unless it is a symbolic link: egpu-setup's own state (manifest, journal, backups,
+    reports, the lock) is never reached through one, so a link planted there cannot point root's
+    writes, or the reads rollback restores from, at another file. UsageError naming it."""
+    if os.path.islink(path):
+        raise UsageError(
+            f"{path} is a symbolic link (-> {os.readlink(path)}): egpu-setup never follows a "
+            "link in its state",
+            f"remove the link (`rm {shlex.quote(str(path))}`), then run again",
+        )
+    return path
+
+
+def read_state(path: Path, limit: int = 256 * 1024 * 1024) -> bytes | None:
+    """A state file's bytes (None when missing), never through a link; StateAccessError when
+    this user may not read it, UsageError for a link or anything but a regular file."""
+    import stat
+
+    try:
+        fd = os.open(refuse_link(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except PermissionError as exc:
+        raise denied(path, "read") from exc
+    except OSError as exc:
+        raise EgpuSetupError(
+            f"cannot read {path}: {exc.strerror or exc}", "check the disk and run again"
+        ) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(
+                f"{path} is not a regular file", "move it away; egpu-setup writes a new one"
+            )
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > limit:
+                raise UsageError(f"{path} is larger than {limit >> 20} MiB", "move it away")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def can(path: Path | str, mode: int) -> bool:
     """os.access by the *effective* ids, which the kernel checks on open (not the real ones)."""
     return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
@@ -78,9 +121,18 @@ class StatePaths:
 
     @classmethod
     def system(cls, root: Path) -> StatePaths:
-        """The root-owned state of the system at `root` (what `sudo egpu-setup` uses)."""
+        """The root-owned state of the system at `root` (what `sudo egpu-setup` uses).
+
+        Under an image root every directory on the way is resolved inside it, as the kernel
+        would after a chroot (a planted `var/lib -> /etc` stays in the image); the state
+        directory and the files in it must not be links at all (`refuse_link`)."""
+        from egpu_setup.host.machine import Host
+
         root = Path(root)
-        return cls(root / STATE_DIR.lstrip("/"), root / LOCK_PATH.lstrip("/"))
+        if root == Path("/"):
+            return cls(Path(STATE_DIR), Path(LOCK_PATH))
+        image = Host(root)
+        return cls(image.location(STATE_DIR), image.location(LOCK_PATH))
 
     @classmethod
     def for_user(cls) -> StatePaths:

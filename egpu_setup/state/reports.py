@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,14 @@ def save_report(
 ) -> Path:
     """Write <state>/<folder>/<kind>-<UTC time>.json atomically (never over an older one)."""
     from egpu_setup.state.atomic import atomic_write
+    from egpu_setup.state.paths import refuse_link
 
-    reports = state_dir / folder
+    refuse_link(state_dir)
+    reports = refuse_link(state_dir / folder)  # a planted link must not carry them away
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
     path = reports / f"{kind}-{stamp}.json"
     n = 1
-    while path.exists():
+    while os.path.lexists(path):
         n += 1
         path = reports / f"{kind}-{stamp}-{n}.json"
     atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o644)

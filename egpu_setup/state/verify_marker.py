@@ -7,6 +7,7 @@ import time
 
 from egpu_setup.host.machine import Host
 from egpu_setup.state.atomic import atomic_write
+from egpu_setup.state.paths import refuse_link
 
 # Host path (under the target root), the ConditionPathExists= of egpu-setup-verify.service
 # (templates/systemd/egpu-setup-verify.service.j2): fixed, the unit cannot follow an override.
@@ -19,13 +20,17 @@ FIRSTBOOT_MARKER = "/var/lib/egpu-setup/firstboot-pending"
 def write_verify_marker(host: Host, run_id: str, reason: str) -> None:
     """Arm egpu-setup-verify.service for the next boot (atomically, under the target root)."""
     data = {"run": run_id, "reason": reason, "time": round(time.time(), 3)}
-    atomic_write(host.real_path(VERIFY_MARKER), (json.dumps(data) + "\n").encode(), 0o644)
+    # location, not real_path: a link planted as the marker is replaced, never written through
+    path = host.location(VERIFY_MARKER)
+    refuse_link(path.parent)
+    atomic_write(path, (json.dumps(data) + "\n").encode(), 0o644)
 
 
 def remove_verify_marker(host: Host) -> bool:
-    """Disarm it (rollback took the unit away); True when there was one."""
+    """Disarm it (rollback took the unit away); True when there was one (a link in its place
+    goes too: what it points to is never touched)."""
     try:
-        host.real_path(VERIFY_MARKER).unlink()
+        host.location(VERIFY_MARKER).unlink()
     except FileNotFoundError:
         return False
     return True

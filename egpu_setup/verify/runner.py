@@ -241,19 +241,14 @@ def child_argv(python: str, isolated: bool) -> list[str]:
     return [python, "-I" if isolated else "-E", str(CHILD)]
 
 
-def venv_owner(python: str) -> tuple[int, int] | None:
-    """(uid, gid) to run the child as, when we are root and the interpreter's environment belongs
-    to another user (a venv in a home directory): its pyvenv.cfg, else the interpreter file.
-    None: run as we are."""
-    if os.geteuid() != 0:
-        return None
-    py = Path(python)
-    marker = py.parent.parent / "pyvenv.cfg"
-    try:
-        st = (marker if marker.is_file() else py).stat()
-    except OSError:
-        return None
-    return None if st.st_uid == 0 else (st.st_uid, st.st_gid)
+def venv_owner(python: str, isolated: bool = True) -> tuple[int, int] | None:
+    """(uid, gid) to run the child as, when we are root and what that Python runs at startup is
+    not all root's (host/trust.py: the executable and its links, both pyvenv.cfg places, the
+    stdlib, site-packages); None: run as we are. UsageError when nobody can run it safely."""
+    from egpu_setup.host.trust import run_as
+
+    home = None if isolated else os.environ.get("HOME")  # -E keeps the user site of $HOME
+    return run_as(python, user_site_home=home)
 
 
 def parse_record(line: str) -> dict[str, Any] | None:
@@ -277,7 +272,7 @@ def run_child(
     most `timeout` seconds, return its outcome."""
     config_path = work_dir / "config.json"
     config_path.write_text(json.dumps(config, indent=2))
-    owner = venv_owner(python)
+    owner = venv_owner(python, isolated)
     if owner is not None:
         # Root never runs a Python another user can change: the child runs as that user, and
         # gets only its scratch directory and the progress file.

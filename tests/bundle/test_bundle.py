@@ -31,6 +31,7 @@ from helpers import pypi_index as _pypi_index
 
 REPO = Path(__file__).resolve().parents[2]
 HOST_FIXTURES = REPO / "tests" / "fixtures" / "hosts"
+Z64 = "0" * 64  # a well-formed pin, for the cases refused before it is compared
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600, wrap=()):
@@ -141,7 +142,10 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path: Path) -> None:
             "--index-url",
         ),
         (["install", "--bundle", str(tmp_path / "nope"), "--dry-run"], "no such directory"),
-        (["install", "--bundle", str(busy), "--dry-run"], "no manifest.json"),
+        (
+            ["install", "--bundle", str(busy), "--dry-run", "--bundle-sha256", Z64],
+            "no manifest.json",
+        ),
     ]
     for args, needle in cases:
         res = _cli(*args, timeout=60)
@@ -232,8 +236,8 @@ def test_offline_install_into_a_fresh_venv(built, tmp_path: Path) -> None:
     assert probe.returncode != 0 and not list((tmp_path / "dl").glob("*"))
     venv = tmp_path / "venv"
     res = _cli(
-        "install", "--bundle", str(built["dir"]), "--only", "torch", "--venv", str(venv),
-        "--yes", "--no-verify", "--json",
+        "install", "--bundle", str(built["dir"]), *_pin(built["dir"]), "--only", "torch",
+        "--venv", str(venv), "--yes", "--no-verify", "--json",
         env={"EGPU_SETUP_INSTALLER": "pip"}, wrap=offline,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
@@ -245,9 +249,14 @@ def test_offline_install_into_a_fresh_venv(built, tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.stdout.strip() == "2.13.0+cpu"
     # a second run plans nothing
-    res = _cli("install", "--bundle", str(built["dir"]), "--only", "torch", "--venv", str(venv),
-               "--dry-run", wrap=offline)  # fmt: skip
+    res = _cli("install", "--bundle", str(built["dir"]), *_pin(built["dir"]), "--only", "torch",
+               "--venv", str(venv), "--dry-run", wrap=offline)  # fmt: skip
     assert res.returncode == 0 and "Nothing to do" in res.stdout
+
+
+def _pin(bundle: Path) -> tuple[str, str]:
+    """--bundle-sha256 as the admin carries it over: from the pin file `bundle` wrote."""
+    return ("--bundle-sha256", (bundle / bundle_format.PIN_FILE).read_text().split()[0])
 
 
 def _linked_copy(src: Path, dest: Path) -> Path:
@@ -263,8 +272,8 @@ def test_tampered_wheel_exit_1_and_nothing_installed(built, tmp_path: Path) -> N
     victim.unlink()  # break the hard link before writing
     victim.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     venv = tmp_path / "venv"
-    res = _cli("install", "--bundle", str(copy), "--only", "torch", "--venv", str(venv),
-               "--yes", "--no-verify")  # fmt: skip
+    res = _cli("install", "--bundle", str(copy), *_pin(copy), "--only", "torch", "--venv",
+               str(venv), "--yes", "--no-verify")  # fmt: skip
     assert res.returncode == 1, res.stderr
     assert f"{victim.relative_to(copy)} does not match its sha256" in res.stderr
     assert "nothing was installed" in res.stderr and "hint:" in res.stderr
@@ -273,7 +282,8 @@ def test_tampered_wheel_exit_1_and_nothing_installed(built, tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_wrong_target_exit_2_names_what_the_bundle_has(built) -> None:
-    res = _cli("install", "--bundle", str(built["dir"]), "--only", "torch", "--dry-run",
+    res = _cli("install", "--bundle", str(built["dir"]), *_pin(built["dir"]), "--only", "torch",
+               "--dry-run",
                "--from", str(HOST_FIXTURES / "tb4-rtx4090-ubuntu2404"))  # fmt: skip
     assert res.returncode == 2, res.stderr
     assert f"it holds py3.11-{_host_distro()}" in res.stderr and "Traceback" not in res.stderr
@@ -294,7 +304,7 @@ def test_driver_from_the_bundle_into_a_debootstrap_root_offline(built, tmp_path:
     root = _debroot.copy_root(suite, tmp_path / "root")
     before = _debroot.snapshot(root)
     env = {"EGPU_SETUP_APT_SIMULATE": "1"}
-    res = _cli("install", "--root", str(root), "--bundle", str(b), "--only", "driver", "--yes",
+    res = _cli("install", "--root", str(root), "--bundle", str(b), *_pin(b), "--only", "driver", "--yes",
                "--json", env=env, wrap=("unshare", "-n", "--"))  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     data = json.loads(res.stdout)

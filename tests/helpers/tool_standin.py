@@ -6,7 +6,8 @@ reboot and then boot into it. Everything else is the real tool, run by this scri
 - `detect` is the real `egpu-setup detect` of a recorded real machine (`--from DIR`), so the
   role sees an external NVIDIA GPU and does not skip the host;
 - `install` is the real `egpu-setup install ... --root ROOT --from DIR` into a per-host folder
-  (its JSON, its report under ROOT/var/lib/egpu-setup/reports, its idempotence are real); the
+  (its JSON, its report, moved from build-reports/ to ROOT/var/lib/egpu-setup/reports as a
+  live run files it, its idempotence are real); the
   stand-in then answers exit 3 ("done, reboot required", DESIGN.md) while the host has not booted
   since it asked for a reboot, as the real tool does from its journal's boot id;
 - `verify` is the real `egpu-setup verify` (the role passes `--device cpu`);
@@ -38,6 +39,7 @@ def _install(cfg: dict[str, Any], args: list[str], boot: str) -> tuple[int, str,
     if cfg.get("fail"):
         return EXIT_FAILED, "", f"error: {cfg['fail']}\nhint: see the install report\n"
     proc = _real(cfg, [*args, "--root", cfg["root"], "--from", cfg["from"]])
+    _as_a_laptops(Path(cfg["root"]))
     if "--dry-run" in args or proc.returncode != 0:
         return proc.returncode, proc.stdout, proc.stderr
     state_file = Path(cfg["state"])
@@ -55,6 +57,16 @@ def _install(cfg: dict[str, Any], args: list[str], boot: str) -> tuple[int, str,
     out["result"]["reboot_required"] = reason
     _mark_report(Path(cfg["root"]), reason)
     return EXIT_REBOOT, json.dumps(out), proc.stderr + f"Reboot needed: {reason}.\n"
+
+
+def _as_a_laptops(root: Path) -> None:
+    """The laptop's install is a live one, so its report is a machine's (reports/); the real
+    tool files a run under --root, which the stand-in needs, as an image build's
+    (build-reports/, never collected as a machine's)."""
+    state = root / "var/lib/egpu-setup"
+    for report in sorted((state / "build-reports").glob("install-*.json")):
+        (state / "reports").mkdir(exist_ok=True)
+        report.rename(state / "reports" / report.name)
 
 
 def _mark_report(root: Path, reason: str) -> None:

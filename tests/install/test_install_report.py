@@ -43,7 +43,7 @@ def test_config_install_into_an_image_writes_a_report(cli, tmp_path: Path) -> No
     again = cli(*args, env=env)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("Nothing to do: this machine already matches the profile.")
-    reports = sorted((state / "reports").glob("install-*.json"))
+    reports = sorted((state / "build-reports").glob("install-*.json"))
     assert len(reports) == 2
     newest = json.loads(reports[-1].read_text())
     assert newest["schema"] == "egpu-setup/install/1" and newest["changed"] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -61,10 +62,14 @@ def test_a_bundle_gives_the_profile_without_a_flag_being_changed(tmp_path: Path)
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     shutil.copy(REPO / "profiles" / "rtx4090.yaml", bundle / "profile.yaml")
-    (bundle / "manifest.json").write_text(
-        json.dumps({"schema": "egpu-setup/bundle/1", "targets": [], "files": []})
+    profile = (bundle / "profile.yaml").read_bytes()
+    entry = {"path": "profile.yaml", "size": len(profile), "sha256": sha256(profile).hexdigest()}
+    manifest = json.dumps({"schema": "egpu-setup/bundle/1", "targets": [], "files": [entry]})
+    (bundle / "manifest.json").write_text(manifest)
+    pin = sha256(manifest.encode()).hexdigest()  # what `bundle` printed on the build machine
+    options = InstallOptions(
+        dry_run=True, bundle_dir=str(bundle), bundle_sha256=pin, from_dir=RECORDED
     )
-    options = InstallOptions(dry_run=True, bundle_dir=str(bundle), from_dir=RECORDED)
     opened = open_bundle(options)
     assert opened.profile_file == str(bundle.resolve() / "profile.yaml")
     assert options.profile is None

@@ -7,12 +7,13 @@ mokutil src/mokutil.c print_skip_message / test_key)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from egpu_setup.errors import ActionRequired
-from egpu_setup.host.machine import RootHost
+from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.install.attention import (
     DKMS_KEY,
     UBUNTU_KEY,
@@ -36,6 +37,9 @@ class LiveLike(RootHost):
     what `key_state` does on a laptop, without a laptop's firmware."""
 
     kind = "live"
+
+    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+        return Host.command(self, name, argv, timeout)  # an image runs none; a machine does
 
 
 @pytest.fixture(scope="module")

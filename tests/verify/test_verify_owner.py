@@ -28,12 +28,14 @@ def _run_as_nobody(cli, tmp_path: Path) -> None:
     venv = tmp_path / "alice-venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    seen = tmp_path / "uid"
+    record = tmp_path / "record"  # nobody must be able to write the record
+    record.mkdir()
+    os.chown(record, NOBODY, NOBODY)
+    seen = record / "uid"
     python = venv / "bin" / "python"
     # Records who runs it, then is Debian's own Python (the child then finds no torch: fine).
     python.write_text(f'#!/bin/sh\nid -u > {seen}\nexec /usr/bin/python3 "$@"\n')
     python.chmod(0o755)
-    tmp_path.chmod(0o777)  # nobody must be able to write the record
     for p in (venv, venv / "bin", venv / "pyvenv.cfg", python):
         os.chown(p, NOBODY, NOBODY)
     res = cli(

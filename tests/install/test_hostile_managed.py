@@ -1,0 +1,216 @@
+"""Hostile: the files install manages under --root are written, backed up and rolled back inside
+the image, never through a link to the host.
+
+How each attack is planted and checked: tests/helpers/sentinel.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+
+import pytest
+
+from helpers.sentinel import STATE, UDEV, clean_error, install
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
+
+
+def test_a_managed_directory_planted_as_an_absolute_link_stays_in_the_image(
+    cli, image, sentinel
+) -> None:
+    """etc/udev/rules.d -> (the sentinel's dir): resolved inside the image, never the host's."""
+    (image / "etc/udev").mkdir(parents=True)
+    (image / "etc/udev/rules.d").symlink_to(sentinel.directory)
+    res = install(cli, image)
+    assert res.returncode == 0, res.stderr
+    assert sentinel.unchanged(), sentinel.changes()
+    inside = image / sentinel.directory.relative_to("/") / "71-egpu-setup.rules"
+    assert inside.is_file()
+
+
+def test_a_link_loop_deeper_than_the_kernel_follows_is_refused(cli, image, sentinel) -> None:
+    """41 links: the raw path would be handed to the kernel, which follows them out."""
+    etc = image / "etc"
+    etc.mkdir()
+    for i in range(41):
+        (etc / f"l{i}").symlink_to(f"/etc/l{i + 1}")
+    (etc / "l41").symlink_to(sentinel.directory)
+    (etc / "udev").symlink_to("/etc/l0")
+    res = install(cli, image)
+    assert res.returncode == 2, res.stderr
+    clean_error(res)
+    assert "symbolic links on the way" in res.stderr
+    assert sentinel.unchanged(), sentinel.changes()
+
+
+def test_a_managed_file_swapped_for_a_link_is_not_copied_into_backups(cli, image, sentinel) -> None:
+    """Was: after a first install, a managed path replaced by a link to a host file had that
+    file's content copied into the image's backups/ as "your edited version" (--force)."""
+    assert install(cli, image).returncode == 0
+    (image / UDEV).unlink()
+    (image / UDEV).symlink_to(sentinel.shadow)
+    res = install(cli, image)
+    assert res.returncode == 1 and "was changed by someone" in res.stderr
+    forced = install(cli, image, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert not (image / UDEV).is_symlink() and "egpu-setup" in (image / UDEV).read_text()
+    assert sentinel.unchanged(), sentinel.changes()
+    assert sentinel.leaked_into(image) == []  # not in backups/, not anywhere in the image
+    back = cli("rollback", "--yes", "--root", str(image))
+    assert back.returncode == 0, back.stderr
+    assert sentinel.unchanged(), sentinel.changes()
+
+
+def test_a_managed_file_swapped_for_a_link_is_kept_by_rollback(cli, image, sentinel) -> None:
+    assert install(cli, image).returncode == 0
+    (image / UDEV).unlink()
+    (image / UDEV).symlink_to(sentinel.shadow)
+    res = cli("rollback", "--yes", "--root", str(image))
+    assert res.returncode == 1  # kept: said, exit 1
+    assert os.readlink(image / UDEV) == str(sentinel.shadow)
+    assert sentinel.unchanged(), sentinel.changes()
+
+
+def test_a_fifo_at_a_managed_path_neither_blocks_nor_is_read(cli, image) -> None:
+    fifo = image / UDEV
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    res = install(cli, image)
+    assert res.returncode in (1, 2), res.stderr
+    clean_error(res)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# -- rollback: crash-idempotent, a bad backup skipped, only egpu-setup's paths deleted ---------
+
+ADMIN = "# the admin's own rule\n"
+KILL = "EGPU_SETUP_TEST_ROLLBACK_KILL_AT"  # execute/undo.py's test hook
+
+
+def _installed_over_the_admins_rule(cli, image) -> None:
+    (image / UDEV).parent.mkdir(parents=True)
+    (image / UDEV).write_text(ADMIN)
+    res = install(cli, image, "--force")  # the admin's bytes go to backups/
+    assert res.returncode == 0, res.stderr
+
+
+def _rollback(cli, image, **env: str):
+    return cli("rollback", "--yes", "--root", str(image), env=env)
+
+
+def _temp_files(image) -> list[str]:
+    return [str(p) for p in image.rglob("*.egpu-setup-tmp-*")]
+
+
+@pytest.mark.parametrize("point", ["mid-write", "renamed"])
+def test_a_rollback_killed_while_restoring_finishes_on_the_next_run(cli, image, point) -> None:
+    """Was: a SIGKILL left temp files only install cleaned, and after some kills every later
+    rollback called the just-restored original "edited" and exited 1 for ever."""
+    _installed_over_the_admins_rule(cli, image)
+    killed = _rollback(cli, image, **{KILL: f"/{UDEV}:{point}"})
+    assert killed.returncode == -9, killed.stderr  # SIGKILL, at that point
+    assert bool(_temp_files(image)) == (point == "mid-write")
+    again = _rollback(cli, image)
+    assert again.returncode == 0, again.stderr
+    assert (image / UDEV).read_text() == ADMIN
+    assert _temp_files(image) == []
+    assert not (image / "usr/local/bin/egpu-hotplug").exists()
+    assert _rollback(cli, image).returncode == 0  # and for ever after: nothing left to undo
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_bad_backup_is_skipped_and_the_rest_undone(cli, image, damage) -> None:
+    """Was: one missing or corrupt backup stopped rollback; the files after it were never
+    undone."""
+    _installed_over_the_admins_rule(cli, image)
+    (backup,) = (image / STATE / "backups").iterdir()
+    if damage == "missing":
+        backup.unlink()
+    else:
+        backup.write_text("not what was backed up\n")
+    res = _rollback(cli, image)
+    assert res.returncode == 1, res.stderr
+    assert f"backup {backup} is {damage}" in res.stderr and "Traceback" not in res.stderr
+    assert not (image / "usr/local/bin/egpu-hotplug").exists()  # the rest was undone
+    assert not (image / "etc/systemd/system/egpu-setup-wait.service").exists()
+    manifest = json.loads((image / STATE / "manifest.json").read_text())
+    assert list(manifest["files"]) == [f"/{UDEV}"]  # kept for a later run, the rest gone
+
+
+def test_rollback_deletes_only_paths_egpu_setup_writes(cli, image, sentinel) -> None:
+    """Was: rollback deleted any path the manifest listed."""
+    assert install(cli, image).returncode == 0
+    path = image / STATE / "manifest.json"
+    manifest = json.loads(path.read_text())
+    created = manifest["files"]["/usr/local/bin/egpu-hotplug"]
+    planted = {
+        "/etc/shadow": "root:x:19000:0:99999:7:::\n",  # not a path egpu-setup writes
+        "/etc/modprobe.d/egpu-setup-x.conf": "options x y=1\n",  # ours by name, no header
+        "/" + str(sentinel.sudoers).lstrip("/"): "",  # the sentinel's path, inside the image
+    }
+    for rel, text in planted.items():
+        (image / rel.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (image / rel.lstrip("/")).write_text(text)
+        # the attacker hashes what they plant, so the entry looks like egpu-setup's own write
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        manifest["files"][rel] = dict(created, created_dirs=[], sha256=digest)
+    path.write_text(json.dumps(manifest))
+    res = _rollback(cli, image)
+    assert "Traceback" not in res.stderr
+    for rel, text in planted.items():
+        assert (image / rel.lstrip("/")).read_text() == text, rel
+    assert not (image / "usr/local/bin/egpu-hotplug").exists()
+    assert sentinel.unchanged(), sentinel.changes()
+
+
+@pytest.fixture
+def small_image(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """An image root on a tmpfs of its own (4 MiB): it can be made read-only, or full."""
+    import subprocess
+
+    monkeypatch.delenv("EGPU_SETUP_STATE_DIR")
+    img = tmp_path / "small"
+    img.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(img)], check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield img
+    finally:
+        subprocess.run(["umount", "-l", str(img)], check=False)
+
+
+@pytest.mark.parametrize("trouble", ["read-only", "full"])
+def test_rollback_on_a_read_only_or_full_disk_is_an_error_and_resumes(
+    cli, small_image, trouble
+) -> None:
+    """Was: EROFS or ENOSPC during rollback gave "internal error"."""
+    import subprocess
+
+    _installed_over_the_admins_rule(cli, small_image)
+    filler = small_image / "filler"
+    if trouble == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(small_image)], check=True)
+    else:
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            while True:  # until ENOSPC
+                f.write(b"\0" * 65536)
+                f.flush()
+    res = _rollback(cli, small_image)
+    assert res.returncode == 1, res.stderr
+    clean_error(res)
+    assert ("Read-only file system" if trouble == "read-only" else "No space left") in res.stderr
+    if trouble == "read-only":
+        subprocess.run(["mount", "-o", "remount,rw", str(small_image)], check=True)
+    else:
+        filler.unlink()
+    again = _rollback(cli, small_image)
+    assert again.returncode == 0, again.stderr
+    assert (small_image / UDEV).read_text() == ADMIN
+    assert _temp_files(small_image) == []
