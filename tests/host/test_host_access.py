@@ -18,10 +18,6 @@ PKG = Path(__file__).resolve().parents[2] / "egpu_setup"
 # Who may start or signal a process, and why.
 PROCESSES = {
     "host/": "the gateway: every process egpu-setup starts goes through host/process.py",
-    # verify/ belongs to issue 15's branch; once both branches are merged, runner.py starts the
-    # verify child through Host.stream (a line callback, the whole session ended on timeout)
-    # and leaves this list.
-    "verify/runner.py": "starts the verify child itself until it is moved onto Host.stream",
     "verify/_child.py": "runs inside the target venv, where egpu_setup cannot be imported",
 }
 # Who may reach the network, and why.

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from egpu_setup.host.tracked_session import process_state, spawn
 from egpu_setup.verify.checks import Check
 from egpu_setup.verify.live import LivePrinter
 from egpu_setup.verify.report import VerifyReport, render_check, render_table
-from egpu_setup.verify.runner import process_state, spawn
 
 PY = sys.executable
 
