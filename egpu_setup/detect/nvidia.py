@@ -68,8 +68,6 @@ def _module_loaded(host: Host, name: str, modules: frozenset[str] | None) -> boo
 
 def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | None]:
     """NVIDIA facts plus the parsed nvidia-smi report (None when not read)."""
-    from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
-
     modules = loaded_modules(host.read("/proc/modules"))
     # Debian renames the module nvidia-current; /sys/module shows the loaded name "nvidia".
     loaded = _module_loaded(host, "nvidia", modules)
@@ -85,7 +83,10 @@ def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | No
     smi = None
     if run_smi or host.kind == "recorded":
         text = host.command("nvidia-smi", ["nvidia-smi", "-q"], timeout=20.0)
-        smi = parse_nvidia_smi(text) if text else None
+        if text:  # its parser (20 patterns) loads only for a report to read
+            from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
+
+            smi = parse_nvidia_smi(text)
     cuda = None
     smi_error = None
     if smi is not None:

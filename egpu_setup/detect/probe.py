@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from egpu_setup.detect.facts import Gpu, HostFacts, Link, ThunderboltFacts
-from egpu_setup.detect.lspci import LspciEntry
 from egpu_setup.detect.sysfs import pcie_speed
 from egpu_setup.host.machine import Host
+
+if TYPE_CHECKING:  # lspci's 27 patterns load only when a paste or `lspci` output is read
+    from egpu_setup.detect.lspci import LspciEntry
 
 log = logging.getLogger("egpu_setup.detect")
 NVIDIA = "10de"
@@ -282,9 +284,11 @@ def _pasted(
 
 
 def _lspci_entries(text: str | None) -> dict:
+    if not text:
+        return {}
     from egpu_setup.detect.lspci import parse_lspci
 
-    return {e.address: e for e in parse_lspci(text)} if text else {}
+    return {e.address: e for e in parse_lspci(text)}
 
 
 def _gpus_from_text(

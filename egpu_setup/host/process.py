@@ -6,7 +6,8 @@ a recording; this module does the spawning for all of them:
 - `spawn(argv, on_line=...)` passes each line of output to `on_line` as it comes (apt, pip, the
   plan's commands), keeps the output, and holds a deadline whether or not the child prints.
   (`egpu-setup verify`'s child, whose DDP ranks may leave the session, starts through
-  host/tracked_session.py, which tracks its descendants by a token in their environment.) stdin is closed: nothing ever waits for an answer from a terminal.
+  host/tracked_session.py, which tracks its descendants by a token in their environment.)
+  stdin is closed: nothing ever waits for an answer from a terminal.
 - The child leads a session of its own (start_new_session=True: a new session and process group,
   both numbered by its pid). On timeout, or when this process is interrupted, the whole session
   is ended: the process group, and every process still in the session after moving to a group
