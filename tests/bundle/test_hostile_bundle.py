@@ -98,3 +98,31 @@ def test_the_right_pin_lets_the_bundle_through(cli: Cli, tmp_path: Path) -> None
     res = _install(cli, b, "--bundle-sha256", pin.upper())
     assert "not the pinned" not in res.stderr and "nothing vouches" not in res.stderr
     assert "has no target" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("manifest", "says"),
+    [
+        ("[1, 2]", "schema None, expected egpu-setup/bundle/1"),
+        ('{"schema": "egpu-setup/bundle/1", "targets": [], "files": "x"}', "files: expected a list"),
+        ('{"schema": "egpu-setup/bundle/1", "targets": [], "files": ["x"]}', "files[0]: expected an object"),
+        ('{"schema": "egpu-setup/bundle/1", "targets": [], "files": [{"path": "../../etc/shadow", '
+         '"size": 1, "sha256": "00"}]}', "'../../etc/shadow' leaves the bundle"),
+        ('{"schema": "egpu-setup/bundle/1", "targets": "x", "files": []}', "targets: expected a list"),
+        ("not json", "not a bundle manifest"),
+        ("[" * 100_000 + "]" * 100_000, "not a bundle manifest"),
+    ],
+    ids=["a-list", "files-a-string", "entry-a-string", "path-out", "targets-a-string",
+         "not-json", "nested-deep"],
+)  # fmt: skip
+def test_a_pinned_manifest_of_the_wrong_shape_is_bad_input(
+    cli: Cli, tmp_path: Path, manifest: str, says: str
+) -> None:
+    """The pin proves who built the manifest, not that its builder was sane: its shape is
+    still checked, each wrong one an error naming where, never an internal error."""
+    b, _ = _bundle(tmp_path, b"the real wheel")
+    (b / "manifest.json").write_text(manifest)
+    res = _install(cli, b, "--bundle-sha256", _sha(manifest.encode()))
+    assert res.returncode == 2, res.stderr
+    clean_error(res)
+    assert says in res.stderr
