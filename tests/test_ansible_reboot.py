@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from egpu_setup.state.reports import saved_order
 from helpers.ansible_play import (
     changed_tasks,
     machine_id_sha256,
@@ -79,7 +80,8 @@ def test_reboot_then_the_same_install_again_converges(tmp_path: Path) -> None:
     outcome = json.loads((host_dir / "install-ansible.json").read_text())
     assert [outcome[k] for k in ("exit_code", "reboot_required", "rebooted")] == [0, False, True]
     # the install after the reboot had nothing to do, and saved a report that says so
-    own = sorted(p.name for p in (root / "var/lib/egpu-setup/reports").glob("*.json"))
+    reports = (root / "var/lib/egpu-setup/reports").glob("*.json")
+    own = sorted((p.name for p in reports), key=lambda n: (n.split("-")[0], saved_order(n)))
     assert [n.split("-")[0] for n in own] == ["install", "install", "verify"]
     assert sorted(p.name for p in host_dir.iterdir()) == sorted(
         [*own, "install-ansible.json", "identity.json"]

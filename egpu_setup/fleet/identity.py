@@ -50,7 +50,7 @@ class Machine:
         """The hostname its newest report claims."""
         dated = sorted(
             (r for r in self.reports if r.hostname),
-            key=lambda r: (r.time is not None, r.time, str(r.path)),
+            key=lambda r: r.age,
         )
         return dated[-1].hostname if dated else None
 

@@ -56,6 +56,15 @@ class LoadedReport:
     hostname: str | None  # the hostname the report claims
     machine_id: str | None  # the sha256 of /etc/machine-id it claims (egpu_setup/host/identity)
 
+    @property
+    def age(self) -> tuple[datetime, tuple[str, int], str]:
+        """Its place in time, oldest first: its own time (none: before all), then the order the
+        tool saved reports of one second in, then its path."""
+        from egpu_setup.state.reports import saved_order
+
+        when = self.time or datetime.min.replace(tzinfo=timezone.utc)
+        return when, saved_order(self.path.name), str(self.path)
+
 
 @dataclass(frozen=True)
 class Identity:

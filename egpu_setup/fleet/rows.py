@@ -336,8 +336,8 @@ def _newest(reports: Sequence[LoadedReport], kind: str) -> LoadedReport | None:
     return max(mine, key=_age_key) if mine else None
 
 
-def _age_key(rep: LoadedReport) -> tuple[datetime, str]:
-    return (rep.time or datetime.min.replace(tzinfo=timezone.utc), str(rep.path))
+def _age_key(rep: LoadedReport) -> tuple[datetime, tuple[str, int], str]:
+    return rep.age
 
 
 def _stale(verify: LoadedReport | None, install: LoadedReport | None) -> bool:

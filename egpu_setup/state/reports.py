@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 REPORTS = "reports"  # what a fleet collects from each machine (fleet/report.py, the Ansible role)
 BUILD_REPORTS = "build-reports"  # a lab image's build: kept apart, not any machine's own
+_SAVED_NAME = re.compile(r"(?P<base>.+?)(?:-(?P<n>\d+))?\.json")
 
 
 def save_report(
@@ -29,3 +31,12 @@ def save_report(
         path = reports / f"{kind}-{stamp}-{n}.json"
     atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o644)
     return path
+
+
+def saved_order(name: str) -> tuple[str, int]:
+    """Sort key of a report's file name in the order save_report wrote them: within one second,
+    `<kind>-<stamp>.json`, then `-2.json`, `-3.json` (as strings "-2" sorts before ".json")."""
+    m = _SAVED_NAME.fullmatch(name)
+    if m is None:
+        return name, 0
+    return m["base"], int(m["n"] or 1)

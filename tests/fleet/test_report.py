@@ -126,6 +126,20 @@ def test_newest_report_of_a_machine_wins_regardless_of_order(tmp_path: Path) -> 
     assert row.ok and row.time == datetime(2026, 11, 28, 11, tzinfo=timezone.utc)
 
 
+def test_of_two_reports_in_one_second_the_one_saved_later_wins(tmp_path: Path) -> None:
+    """save_report names the second report of a second `-2.json`, which sorts before `.json`
+    as a string: the order it was saved in decides (state/reports.py saved_order)."""
+    folder = tmp_path / "h"
+    same = "2026-11-28T09:00:00Z"
+    write(folder / "verify-20261128T090000Z.json", verify_report("h", ok=False, time=same))
+    write(folder / "verify-20261128T090000Z-2.json", verify_report("h", ok=True, time=same))
+    (row,) = collect([tmp_path], now=NOW).rows
+    assert row.ok
+    write(folder / "verify-20261128T090000Z-10.json", verify_report("h", ok=False, time=same))
+    (row,) = collect([tmp_path], now=NOW).rows
+    assert not row.ok  # -10 after -2, numerically
+
+
 def test_time_from_file_name_when_missing(tmp_path: Path) -> None:
     older = verify_report("h", ok=True)
     newer = verify_report("h", ok=False)

@@ -66,7 +66,12 @@ def _as_a_laptops(root: Path) -> None:
     state = root / "var/lib/egpu-setup"
     for report in sorted((state / "build-reports").glob("install-*.json")):
         (state / "reports").mkdir(exist_ok=True)
-        report.rename(state / "reports" / report.name)
+        # never over an older one: two runs within one second share a name (state/reports.py)
+        target, n = state / "reports" / report.name, 1
+        while target.exists():
+            n += 1
+            target = target.with_name(f"{report.stem}-{n}.json")
+        report.rename(target)
 
 
 def _mark_report(root: Path, reason: str) -> None:
