@@ -128,13 +128,15 @@ def latest_verify_report(host: Host) -> tuple[dict[str, Any] | None, str | None]
     from pathlib import Path
 
     from egpu_setup.state.paths import STATE_DIR, StatePaths
+    from egpu_setup.state.reports import saved_order
 
     dirs = [f"{STATE_DIR}/reports"]
     if host.kind == "live":
         dirs.insert(0, str(StatePaths.for_root(Path("/")).state_dir / "reports"))
-    # verify-<UTC stamp>[-n].json: the name sorts by time
+    # verify-<UTC stamp>[-n].json: the name, read as save_report wrote it, sorts by time
     found = sorted(
-        {p for d in dirs for p in host.glob(d, "verify-*.json")}, key=lambda p: p.rsplit("/", 1)[1]
+        {p for d in dirs for p in host.glob(d, "verify-*.json")},
+        key=lambda p: saved_order(p.rsplit("/", 1)[1]),
     )
     for path in reversed(found):
         try:

@@ -93,8 +93,13 @@ def newest_verify(
     import calendar
     import time
 
+    from egpu_setup.state.reports import saved_order
+
     best: tuple[float, dict[str, Any], str] | None = None
-    for path in host.glob(reports, "verify-*.json"):
+    # in the order they were saved: of two reports of one second, the later one wins
+    for path in sorted(
+        host.glob(reports, "verify-*.json"), key=lambda p: saved_order(p.rsplit("/", 1)[1])
+    ):
         text = host.read(path, limit=4 * 1024 * 1024)
         try:
             data = json.loads(text or "")
