@@ -6,7 +6,8 @@ it: `egpu-setup install --profile LAB.yaml --index-url LOCAL --root IMAGE --yes`
 driver packages from this machine's Debian mirror (built by DKMS for the image's kernel), torch
 from a PEP 503 index on 127.0.0.1, egpu-setup itself into the image's own venv, the units, the
 first-boot marker and the seal. Then the image boots headless with no GPU (tests/helpers/vm.py)
-and a job run inside the VM reports back over its own disk. The first tests check how commands
+and a job run inside the VM reports back over its own disk; last, `egpu-setup rollback --root`
+takes the image back to its base, packages aside. The first tests check how commands
 enter an image (egpu_setup/host/image_root.py, which the harness uses too): the failure of issue
 20 (`/dev/fd/63: No such file or directory` from a bare chroot) and that neither an error,
 Ctrl-C nor a kill leaves a mount or a process behind.
@@ -164,6 +165,8 @@ class LabImage:
     log: Path
     installed: image.Ran
     index_requests: tuple[str, ...]
+    before: dict[str, tuple[object, ...]]  # the base image, before egpu-setup touched it
+    packages_before: frozenset[str]
 
 
 TORCH_VENV = "/opt/egpu-setup/venv"
@@ -189,6 +192,9 @@ def lab_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabImage]:
     log = work / "build.log"
     try:
         img = image.build_base(work / "image", phases, log=log)
+        with phases.time("snapshot of the base"):
+            before = image.tree_state(img.root)
+            packages_before = frozenset(image.installed_packages(img.root))
         wheels = pypi_index.download_torch(pypi_index.cache_dir())
         profile = work / f"{LAB_PROFILE}.yaml"
         profile.write_text(LAB_PROFILE_YAML)
@@ -213,7 +219,7 @@ def lab_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabImage]:
         f"\nimage build: {phases.summary()}; .deb cache {debs} files, {size >> 20} MiB",
         file=sys.stderr,
     )
-    yield LabImage(img, phases, log, installed, requests)
+    yield LabImage(img, phases, log, installed, requests, before, packages_before)
     image.remove_image(img.root)
     image.discard_debs()
 
@@ -432,3 +438,94 @@ def test_the_first_boot_unit_without_an_egpu_ends_cleanly_says_so_and_stays_arme
     journal = (booted.out / "journal.txt").read_text()
     assert "nvidia-persistenced.service" not in (booted.out / "failed.txt").read_text()
     assert "egpu-setup-firstboot.service" in journal
+
+
+# --- and back: last, it undoes the image the tests above looked at ---------------------------
+
+# What package management keeps up to date for every package, ours included: dpkg's and apt's
+# state, logs, DKMS's build tree, depmod's and ldconfig's indexes, alternatives, the initramfs,
+# the users a package adds, the PAM stack pam-auth-update merges, deb-systemd-helper's records;
+# and egpu-setup's own state (its journal and reports stay as the record of what was done) and
+# the venvs it made (removed with --packages).
+PACKAGE_STATE = (
+    "var/lib/dpkg/",
+    "var/lib/apt/",
+    "var/cache/",
+    "var/log/",
+    "var/lib/dkms/",
+    "var/lib/systemd/deb-systemd-helper-",
+    "var/lib/egpu-setup/",
+    "opt/egpu-setup/",
+    "etc/alternatives/",
+    "etc/ld.so.cache",
+    "boot/initrd.img-",
+    "usr/lib/modules/",
+    "etc/passwd",  # a package's system user (nvidia-persistenced), and the `-` backups
+    "etc/group",
+    "etc/shadow",
+    "etc/gshadow",
+    "etc/pam.d/common-",  # pam-auth-update merges the PAM profiles a new package brings
+    "var/lib/pam/",
+)
+
+
+def _changed(
+    before: dict[str, tuple[object, ...]], after: dict[str, tuple[object, ...]]
+) -> set[str]:
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def _undone(root: Path, path: str, entry: dict[str, object]) -> bool:
+    """The manifest's entry for `path` is undone: gone if egpu-setup created it, else what was
+    there before (the same link, or the same bytes)."""
+    real = root / path.lstrip("/")
+    if entry.get("created"):
+        return not os.path.lexists(real)
+    if entry.get("prior_link") is not None:
+        return real.is_symlink() and os.readlink(real) == entry["prior_link"]
+    if real.is_symlink() or not real.is_file():
+        return False
+    return hashlib.sha256(real.read_bytes()).hexdigest() == entry.get("prior_sha256")
+
+
+def _rendered(root: Path, rel: str) -> bool:
+    """A file that carries egpu-setup's header."""
+    from egpu_setup.render.headers import has_header
+
+    path = root / rel
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+        return False
+    return has_header(path.read_text(errors="replace"))
+
+
+def _by_folder(paths: list[str]) -> str:
+    from collections import Counter
+
+    folders = Counter("/".join(p.split("/")[:3]) for p in paths)
+    return "\n".join(f"{n:5d} {f}" for f, n in folders.most_common(40))
+
+
+def test_rollback_returns_the_image_to_before_but_for_what_its_packages_brought(
+    lab_image: LabImage,
+) -> None:
+    """Byte-identical, packages aside: every path the base image had is back as it was (unless a
+    package egpu-setup installed owns it, or package management keeps it), every entry of the
+    manifest is undone, and no file with egpu-setup's header is left. What only the new
+    packages' scripts made (certificates, caches) stays with them."""
+    img = lab_image.image
+    manifest = json.loads((img.root / "var/lib/egpu-setup/manifest.json").read_text())
+    assert len(manifest["files"]) > 10  # units, rules, helpers, sources, the marker, the seal
+    res = image.egpu_setup_rollback(img, [], log=lab_image.log)
+    assert res.rc == 0, res.out[-4000:]
+    new_packages = image.installed_packages(img.root) - lab_image.packages_before
+    assert "nvidia-driver" in new_packages  # kept: they go only with --packages
+    theirs = image.package_files(img.root, new_packages)
+    changed = _changed(lab_image.before, image.tree_state(img.root))
+    existed = {p for p in changed if p in lab_image.before}
+    altered = sorted(p for p in existed if p not in theirs and not p.startswith(PACKAGE_STATE))
+    assert not altered, _by_folder(altered) + "\n" + "\n".join(altered[:60])
+    # what egpu-setup wrote over a new package's file (D-Bus's machine-id) is that file again
+    not_undone = sorted(p for p, e in manifest["files"].items() if not _undone(img.root, p, e))
+    assert not not_undone, not_undone
+    left = sorted(p for p in changed - existed if _rendered(img.root, p))
+    assert not left, "\n".join(left)

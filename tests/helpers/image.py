@@ -330,6 +330,72 @@ def dpkg_audit(root: Path) -> str:
     return run_in(root, ["dpkg", "--audit"]).out.strip()
 
 
+# What is not the image's content: API filesystems and scratch space, mounted or emptied at boot.
+_NOT_CONTENT = ("proc", "sys", "dev", "run", "tmp")
+
+
+def tree_state(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every path of the image (API filesystems and /tmp aside) -> its type, mode, owner and
+    content: a file's sha256, a link's target. What "byte-identical" compares."""
+    import hashlib
+    import stat as st
+
+    out: dict[str, tuple[object, ...]] = {}
+    for top in sorted(p for p in root.iterdir() if p.name not in _NOT_CONTENT):
+        stack = [top]
+        while stack:
+            path = stack.pop()
+            info = path.lstat()
+            rel = str(path.relative_to(root))
+            meta = (st.S_IFMT(info.st_mode), st.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
+            if st.S_ISDIR(info.st_mode):
+                out[rel] = meta
+                stack.extend(path.iterdir())
+            elif st.S_ISLNK(info.st_mode):
+                out[rel] = (*meta, os.readlink(path))
+            elif st.S_ISREG(info.st_mode):
+                digest = hashlib.sha256()
+                with path.open("rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(chunk)
+                out[rel] = (*meta, digest.hexdigest())
+            else:
+                out[rel] = (*meta, info.st_rdev)
+    return out
+
+
+def installed_packages(root: Path) -> set[str]:
+    """The packages dpkg has fully installed in the image (var/lib/dpkg/status)."""
+    text = (root / "var/lib/dpkg/status").read_text()
+    names = set()
+    for stanza in text.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " "
+        )
+        if fields.get("Status") == "install ok installed":
+            names.add(fields["Package"])
+    return names
+
+
+def package_files(root: Path, names: set[str]) -> set[str]:
+    """The paths (relative to the root) dpkg lists for these packages, and every directory
+    above them."""
+    info = root / "var/lib/dpkg/info"
+    # merged /usr (Debian 12): dpkg lists /lib/x where the file lives at /usr/lib/x
+    merged = {d for d in ("bin", "sbin", "lib", "lib32", "lib64") if (root / d).is_symlink()}
+    out: set[str] = set()
+    for name in names:
+        for listing in (info / f"{name}.list", *info.glob(f"{name}:*.list")):
+            if listing.is_file():
+                for line in listing.read_text().splitlines():
+                    rel = line.strip().lstrip("/")
+                    if rel.split("/", 1)[0] in merged:
+                        rel = f"usr/{rel}"
+                    if rel and rel != ".":
+                        out.add(rel)
+    return out
+
+
 def build_base(dest: Path, phases: Phases, *, log: Path) -> Image:
     """A bootable image without the driver at dest, from the cached debootstrap root.
 
@@ -385,6 +451,13 @@ def _build_base(dest: Path, phases: Phases, log: Path) -> None:
     with phases.time("base install"):
         apt(dest, ["install", "--no-install-recommends", *BOOT_PACKAGES], log=log)
     configure_boot(dest)
+
+
+def egpu_setup_rollback(image: Image, args: Sequence[str], *, log: Path) -> Ran:
+    """`egpu-setup rollback --root IMAGE --yes ARGS`, its state the image's own."""
+    env = {k: v for k, v in os.environ.items() if k != "EGPU_SETUP_STATE_DIR"}
+    argv = [sys.executable, "-m", "egpu_setup", "rollback", "--root", str(image.root), "--yes"]
+    return run_logged([*argv, *args], env=env, timeout=1800, log=log, check=False)
 
 
 def egpu_setup_install(
