@@ -29,8 +29,8 @@ Test hooks (they fire only when set; the tests set them, nothing else does):
 - EGPU_SETUP_VERIFY_TEST_CRASH=<step>: die by SIGSEGV when <step> starts (a crashing driver).
 - EGPU_SETUP_VERIFY_TEST_STANDIN=<file>: after `import torch`, run `install(torch)` of that file
   (tests/helpers/cuda_standin.py, never shipped), which replays a recorded GPU through this code.
-- EGPU_SETUP_TEST_DDP_ABORT_AFTER_RESULT=1: DDP rank 1 aborts after the barrier, as gloo's
-  teardown sometimes does under load.
+- EGPU_SETUP_TEST_DDP_ABORT=after: DDP rank 1 aborts after the barrier, as gloo's teardown
+  sometimes does under load; =before: it aborts before it has a result.
 """
 
 from __future__ import annotations
@@ -1041,7 +1041,7 @@ def _median(values: list[float]) -> float:
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
-ABORT_AFTER_RESULT_ENV = "EGPU_SETUP_TEST_DDP_ABORT_AFTER_RESULT"  # a test hook (above)
+ABORT_ENV = "EGPU_SETUP_TEST_DDP_ABORT"  # a test hook (above)
 
 
 def _ddp_worker(
@@ -1049,6 +1049,9 @@ def _ddp_worker(
 ) -> None:
     import datetime
 
+    abort_at = os.environ.get(ABORT_ENV) if rank == 1 else None
+    if abort_at == "before":
+        os.abort()
     torch = import_torch()
     import torch.distributed as dist
 
@@ -1085,8 +1088,8 @@ def _ddp_worker(
         # Every rank reaches this point before any tears down: gloo aborts a rank whose peer
         # closed its connection while it was still finishing (seen as a rare SIGABRT here).
         dist.barrier()
-        if rank == 1 and os.environ.get(ABORT_AFTER_RESULT_ENV) == "1":
-            os.abort()  # test hook (inert unless set): what gloo's teardown abort looks like
+        if abort_at == "after":
+            os.abort()  # what gloo's teardown abort looks like
     finally:
         dist.destroy_process_group()
 

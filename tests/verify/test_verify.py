@@ -534,7 +534,7 @@ def test_a_rank_aborted_after_its_result_still_passes_and_says_so():
     its detail says what happened after."""
     res = run_cli(
         "--python", PY, "--device", "cpu", "--skip", "matmul,amp", "--json",
-        env={"EGPU_SETUP_TEST_DDP_ABORT_AFTER_RESULT": "1"},
+        env={"EGPU_SETUP_TEST_DDP_ABORT": "after"},
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     ddp = ids(json.loads(res.stdout))["ddp"]

@@ -45,6 +45,10 @@ SHORT = {"bandwidth": 0.3, "matmul": 0.3, "amp": 3.0, "speedup": 1.0, "throughpu
 UNEXECUTED = {
     "os.kill(os.getpid(), signal.SIGSEGV)": "the crash hook kills the child before coverage can "
     "save its data; test_verify.py::test_crashing_child_is_reported runs it",
+    "os.abort()": "the DDP abort hook ends rank 1 before coverage can save its data; the "
+    "ddp-abort-before scenario runs it",
+    "os.abort()  # what gloo's teardown abort looks like": "the same, after the rank's result: "
+    "the ddp-abort-after scenario",
 }
 
 
@@ -452,6 +456,17 @@ def cpu_full(ctx: Scenarios, d: Path) -> Run:
     return ctx.child(d, sc, VerifyOptions(device="cpu", skip=("matmul",)))
 
 
+def ddp_abort(at: str) -> Any:
+    """The CPU's gloo DDP with rank 1 aborting `at` before or after it has its result."""
+
+    def run(ctx: Scenarios, d: Path) -> Run:
+        sc = rec.Scenario(title=f"CPU, rank 1 aborts {at}", gpus=[])
+        options = VerifyOptions(device="cpu", skip=("matmul", "amp"))
+        return ctx.child(d, sc, options, extra_env={"EGPU_SETUP_TEST_DDP_ABORT": at})
+
+    return run
+
+
 def cpu_only_build(ctx: Scenarios, d: Path) -> Run:
     """No stand-in: this machine's real CPU-only torch, asked for CUDA."""
     _, facts = recorded("tb3-rtx3090-ubuntu2204")
@@ -503,6 +518,8 @@ SCENARIOS = {
     "laptop-gpu": laptop_gpu,
     "cpu-no-bf16": cpu_no_bf16,
     "cpu-full": cpu_full,
+    "ddp-abort-after": ddp_abort("after"),
+    "ddp-abort-before": ddp_abort("before"),
     "cpu-only-build": cpu_only_build,
     "no-torch": no_torch,
     "hung": hung,
@@ -721,6 +738,15 @@ def test_ddp_rank_failure_and_hang(runs: Scenarios) -> None:
     hang = runs.get("ddp-hang")
     assert hang.checks["ddp"]["detail"].endswith("the ranks did not finish within 20 s")
     assert hang.outcome.finished  # the child itself ended the ranks and went on
+
+
+def test_a_rank_aborted_in_teardown_passes_one_aborted_before_its_result_fails(
+    runs: Scenarios,
+) -> None:
+    after = runs.get("ddp-abort-after").checks["ddp"]
+    assert after["status"] == "pass" and "while the group was torn down" in after["detail"]
+    before = runs.get("ddp-abort-before").checks["ddp"]
+    assert before["status"] == "fail" and "SIGABRT" in before["detail"]
 
 
 def test_identity_failures(runs: Scenarios) -> None:
