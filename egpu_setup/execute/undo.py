@@ -31,10 +31,12 @@ from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.files import location, read_managed
+from egpu_setup.host.identity import MACHINE_ID
 from egpu_setup.host.machine import Host
 from egpu_setup.render.headers import has_header
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
 log = logging.getLogger("egpu_setup.execute")
 
@@ -56,15 +58,16 @@ OTHER_OWNED = (
     "/etc/apt/preferences.d/egpu-setup-*",
     "/var/lib/egpu-setup/bundle-apt/*/*",
 )
-# What `install --root` adds to a lab image (install/lab_image.py, install/tool.py): the
+# What `install --root` adds to a lab image (install/lab_image.py, install/tool.py, which sit
+# above this layer; tests/install/test_image_steps_owned.py keeps the two lists in step): the
 # first-boot marker and the profiles it names (with a header), the link to the tool's venv,
 # Debian's persistenced unit masked, and the seal (machine-id(5) "uninitialized", D-Bus's link).
 IMAGE_OWNED = (
-    "/var/lib/egpu-setup/firstboot-pending",
+    FIRSTBOOT_MARKER,
     "/etc/egpu-setup/profiles/*.yaml",
     "/usr/local/bin/egpu-setup",
     "/etc/systemd/system/nvidia-persistenced.service",
-    "/etc/machine-id",
+    MACHINE_ID,
     "/var/lib/dbus/machine-id",
 )
 MARK_VENV = ".egpu-setup-venv"  # written into each venv egpu-setup creates (execute/pip.py)

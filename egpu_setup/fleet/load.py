@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import UsageError
+from egpu_setup.state.reports import saved_order
 
 SCHEMA_VERIFY = "egpu-setup/verify/1"
 SCHEMA_INSTALL = "egpu-setup/install/1"
@@ -60,8 +61,6 @@ class LoadedReport:
     def age(self) -> tuple[datetime, tuple[str, int], str]:
         """Its place in time, oldest first: its own time (none: before all), then the order the
         tool saved reports of one second in, then its path."""
-        from egpu_setup.state.reports import saved_order
-
         when = self.time or datetime.min.replace(tzinfo=timezone.utc)
         return when, saved_order(self.path.name), str(self.path)
 
