@@ -196,6 +196,17 @@ def _pump(
     return False
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat from field 3 (the state) on, or None when the process is gone (proc(5))."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may itself hold spaces or ")"
+    return stat.rsplit(")", 1)[-1].split() if ")" in stat else None
+
+
 def session_members(sid: int) -> dict[int, int]:
     """pid -> process group of every process whose session id is `sid` (proc(5): /proc/PID/stat,
     fields 5 and 6)."""
@@ -203,14 +214,8 @@ def session_members(sid: int) -> dict[int, int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        # the command name (field 2) is in parentheses and may itself hold spaces or ")"
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 3 and fields[3] == str(sid):
+        fields = stat_fields(name)
+        if fields is not None and len(fields) > 3 and fields[3] == str(sid):
             members[int(name)] = int(fields[2])
     return members
 

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from egpu_setup.host.process import stat_fields
+
 log = logging.getLogger("egpu_setup.verify")
 
 TERM_GRACE_S = 2.0  # SIGTERM -> SIGKILL
@@ -204,10 +206,5 @@ def _alive(pid: int) -> bool:
 
 def process_state(pid: int) -> str | None:
     """The kernel's one-letter state of `pid` ("D" = uninterruptible sleep), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    # the command name is in parentheses and may itself contain spaces or parentheses
-    return text.rsplit(")", 1)[-1].split()[0] if ")" in text else None
+    fields = stat_fields(pid)
+    return fields[0] if fields else None
