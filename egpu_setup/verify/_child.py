@@ -717,6 +717,11 @@ def train(
     """Train the small CNN until `budget_s` is spent, `max_steps` are done or (with `target`) the
     loss has fallen to `target` of its start, whichever comes first.
 
+    A judged run (`target` given) takes MIN_JUDGED_STEPS steps even when that overruns its
+    budget: on a very slow machine (a VM without hardware virtualisation trains about 100x slower
+    than its host) the loss is then judged on 8 steps instead of the check failing unjudged;
+    the parent's hard timeout still ends a step that never finishes.
+
     CUDA: fp16 autocast + GradScaler; CPU: bf16 autocast, no scaler (GradScaler is for fp16 on
     CUDA; CPU autocast supports bf16 and fp16, bf16 being the fast one where the CPU has it).
     `feed`: "resident" keeps the data on the device; "pageable" uploads each batch from ordinary
@@ -739,6 +744,7 @@ def train(
     clock = Clock(torch, device)
     warm = 3 if cuda else 1  # cuDNN picks its algorithms in the first steps
     budget = Budget(budget_s)
+    floor = MIN_JUDGED_STEPS if target is not None else warm + 1  # steps before the budget counts
     losses: list[float] = []
     skipped = 0
     start = None
@@ -746,7 +752,7 @@ def train(
     t_prev = time.perf_counter()
     i = 0
     while True:
-        if i >= warm + 1 and budget.over():
+        if i >= floor and budget.over():
             stopped = "budget"
             break
         if max_steps and i >= max_steps:

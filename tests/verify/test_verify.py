@@ -541,3 +541,15 @@ def test_a_rank_aborted_after_its_result_still_passes_and_says_so():
     assert ddp["ok"] is True
     assert ddp["detail"].startswith("2 ranks, gloo: all-reduce correct, DDP step ran (then ")
     assert "SIGABRT" in ddp["detail"] and "torn down" in ddp["detail"]
+
+
+def test_a_judged_training_run_takes_its_minimum_steps_even_past_its_budget() -> None:
+    """A VM without hardware virtualisation trained 0.8 steps/s: 4 steps in the quick budget,
+    and the check failed unjudged. A judged run now always gets the steps its judgement needs;
+    an unjudged one (amp-speedup's timing) still stops at its budget."""
+    cfg = {"train": {"batch": 8, "size": 8, "width": 4}}
+    cpu = torch.device("cpu")
+    judged = child.train(torch, cpu, cfg, amp=False, budget_s=0.0, max_steps=200, target=1e-9)
+    assert len(judged.losses) == child.MIN_JUDGED_STEPS and judged.stopped == "budget"
+    timed = child.train(torch, cpu, cfg, amp=False, budget_s=0.0, max_steps=200)
+    assert len(timed.losses) == 2 and timed.stopped == "budget"  # one warm-up step, one timed
