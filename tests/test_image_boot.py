@@ -6,8 +6,9 @@ it: `egpu-setup install --profile LAB.yaml --index-url LOCAL --root IMAGE --yes`
 driver packages from this machine's Debian mirror (built by DKMS for the image's kernel), torch
 from a PEP 503 index on 127.0.0.1, egpu-setup itself into the image's own venv, the units, the
 first-boot marker and the seal. Then the image boots headless with no GPU (tests/helpers/vm.py)
-and a job run inside the VM reports back over its own disk; last, `egpu-setup rollback --root`
-takes the image back to its base, packages aside. The first tests check how commands
+and a job run inside the VM reports back over its own disk, `egpu-setup verify --device cpu
+--quick` among it; last, `egpu-setup rollback --root` takes the image back to its base, packages
+aside, and `rollback --root --packages` with the packages too. The first tests check how commands
 enter an image (egpu_setup/host/image_root.py, which the harness uses too): the failure of issue
 20 (`/dev/fd/63: No such file or directory` from a bare chroot) and that neither an error,
 Ctrl-C nor a kill leaves a mount or a process behind.
@@ -53,10 +54,7 @@ EXPECTED_MOUNTS = ["/proc", "/sys", "/dev", "/dev/pts", "/dev/shm", "/run"]
 @pytest.fixture
 def minroot(tmp_path: Path) -> Path:
     """A private copy of the minbase Debian 12 root (no kernel: enough to enter it)."""
-    try:
-        return _debroot.copy_root("bookworm", tmp_path / "root")
-    except _debroot.DebrootUnavailable as exc:
-        pytest.skip(str(exc))
+    return _debroot.copy_or_skip("bookworm", tmp_path / "root")
 
 
 # --- entering an image ---------------------------------------------------------------------
@@ -353,6 +351,12 @@ systemctl show -p ConditionResult --value systemd-firstboot.service > first-boot
 systemctl --failed --no-legend --plain > failed.txt
 {vm.show_units(WATCHED_UNITS)}
 journalctl -b -o short-monotonic --no-pager > journal.txt
+# verify in the booted machine, its report where the machine keeps it
+started=$(cut -d' ' -f1 /proc/uptime)
+rc=0
+egpu-setup verify --device cpu --quick --venv {TORCH_VENV} > verify.txt 2>&1 || rc=$?
+echo "$rc $started $(cut -d' ' -f1 /proc/uptime)" > verify.rc
+ls /var/lib/egpu-setup/reports > reports.txt 2>&1 || true
 """
 
 
@@ -407,6 +411,16 @@ def test_the_wait_unit_ran_and_ended_within_its_timeout_without_a_gpu(booted: vm
     assert "egpu-hotplug: eGPU not connected" in journal
     failed = (booted.out / "failed.txt").read_text()
     assert "egpu-setup" not in failed, failed
+
+
+def test_verify_on_the_cpu_passes_inside_the_booted_machine(booted: vm.Boot) -> None:
+    rc, started, ended = (booted.out / "verify.rc").read_text().split()
+    text = (booted.out / "verify.txt").read_text()
+    print(f"\nverify in the VM: {float(ended) - float(started):.0f} s", file=sys.stderr)
+    assert rc == "0", text[-3000:]
+    assert re.search(r"^\s*PASS\s+torch-import\s+torch 2\.13\.0\+cpu", text, re.M)
+    assert re.search(r"^\s*PASS\s+amp-training", text, re.M)
+    assert re.search(r"^verify-.*\.json$", (booted.out / "reports.txt").read_text(), re.M)
 
 
 def test_the_machine_made_its_own_machine_id_at_first_boot(
@@ -529,3 +543,46 @@ def test_rollback_returns_the_image_to_before_but_for_what_its_packages_brought(
     assert not not_undone, not_undone
     left = sorted(p for p in changed - existed if _rendered(img.root, p))
     assert not left, "\n".join(left)
+
+
+# What --packages still leaves: package management's own records of what it did (dpkg's and
+# apt's state, logs, caches), what it rebuilds for the whole system after a purge (the
+# initramfs, ldconfig's index) and egpu-setup's record (journal, manifest, reports).
+RECORDS = (
+    "var/lib/dpkg/",
+    "var/lib/apt/",
+    "var/cache/",
+    "var/log/",
+    "var/lib/egpu-setup",
+    "etc/ld.so.cache",
+    "boot/initrd.img-",
+)
+# And what the purged packages' own maintainer scripts leave, by Debian's rules or a bug:
+# - the system user nvidia-persistenced's postinst added (`nvpd`): Debian's packages keep the
+#   system users they add when purged (files elsewhere may still belong to them);
+# - /etc/hosts, written by netbase 6.4's postinst; its postrm deletes it only when it matches
+#   a checksum (05e70b0d…) other than that of the file its postinst writes (7c5c6678…).
+LEFT_BY_PACKAGES = (
+    "etc/passwd",
+    "etc/group",
+    "etc/shadow",
+    "etc/gshadow",
+    "etc/hosts",
+)
+
+
+def test_rollback_with_packages_leaves_the_image_as_before_but_for_the_records(
+    lab_image: LabImage,
+) -> None:
+    img = lab_image.image
+    res = image.egpu_setup_rollback(img, ["--packages"], log=lab_image.log)
+    assert res.rc == 0, res.out[-4000:]
+    assert image.installed_packages(img.root) == lab_image.packages_before
+    after = image.tree_state(img.root)
+    changed = _changed(lab_image.before, after)
+    altered = sorted(p for p in changed if not p.startswith((*RECORDS, *LEFT_BY_PACKAGES)))
+    shown = [f"{p}: {lab_image.before.get(p)} -> {after.get(p)}" for p in altered[:40]]
+    assert not altered, _by_folder(altered) + "\n" + "\n".join(shown)
+    assert image.dpkg_audit(img.root) == ""
+    users = (img.root / "etc/passwd").read_text().splitlines()
+    assert [u.split(":")[0] for u in users if u.startswith("nvpd:")] == ["nvpd"]

@@ -12,7 +12,7 @@ EPILOG = """\b
 Examples:
   egpu-setup rollback                      # show what would be restored/removed
   sudo egpu-setup rollback --yes           # do it (files only; packages are listed)
-  sudo egpu-setup rollback --yes --packages  # also remove the packages and venv it installed
+  sudo egpu-setup rollback --yes --packages  # also purge the packages and venv it installed
   sudo egpu-setup rollback --root /srv/image --yes --json
 """
 
@@ -24,7 +24,10 @@ Examples:
 )
 @json_option
 @click.option(
-    "--packages", is_flag=True, help="Also remove the apt packages and venvs egpu-setup installed."
+    "--packages",
+    is_flag=True,
+    help="Also purge the apt packages (and the dependencies they brought) and venvs egpu-setup "
+    "installed.",
 )
 @click.option(
     "--force", is_flag=True, help="Also restore files edited after egpu-setup wrote them."
@@ -33,7 +36,9 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
     """Restore every file egpu-setup replaced, byte for byte; remove the ones it created.
 
     Files edited by someone after egpu-setup wrote them are kept (with a warning) unless --force.
-    Unit links are removed. apt packages are listed, removed only with --packages. What the
+    Unit links are removed. apt packages are listed, purged only with --packages, with the
+    dependencies apt brought for them that nothing else needs; a package installed since that
+    needs one of them stops rollback before it changes anything. What the
     restored files feed is rebuilt: the initramfs (modprobe.d), the GRUB config (grub.d); a
     Thunderbolt device egpu-setup enrolled in bolt is forgotten again.
     """

@@ -72,8 +72,14 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     if simulate:
         return "simulated", f"apt-get -s: {len(planned)} packages would be installed"
     ours = [name for name in step.packages if name not in before]
+    # and what apt brought with them: rollback --packages purges those too, once nothing else
+    # needs them (execute/apt_remove.py)
+    after = installed_packages(host)
+    brought = sorted(set(after) - set(before) - set(step.packages))
     for name in ours:
         ctx.manifest.add_package(name, ctx.run_id)
+    for name in brought:
+        ctx.manifest.add_package(name, ctx.run_id, pulled_in=True)
     ctx.manifest.save()
     notes = []
     kept_note = len(step.packages) - len(ours)

@@ -35,7 +35,7 @@ class Context:
     written: list[str] = field(default_factory=list)
 
 
-def _missing_dirs(real: Path, root: Path) -> list[str]:
+def missing_dirs(real: Path, root: Path) -> list[str]:
     """Ancestors of `real` that do not exist yet (outermost first), as paths below the root."""
     out: list[Path] = []
     d = real.parent
@@ -71,7 +71,7 @@ def _entry(ctx: Context, path: str, real: Path, kind: str) -> dict[str, Any]:
         "prior_owner": prior_owner,
         "prior_link": prior_link,
         "backup": ctx.manifest.backup(prior) if prior is not None else None,
-        "created_dirs": _missing_dirs(real, ctx.host.root),
+        "created_dirs": missing_dirs(real, ctx.host.root),
         "sha256": None,
         "pending": None,
         "run": ctx.run_id,

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
-from egpu_setup.execute.files import Context
+from egpu_setup.execute.files import Context, missing_dirs
+from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.plan.steps import PipInstall
 
@@ -220,7 +221,9 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
         _refuse_foreign_venv(step.venv)
     uv = choose_installer(host, wanted)
     if step.create_venv:
-        ctx.manifest.add_venv(step.venv, ctx.run_id)
+        ctx.manifest.add_venv(
+            step.venv, ctx.run_id, missing_dirs(host.location(step.venv), host.root)
+        )
         ctx.manifest.save()
     env = installer_env(account(host, step.run_as) if step.run_as else None)
     with _pinned_requirements(step) as pinned, _bundle_seen_from(host, pinned) as seen:
@@ -229,7 +232,7 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
             # dropped
             host.run_checked(argv, env=env, replace_env=True, on_line=show_line)
             if i == 0 and step.create_venv:
-                _mark_created(host, step.venv, ctx.run_id)
+                mark_venv(host, step.venv, ctx.run_id)
     return "done", f"with {'uv' if uv else 'pip'}"
 
 
@@ -284,15 +287,6 @@ def _pinned_requirements(step: PipInstall) -> Iterator[PipInstall]:
         yield dataclasses.replace(step, requirements_file=str(copy))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _mark_created(host: Host, venv: str, run_id: str) -> None:
-    """The mark `rollback --packages` looks for before it deletes a venv (execute/undo.py): a
-    manifest naming some other directory can never make it delete that one."""
-    from egpu_setup.execute.undo import MARK_VENV
-    from egpu_setup.state.atomic import atomic_write
-
-    atomic_write(host.location(f"{venv}/{MARK_VENV}"), f"{run_id}\n".encode(), 0o644)
 
 
 def _refuse_foreign_venv(venv: str) -> None:

@@ -73,6 +73,24 @@ IMAGE_OWNED = (
 MARK_VENV = ".egpu-setup-venv"  # written into each venv egpu-setup creates (execute/pip.py)
 
 
+def remove_empty_dirs(host: Host, dirs: list[str]) -> None:
+    """Remove each of `dirs` that is an empty real directory, the deepest first."""
+    for d in sorted(set(dirs), key=lambda p: p.count("/"), reverse=True):
+        real = location(host, d)
+        st = _lstat(real)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(OSError):  # not empty: something else is in it now
+                os.rmdir(real)
+
+
+def mark_venv(host: Host, venv: str, run_id: str) -> None:
+    """The mark `rollback --packages` looks for before it deletes a venv (remove_tree): a
+    manifest naming some other directory can never make it delete that one."""
+    from egpu_setup.state.atomic import atomic_write
+
+    atomic_write(host.location(f"{venv}/{MARK_VENV}"), f"{run_id}\n".encode(), 0o644)
+
+
 def owned_path(path: str) -> bool:
     """Is `path` one egpu-setup writes (a whole-path match, component by component)?"""
     p = PurePosixPath(path)
@@ -238,9 +256,7 @@ def _undo_one(host: Host, manifest: Manifest, u: Undo) -> None:
     else:  # created by us
         with contextlib.suppress(FileNotFoundError):
             real.unlink()
-    for d in reversed(entry.get("created_dirs") or []):
-        with contextlib.suppress(OSError):  # not empty: something else lives there now
-            location(host, d).rmdir()
+    remove_empty_dirs(host, entry.get("created_dirs") or [])
     with contextlib.suppress(OSError):
         fsync_dir(real.parent)
     _kill_hook(u.path, "renamed")

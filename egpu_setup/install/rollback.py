@@ -33,7 +33,7 @@ CHANGED = ("removed", "restored", "unlinked")
 class RollbackOptions:
     yes: bool = False  # do it; without, only say what would happen
     root_dir: str | None = None
-    packages: bool = False  # also remove the apt packages and venvs egpu-setup installed
+    packages: bool = False  # also purge the apt packages and remove the venvs egpu-setup installed
     force: bool = False  # also restore files edited after egpu-setup wrote them
 
 
@@ -57,19 +57,33 @@ class FollowUp:
 
 @dataclass(frozen=True)
 class RollbackPlan:
+    """What the manifest holds when rollback starts. The manifest itself changes as rollback
+    goes; the lists here stay what they were, so the text and JSON after --yes say what went."""
+
     options: RollbackOptions
     host: Host
     paths: StatePaths
     manifest: Manifest
     undo: tuple[Undo, ...]
+    packages: tuple[str, ...] = ()  # the packages egpu-setup's runs named and installed
+    pulled_in: tuple[str, ...] = ()  # the dependencies apt brought with them
+    venvs: tuple[str, ...] = ()
 
-    @property
-    def packages(self) -> tuple[str, ...]:
-        return tuple(p["name"] for p in self.manifest.packages)
-
-    @property
-    def venvs(self) -> tuple[str, ...]:
-        return tuple(v["path"] for v in self.manifest.venvs)
+    @classmethod
+    def of(
+        cls, options: RollbackOptions, host: Host, paths: StatePaths, manifest: Manifest
+    ) -> RollbackPlan:
+        recorded = manifest.packages
+        return cls(
+            options,
+            host,
+            paths,
+            manifest,
+            tuple(plan_undo(host, manifest)),
+            tuple(p["name"] for p in recorded if not p.get("pulled_in")),
+            tuple(p["name"] for p in recorded if p.get("pulled_in")),
+            tuple(v["path"] for v in manifest.venvs),
+        )
 
     @property
     def recorded(self) -> tuple[list[str], ...]:
@@ -78,7 +92,7 @@ class RollbackPlan:
 
     @property
     def empty(self) -> bool:
-        return not (self.undo or self.packages or self.venvs or self.recorded)
+        return not (self.undo or self.packages or self.pulled_in or self.venvs or self.recorded)
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,7 @@ class RollbackOutcome:
     applied: bool
     files: tuple[Undo, ...]  # what was done (applied) or would be done
     followups: tuple[FollowUp, ...]
+    kept_packages: tuple[tuple[str, str], ...] = ()  # (name, why) that --packages left
 
     @property
     def failed(self) -> bool:
@@ -131,6 +146,8 @@ class RollbackOutcome:
             "applied": self.applied,
             "files": [u.to_json() for u in self.files],
             "packages": list(plan.packages),
+            "packages_pulled_in": list(plan.pulled_in),
+            "packages_kept": [{"name": n, "why": why} for n, why in self.kept_packages],
             "venvs": list(plan.venvs),
             "packages_removed": bool(self.applied and plan.options.packages),
             "commands": [f.to_json() for f in self.followups],
@@ -148,7 +165,7 @@ def plan_rollback(options: RollbackOptions) -> RollbackPlan:
     """Read-only: the state of the target, and what rollback would do to each managed path."""
     host: Host = RootHost(options.root_dir) if options.root_dir else LiveHost()
     paths, manifest = _load(StatePaths.for_root(host.root), host)
-    return RollbackPlan(options, host, paths, manifest, tuple(plan_undo(host, manifest)))
+    return RollbackPlan.of(options, host, paths, manifest)
 
 
 def _load(paths: StatePaths, host: Host) -> tuple[StatePaths, Manifest]:
@@ -192,10 +209,15 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
     from egpu_setup.state.lock import RunLock
 
     options, host, manifest = plan.options, plan.host, plan.manifest
-    if not (plan.undo or plan.recorded or (options.packages and (plan.packages or plan.venvs))):
+    removable = plan.packages or plan.pulled_in or plan.venvs
+    if not (plan.undo or plan.recorded or (options.packages and removable)):
         return RollbackOutcome(plan, True, (), ())  # nothing it may do: said, not done
     _require_root(plan)
     with RunLock(plan.paths.lock):
+        if options.packages:
+            from egpu_setup.execute.apt_remove import check_purge
+
+            check_purge(host, plan.packages)  # before anything changes: refused as a whole
         journal = Journal(plan.paths)
         run = new_run_id()
         journal.append(
@@ -208,8 +230,9 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
             raise EgpuSetupError(
                 f"cannot restore {exc.filename}: permission denied", sudo_hint(options.root_dir)
             ) from exc
+        kept: tuple[tuple[str, str], ...] = ()
         if options.packages:
-            _remove_packages(host, manifest, plan.packages, plan.venvs)
+            kept = _remove_packages(host, manifest, plan.venvs)
         changed = [u.path for u in done if u.action in CHANGED]
         followups = _run_follow_ups(host, manifest, follow_ups(host, manifest, changed))
         # What an interrupted install still owed was for files that are now gone or restored;
@@ -223,14 +246,16 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
             for argv in (["systemctl", "daemon-reload"], ["udevadm", "control", "--reload"]):
                 if host.which(argv[0]):
                     host.run(argv, timeout=60)
-    return RollbackOutcome(plan, True, tuple(done), tuple(followups))
+    return RollbackOutcome(plan, True, tuple(done), tuple(followups), kept)
 
 
 def _require_root(plan: RollbackPlan) -> None:
     """A user's own record (a venv in their home) needs no root; system files and apt do."""
     options = plan.options
     foreign_venv = options.packages and any(not _can_remove(plan.host, v) for v in plan.venvs)
-    needs_root = plan.undo or plan.recorded or (options.packages and plan.packages)
+    needs_root = (
+        plan.undo or plan.recorded or (options.packages and (plan.packages or plan.pulled_in))
+    )
     if (needs_root or foreign_venv) and os.geteuid() != 0:
         raise EgpuSetupError(
             "rollback changes system files and needs root", sudo_hint(options.root_dir)
@@ -354,24 +379,34 @@ def _disarm_verify(host: Host, changed: Sequence[str]) -> None:
 
 
 def _remove_packages(
-    host: Host, manifest: Manifest, pkgs: Sequence[str], venvs: Sequence[str]
-) -> None:
-    from egpu_setup.execute.apt import APT_ENV
-    from egpu_setup.execute.console import show_line
+    host: Host, manifest: Manifest, venvs: Sequence[str]
+) -> tuple[tuple[str, str], ...]:
+    """Purge the recorded packages (execute/apt_remove.py), remove the venvs; what stays is
+    kept in the manifest for a later rollback, and returned with the reason."""
+    from egpu_setup.execute.apt_remove import purge
     from egpu_setup.execute.executor import SIMULATE_ENV
-    from egpu_setup.execute.undo import remove_tree
+    from egpu_setup.execute.undo import remove_empty_dirs, remove_tree
 
-    if pkgs:
-        argv = ["apt-get", "-y", "-o", "DPkg::Lock::Timeout=600", "remove", *pkgs]
-        if os.environ.get(SIMULATE_ENV) == "1":
-            argv.insert(1, "-s")
-        host.run_checked(argv, env=APT_ENV, on_line=show_line)
-        if "-s" not in argv:
-            manifest.packages = []
+    kept: tuple[tuple[str, str], ...] = ()
+    if manifest.packages:
+        named = [p["name"] for p in manifest.packages if not p.get("pulled_in")]
+        deps = [p["name"] for p in manifest.packages if p.get("pulled_in")]
+        done = purge(host, named, deps)
+        kept = done.kept
+        if os.environ.get(SIMULATE_ENV) != "1":
+            stay = {name for name, _why in kept}
+            manifest.packages = [p for p in manifest.packages if p["name"] in stay]
+    created: list[str] = []
     for v in venvs:
-        remove_tree(host, v)
+        if remove_tree(host, v):
+            entry = next((e for e in manifest.venvs if e["path"] == v), {})
+            created += entry.get("created_dirs") or []
+    remove_empty_dirs(host, created)  # after every venv: two may share a parent
     manifest.venvs = []
     manifest.save()
+    for name, why in kept:
+        log.warning("kept package %s: %s", name, why)
+    return kept
 
 
 # -- in words --------------------------------------------------------------------------------------
@@ -396,6 +431,13 @@ def rollback_text(outcome: RollbackOutcome) -> str:
     )
     if plan.packages:
         lines.append(f"apt packages installed by egpu-setup, {state}: {' '.join(plan.packages)}")
+    if plan.pulled_in:
+        lines.append(
+            f"and the {len(plan.pulled_in)} dependencies apt brought with them, {state} "
+            "where nothing else needs them"
+        )
+    for name, why in outcome.kept_packages:
+        lines.append(f"kept package {name}: {why}")
     if plan.venvs:
         lines.append(f"venvs created by egpu-setup, {state}: {' '.join(plan.venvs)}")
     for f in outcome.followups:

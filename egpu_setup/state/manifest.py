@@ -147,13 +147,22 @@ class Manifest:
         # a crash after recording the intent but before the rename: the old content is still there
         return entry.get("sha256") is None and digest == entry.get("prior_sha256")
 
-    def add_package(self, name: str, run_id: str) -> None:
+    def add_package(self, name: str, run_id: str, *, pulled_in: bool = False) -> None:
+        """A package a run installed: one it named, or (pulled_in) one apt brought with it."""
         if not any(p["name"] == name for p in self.packages):
-            self.packages.append({"name": name, "run": run_id})
+            entry: dict[str, Any] = {"name": name, "run": run_id}
+            if pulled_in:
+                entry["pulled_in"] = True
+            self.packages.append(entry)
 
-    def add_venv(self, path: str, run_id: str) -> None:
+    def add_venv(self, path: str, run_id: str, created_dirs: list[str] | None = None) -> None:
+        """A venv a run creates; created_dirs: the directories above it that did not exist
+        (rollback --packages removes them with it, once empty)."""
         if not any(v["path"] == path for v in self.venvs):
-            self.venvs.append({"path": path, "run": run_id})
+            entry: dict[str, Any] = {"path": path, "run": run_id}
+            if created_dirs:
+                entry["created_dirs"] = list(created_dirs)
+            self.venvs.append(entry)
 
     def add_command(self, argv: list[str], undo: list[str], run_id: str) -> None:
         if not any(c["undo"] == undo for c in self.commands):
@@ -239,13 +248,18 @@ def check_shape(data: dict[str, Any], where: str) -> None:
         ):
             raise bad(name, f'expected a list of objects with a "{field_name}" string')
     for pkg in data.get("packages", []):
-        # Debian Policy 5.6.1: rollback passes these to `apt-get remove`, so an option ("-o…")
+        # Debian Policy 5.6.1: rollback passes these to `apt-get purge`, so an option ("-o…")
         # or anything but a package name must never get there
         if not PACKAGE_NAME.fullmatch(pkg["name"]):
             raise bad("packages", f"{pkg['name']!r} is not a Debian package name")
+        if not isinstance(pkg.get("pulled_in", False), bool):
+            raise bad("packages", f"{pkg['name']!r}: pulled_in is not true or false")
     for v in data.get("venvs", []):
         if not host_path_ok(v["path"]):
             raise bad("venvs", f"{v['path']!r} is not an absolute, normalised path")
+        for d in strings(v.get("created_dirs") or [], "venvs.created_dirs"):
+            if not host_path_ok(d) or not v["path"].startswith(d + "/"):
+                raise bad("venvs.created_dirs", f"{d!r} is not a directory above {v['path']}")
     for name, keys in (("commands", ("argv", "undo")), ("pending_commands", ("argv",))):
         items = data.get(name, [])
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):

@@ -54,20 +54,10 @@ VENDOR_LINE = (
 
 
 def _debroot_copy(tmp_path: Path, suite: str = "bookworm") -> Path:
-    try:
-        return _debroot.copy_root(suite, tmp_path / suite)
-    except _debroot.DebrootUnavailable as exc:
-        pytest.skip(str(exc))
+    return _debroot.copy_or_skip(suite, tmp_path / suite)
 
 
-def _chroot(root: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["chroot", str(root), *argv],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"LC_ALL": "C.UTF-8", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-    )
+_chroot = _debroot.chroot
 
 
 def _ctx(host, paths: StatePaths) -> Context:

@@ -130,6 +130,27 @@ def copy_root(suite: str, dest: Path) -> Path:
     return dest
 
 
+def copy_or_skip(suite: str, dest: Path) -> Path:
+    """copy_root, or the test skips (pytest.skip) when no root can be built here."""
+    import pytest
+
+    try:
+        return copy_root(suite, dest)
+    except DebrootUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def chroot(root: Path, *argv: str) -> subprocess.CompletedProcess:
+    """`argv` run in the root with plain chroot, as a person checking it would (C locale)."""
+    return subprocess.run(
+        ["chroot", str(root), *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"LC_ALL": "C.UTF-8", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+
+
 def snapshot(root: Path, sub: str = "etc") -> dict[str, tuple[str, bytes | str]]:
     """Every entry under root/sub: regular files by bytes and mode, links by target, dirs."""
     out: dict[str, tuple[str, bytes | str]] = {}

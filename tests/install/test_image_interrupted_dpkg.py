@@ -25,10 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def image(tmp_path: Path) -> Path:
-    try:
-        return _debroot.copy_root("bookworm", tmp_path / "image")
-    except _debroot.DebrootUnavailable as exc:
-        pytest.skip(str(exc))
+    return _debroot.copy_or_skip("bookworm", tmp_path / "image")
 
 
 def _set_state(root: Path, package: str, status: str) -> None:

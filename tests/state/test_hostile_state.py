@@ -135,6 +135,15 @@ WRONG_SHAPES = {
         "manifest.json",
         '{"schema": "egpu-setup/manifest/1", "files": {"/etc/udev/rules.d/x.rules": "x"}}\n',
     ),
+    "manifest-package-an-option": (
+        "manifest.json",
+        '{"schema": "egpu-setup/manifest/1", "packages": [{"name": "-oAPT::Get::Purge=x"}]}\n',
+    ),
+    "manifest-pulled-in-not-a-bool": (
+        "manifest.json",
+        '{"schema": "egpu-setup/manifest/1", "packages": [{"name": "libonig5", '
+        '"pulled_in": "yes"}]}\n',
+    ),
     "journal-lines-of-the-wrong-shape": ("journal.jsonl", '[]\n{"run": 5}\n"x"\n{"event": []}\n'),
 }
 

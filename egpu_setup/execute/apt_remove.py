@@ -1,0 +1,270 @@
+"""rollback --packages: purge what egpu-setup's apt runs installed, and nothing else.
+
+What a run installed is recorded when it ran (execute/apt.py): the packages it named that were
+missing, and the dependencies apt brought with them (`pulled_in`). Purged, not removed: a
+removed package leaves its conffiles and its maintainer scripts' state (`rc` in dpkg -l), and
+the machine had neither before (dpkg(1), --purge).
+
+Nothing the machine's owner installed since goes with them. Before anything is purged, apt's
+own simulation (`apt-get -s purge`, apt-get(8)) must name exactly the packages to purge: a
+package someone installed later that depends on one of the named ones stops rollback with its
+name; one that depends on a dependency keeps that dependency (and what it needs in turn). A
+dependency goes only while it is still marked auto-installed (`apt-mark manual` keeps it).
+apt's autoremove rule is not the test: it also keeps what an installed package merely
+recommends or suggests (APT::AutoRemove::RecommendsImportant and SuggestsImportant, apt.conf(5)).
+After the driver was purged from the lab image it still kept 232 of the packages the driver had
+brought, the compilers among them, though the image had run without them before.
+
+A package whose removal script refuses is kept, apt's output says why, and the rest is purged.
+sudo's prerm refuses while root's password is locked, as it is in a Debian image: "Without sudo,
+you may not be able to gain administrative privileges". On a running machine that stands. In an
+image (`--root`) nobody is logged in to lose access, and it had no sudo before egpu-setup's run
+brought it, so there the prerm's own override is set, SUDO_FORCE_REMOVE=yes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
+from egpu_setup.execute.apt import APT_ENV
+from egpu_setup.execute.console import show_line
+from egpu_setup.host.machine import Host
+from egpu_setup.plan.installed import installed_packages
+
+log = logging.getLogger("egpu_setup.rollback")
+
+LOCK = ["-o", "DPkg::Lock::Timeout=600"]
+# apt-get -s: "Purg NAME [VERSION]" per package it would purge, "Remv" where it would only remove
+_SIMULATED = re.compile(r"^(?:Purg|Remv) (\S+)", re.M)
+# dpkg, when a package's prerm or postrm exits non-zero
+_REFUSED = re.compile(r"^\s*dpkg: error processing package (\S+) \(--(?:remove|purge)\):", re.M)
+IMAGE_ENV = {"SUDO_FORCE_REMOVE": "yes"}
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What rollback --packages took, and what it kept with the reason."""
+
+    purged: tuple[str, ...]
+    kept: tuple[tuple[str, str], ...]  # (package, why)
+
+
+def auto_installed(host: Host) -> set[str]:
+    """Packages apt marks as installed only as a dependency (/var/lib/apt/extended_states,
+    `Auto-Installed: 1`; what `apt-mark showauto` lists)."""
+    text = host.read("/var/lib/apt/extended_states") or ""
+    out = set()
+    for stanza in text.split("\n\n"):
+        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
+        if name and re.search(r"^Auto-Installed:[ \t]*1[ \t]*$", stanza, re.M):
+            out.add(name.group(1))
+    return out
+
+
+def would_purge(host: Host, names: Sequence[str]) -> set[str]:
+    """Every package `apt-get purge NAMES` would take, by apt's own simulation."""
+    res = host.run_checked(["apt-get", "-s", *LOCK, "purge", *names], env=APT_ENV, timeout=600)
+    return {_base(n) for n in _SIMULATED.findall(res.out)}
+
+
+def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:
+    """The named packages still installed; EgpuSetupError (nothing changed) when purging them
+    would take a package egpu-setup did not install."""
+    there = installed_packages(host)
+    named = tuple(n for n in named if _base(n) in there)
+    if not named:
+        return ()
+    others = sorted(would_purge(host, named) - {_base(n) for n in named})
+    if others:
+        raise EgpuSetupError(
+            f"purging {' '.join(named)} would also remove {' '.join(others)}, which egpu-setup "
+            "did not install",
+            f"remove {' '.join(others)} yourself first if you mean to, or run rollback without "
+            "--packages to keep every package",
+        )
+    return named
+
+
+def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
+    """Purge `named` (checked by check_purge) and those of `pulled_in` that nothing else
+    installed depends on, in one apt run."""
+    from egpu_setup.execute.executor import SIMULATE_ENV
+
+    simulate = os.environ.get(SIMULATE_ENV) == "1"
+    named = check_purge(host, named)
+    there = installed_packages(host)
+    auto = auto_installed(host)
+    kept: list[tuple[str, str]] = []
+    deps = []
+    for dep in pulled_in:
+        if _base(dep) not in there:
+            continue  # removed by hand since
+        if _base(dep) not in auto:
+            kept.append((dep, "marked manually installed since"))
+        else:
+            deps.append(dep)
+    free, held = _not_needed_by_others(host, named, deps)
+    kept += held
+    dirs = {} if simulate else _aliased_dirs(host, [*named, *free])
+    done, refused = _purge_refusing(host, [*named, *free], simulate)
+    _restore_aliased_dirs(host, dirs)
+    return Purged(done, tuple(kept) + refused)
+
+
+# Merged /usr (Debian 12): /bin, /sbin and /lib* are links into /usr. dpkg does not know, so
+# when it purges a package that lists a directory under one name (nvidia-suspend-common's
+# /usr/lib/systemd/system-sleep) it deletes the directory once empty, though a package that
+# stays lists it under the other (systemd's /lib/systemd/system-sleep). DEP 17:
+# https://subdivi.de/~helmut/dep17.html ("Problem P1: File loss during canonicalization").
+MERGED = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def _aliased_dirs(host: Host, names: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+    """The directories these packages list under /usr/<MERGED> or /<MERGED>, as they are now:
+    canonical host path -> (mode, uid, gid). Empty unless this is a merged-/usr system."""
+    merged = [d for d in MERGED if host.readlink(f"/{d}") in (f"usr/{d}", f"/usr/{d}")]
+    if not merged:
+        return {}
+    listed: set[str] = set()
+    for n in names:
+        for lst in host.glob("/var/lib/dpkg/info", f"{_base(n)}.list") + host.glob(
+            "/var/lib/dpkg/info", f"{_base(n)}:*.list"
+        ):
+            listed.update(line.strip() for line in (host.read(lst) or "").splitlines())
+    parents = {p.rpartition("/")[0] for p in listed}
+    out: dict[str, tuple[int, int, int]] = {}
+    for path in sorted(listed & parents):
+        top = path.split("/")
+        canonical = path if top[1] == "usr" else "/usr" + path
+        if (
+            len(top) < 3
+            or (top[1] == "usr" and top[2] not in merged)
+            or (top[1] != "usr" and top[1] not in merged)
+        ):
+            continue
+        try:
+            st = os.lstat(host.real_path(canonical))
+        except (OSError, UsageError):
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out[canonical] = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    return out
+
+
+def _restore_aliased_dirs(host: Host, dirs: dict[str, tuple[int, int, int]]) -> None:
+    """Make again, as they were, the directories of `dirs` the purge deleted that a remaining
+    package lists under either name."""
+    gone = [d for d in dirs if not host.exists(d)]
+    if not gone:
+        return
+    names = [alias for d in gone for alias in (d, d[len("/usr") :])]
+    res = host.run(["dpkg-query", "-S", *names], env=APT_ENV, timeout=120)  # exit 1: not all
+    owned = {line.rpartition(": ")[2].strip() for line in res.out.splitlines() if ": " in line}
+    for d in sorted(gone, key=len):  # parents first
+        if (d in owned or d[len("/usr") :] in owned) and host.is_dir(d.rpartition("/")[0]):
+            mode, uid, gid = dirs[d]
+            real = host.location(d)
+            os.mkdir(real, 0o700)
+            os.chown(real, uid, gid)
+            os.chmod(real, mode)
+            log.info("made %s again: a package kept here lists it (merged /usr)", d)
+
+
+def _not_needed_by_others(
+    host: Host, named: Sequence[str], deps: Sequence[str]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the deps that can go with `named`, (dep, why) of those a package outside needs)."""
+    if not deps:
+        return [], []
+    ours = {_base(n) for n in (*named, *deps)}
+    others = would_purge(host, [*named, *deps]) - ours
+    if not others:
+        return list(deps), []
+    needed = _depends_closure(host, others, {_base(d) for d in deps}) - others
+    who = " ".join(sorted(others)[:3]) + (" and more" if len(others) > 3 else "")
+    held = [(d, f"needed by {who}, installed since") for d in deps if _base(d) in needed]
+    free = [d for d in deps if _base(d) not in needed]
+    if would_purge(host, [*named, *free]) - ours:  # needed some other way (a virtual package)
+        held += [(d, f"purging it would remove {who}") for d in free]
+        free = []
+    return free, held
+
+
+def _purge_refusing(
+    host: Host, names: Sequence[str], simulate: bool
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """Purge `names`. When a package's removal script refuses, that package and what it
+    depends on among `names` are kept (with their auto-installed mark, which apt dropped when
+    it was asked to purge them) and the others purged in a second run. Returns (purged, kept)."""
+    if not names:
+        return (), ()
+    auto_before = auto_installed(host)
+    try:
+        _purge(host, names, simulate)
+        return tuple(names), ()
+    except ExecutionError as exc:
+        refused = {_base(n) for n in _REFUSED.findall(exc.stderr_tail)}
+        if not refused:
+            raise
+    there = installed_packages(host)
+    left = [n for n in names if _base(n) in there]
+    needed = _depends_closure(host, refused, {_base(n) for n in left})
+    kept = [(n, "its removal script refused (apt's output above says why)") for n in left
+            if _base(n) in refused]  # fmt: skip
+    kept += [(n, "a package kept here needs it") for n in left if _base(n) in needed - refused]
+    rest = [n for n in left if _base(n) not in needed]
+    if rest:
+        others = sorted(would_purge(host, rest) - {_base(n) for n in rest})
+        if others:
+            kept += [(n, f"purging it would remove {' '.join(others)}") for n in rest]
+            rest = []
+        else:
+            _purge(host, rest, simulate)
+    auto = [n for n, _why in kept if _base(n) in auto_before]
+    if auto:
+        host.run_checked(["apt-mark", "auto", *auto], env=APT_ENV, timeout=600)
+    gone = {k for k, _why in kept}
+    return tuple(n for n in names if n not in gone), tuple(kept)
+
+
+def _depends_closure(host: Host, names: set[str], within: set[str]) -> set[str]:
+    """`names` and, within `within`, every package they depend on (Depends, Pre-Depends: each
+    alternative counts), from dpkg's status file."""
+    text = host.read("/var/lib/dpkg/status") or ""
+    depends: dict[str, set[str]] = {}
+    for stanza in text.split("\n\n"):
+        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
+        if not name:
+            continue
+        fields = re.findall(r"^(?:Pre-)?Depends:[ \t]*(.*)$", stanza, re.M)
+        wanted = {re.split(r"[\s(:]", alt.strip(), maxsplit=1)[0] for f in fields
+                  for alt in re.split(r"[,|]", f) if alt.strip()}  # fmt: skip
+        depends[name.group(1)] = wanted
+    out, todo = set(names), list(names)
+    while todo:
+        for dep in depends.get(todo.pop(), set()) & within:
+            if dep not in out:
+                out.add(dep)
+                todo.append(dep)
+    return out
+
+
+def _purge(host: Host, names: Sequence[str], simulate: bool) -> None:
+    if not names:
+        return
+    argv = ["apt-get", "-y", *LOCK, "purge", *names]
+    if simulate:
+        argv.insert(1, "-s")
+    env = {**APT_ENV, **IMAGE_ENV} if host.kind == "root" else APT_ENV
+    host.run_checked(argv, env=env, on_line=show_line)
+
+
+def _base(name: str) -> str:
+    """`libfoo:amd64` as dpkg's status file names it: `libfoo` (one architecture here)."""
+    return name.split(":", 1)[0]

@@ -1,0 +1,252 @@
+"""rollback --packages for real, in a Debian 12 root: dpkg, apt and its autoremove rule.
+
+An install records the packages it named and the ones apt brought with them (`jq` brings
+`libjq1` and `libonig5`); rollback --packages purges them all, so dpkg's database lists what it
+listed before and no conffile or maintainer-script state is left. What the machine's owner
+installed since is never taken along: a package that needs one of the named ones stops the
+rollback before anything changes; one that needs a dependency keeps that dependency.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from egpu_setup.errors import EgpuSetupError
+from egpu_setup.execute import apt as execute_apt
+from egpu_setup.execute.files import Context
+from egpu_setup.host.machine import RootHost
+from egpu_setup.install.rollback import (
+    RollbackOptions,
+    apply_rollback,
+    plan_rollback,
+    rollback_text,
+)
+from egpu_setup.plan.installed import installed_packages
+from egpu_setup.plan.steps import AptInstall
+from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import StatePaths
+from helpers import debroot as _debroot
+
+pytestmark = pytest.mark.slow
+
+NAMED = "jq"
+BROUGHT = ["libjq1", "libonig5"]  # jq's Depends in bookworm, neither in a minbase root
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return _debroot.copy_or_skip("bookworm", tmp_path / "root")
+
+
+_chroot = _debroot.chroot
+
+
+def _install_jq(root: Path) -> Manifest:
+    paths = StatePaths.for_root(root)
+    ctx = Context(RootHost(root), Manifest.load(paths), "test-run")
+    status, _detail = execute_apt.install(ctx, AptInstall((NAMED,), True), simulate=False)
+    assert status == "done"
+    return Manifest.load(paths)
+
+
+def _later_package(root: Path, name: str, depends: str) -> None:
+    """What the machine's owner installs after egpu-setup: a package that needs `depends`."""
+    build = root / "tmp" / name
+    (build / "DEBIAN").mkdir(parents=True)
+    (build / "DEBIAN/control").write_text(
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: Lab <lab@example.org>\n"
+        f"Depends: {depends}\nDescription: a lab tool installed after egpu-setup\n"
+    )
+    deb = f"/tmp/{name}.deb"
+    assert _chroot(root, "dpkg-deb", "--build", f"/tmp/{name}", deb).returncode == 0
+    done = _chroot(root, "dpkg", "-i", deb)
+    assert done.returncode == 0, done.stderr
+
+
+def _build_deb(
+    root: Path, name: str, depends: str = "", prerm: str = "", files: tuple[str, ...] = ()
+) -> Path:
+    """A package built in the root with its own dpkg-deb: `depends`, a prerm script, `files`
+    (a path ending in / is an empty directory)."""
+    build = root / "tmp" / "build" / name
+    (build / "DEBIAN").mkdir(parents=True)
+    control = (
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: Lab <lab@example.org>\n"
+        + (f"Depends: {depends}\n" if depends else "")
+        + "Description: a lab package\n"
+    )
+    (build / "DEBIAN/control").write_text(control)
+    if prerm:
+        (build / "DEBIAN/prerm").write_text(f"#!/bin/sh\n{prerm}\n")
+        (build / "DEBIAN/prerm").chmod(0o755)
+    (build / "usr/share/doc" / name).mkdir(parents=True)
+    (build / "usr/share/doc" / name / "README").write_text(f"{name}\n")
+    for path in files:
+        target = build / path.strip("/")
+        if path.endswith("/"):
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f"{name}\n")
+    out = f"/tmp/repo/{name}_1.0_all.deb"
+    (root / "tmp/repo").mkdir(exist_ok=True)
+    done = _chroot(root, "dpkg-deb", "--root-owner-group", "--build", f"/tmp/build/{name}", out)
+    assert done.returncode == 0, done.stderr
+    return root / out.lstrip("/")
+
+
+def _local_repository(root: Path, debs: list[Path]) -> None:
+    """A flat apt repository of `debs` inside the root (file:/tmp/repo), its lists fetched."""
+    import hashlib
+
+    stanzas = []
+    for deb in debs:
+        fields = _chroot(root, "dpkg-deb", "-f", f"/tmp/repo/{deb.name}").stdout.strip()
+        data = deb.read_bytes()
+        stanzas.append(
+            f"{fields}\nFilename: ./{deb.name}\nSize: {len(data)}\n"
+            f"SHA256: {hashlib.sha256(data).hexdigest()}\n"
+        )
+    (root / "tmp/repo/Packages").write_text("\n".join(stanzas))
+    lst = root / "etc/apt/sources.list.d/lab.list"
+    lst.write_text("deb [trusted=yes] file:/tmp/repo ./\n")
+    done = _chroot(
+        root, "apt-get", "update", "-o", "Dir::Etc::sourcelist=sources.list.d/lab.list",
+        "-o", "Dir::Etc::sourceparts=-", "-o", "APT::Get::List-Cleanup=0",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _rollback(root: Path) -> str:
+    """`rollback --root ROOT --yes --packages`; its text."""
+    options = RollbackOptions(yes=True, root_dir=str(root), packages=True)
+    return rollback_text(apply_rollback(plan_rollback(options)))
+
+
+def test_the_install_records_what_it_named_and_what_apt_brought(root: Path) -> None:
+    before = installed_packages(RootHost(root))
+    assert NAMED not in before and not set(BROUGHT) & set(before)
+    manifest = _install_jq(root)
+    assert [(p["name"], p.get("pulled_in", False)) for p in manifest.packages] == [
+        (NAMED, False),
+        *((b, True) for b in BROUGHT),
+    ]
+
+
+def test_packages_go_with_their_dependencies_and_dpkg_lists_what_it_did_before(
+    root: Path,
+) -> None:
+    before = installed_packages(RootHost(root))
+    _install_jq(root)
+    text = _rollback(root)
+    assert installed_packages(RootHost(root)) == before
+    # purged, not removed: no `rc` state, no conffile or script left in dpkg's database
+    listed = _chroot(root, "dpkg-query", "-W", "-f", "${Package} ${db:Status-Abbrev}\n").stdout
+    assert not [ln for ln in listed.splitlines() if ln.split()[0] in (NAMED, *BROUGHT)]
+    info = {p.name.split(":")[0].split(".")[0] for p in (root / "var/lib/dpkg/info").iterdir()}
+    assert not info & {NAMED, *BROUGHT}
+    assert "and the 2 dependencies apt brought with them, removed" in text
+    assert Manifest.load(StatePaths.for_root(root)).packages == []
+
+
+def test_a_dependency_something_installed_since_needs_stays_and_says_why(root: Path) -> None:
+    _install_jq(root)
+    _later_package(root, "lab-regex-tool", "libonig5")
+    text = _rollback(root)
+    left = installed_packages(RootHost(root))
+    assert NAMED not in left and "libjq1" not in left
+    assert "libonig5" in left and "lab-regex-tool" in left
+    assert "kept package libonig5: needed by lab-regex-tool, installed since" in text
+    # still recorded: a later rollback takes it once nothing needs it
+    kept = Manifest.load(StatePaths.for_root(root)).packages
+    assert [p["name"] for p in kept] == ["libonig5"]
+
+
+def test_a_dependency_marked_manual_since_stays(root: Path) -> None:
+    _install_jq(root)
+    assert _chroot(root, "apt-mark", "manual", "libjq1").returncode == 0
+    text = _rollback(root)
+    assert "libjq1" in installed_packages(RootHost(root))
+    assert "kept package libjq1: marked manually installed since" in text
+
+
+def test_a_package_that_needs_a_named_one_stops_rollback_before_anything_changes(
+    root: Path,
+) -> None:
+    _install_jq(root)
+    _later_package(root, "lab-json-tool", NAMED)
+    paths = StatePaths.for_root(root)
+    manifest_before = paths.manifest.read_bytes()
+    status_before = (root / "var/lib/dpkg/status").read_bytes()
+    with pytest.raises(EgpuSetupError) as info:
+        _rollback(root)
+    assert "would also remove lab-json-tool, which egpu-setup did not install" in info.value.message
+    assert "rollback without --packages" in (info.value.hint or "")
+    assert (root / "var/lib/dpkg/status").read_bytes() == status_before
+    assert paths.manifest.read_bytes() == manifest_before
+
+
+def test_a_dependency_whose_removal_script_refuses_is_kept_and_the_rest_purged(
+    root: Path,
+) -> None:
+    """sudo's prerm refuses while root has no password; any package's may. The refusal is
+    respected, named, and the other packages still go."""
+    refuse = 'echo "Refusing to remove lab-guard." >&2; exit 1'
+    guard = _build_deb(root, "lab-guard", depends="lab-glue", prerm=refuse)
+    glue = _build_deb(root, "lab-glue")  # what the kept package needs stays with it
+    lib = _build_deb(root, "lab-lib")
+    tool = _build_deb(root, "lab-driver", depends="lab-guard, lab-lib")
+    _local_repository(root, [guard, glue, lib, tool])
+    paths = StatePaths.for_root(root)
+    ctx = Context(RootHost(root), Manifest.load(paths), "test-run")
+    execute_apt.install(ctx, AptInstall(("lab-driver",), True), simulate=False)
+    recorded = Manifest.load(paths).packages
+    assert [(p["name"], p.get("pulled_in", False)) for p in recorded] == [
+        ("lab-driver", False),
+        ("lab-glue", True),
+        ("lab-guard", True),
+        ("lab-lib", True),
+    ]
+    text = _rollback(root)
+    left = installed_packages(RootHost(root))
+    assert {"lab-driver", "lab-lib", "lab-guard", "lab-glue"} & set(left) == {
+        "lab-guard",
+        "lab-glue",
+    }, _chroot(root, "dpkg", "-l", "lab-*").stdout
+    assert "kept package lab-guard: its removal script refused" in text
+    assert "kept package lab-glue: a package kept here needs it" in text
+    # still marked as dependencies, as before rollback asked apt to purge them
+    auto = _chroot(root, "apt-mark", "showauto").stdout.split()
+    assert {"lab-guard", "lab-glue"} <= set(auto)
+    assert _chroot(root, "dpkg", "--audit").stdout == ""
+
+
+def test_a_directory_dpkg_loses_through_merged_usr_is_made_again(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Debian 12's /lib is a link to usr/lib. The base lists /lib/lab-hooks (as systemd lists
+    /lib/systemd/system-sleep); the driver brings /usr/lib/lab-hooks/x (as nvidia-suspend-common
+    brings /usr/lib/systemd/system-sleep/nvidia). Purging it, dpkg deletes the directory the base
+    still lists under its other name; rollback makes it again, as it was."""
+    assert (root / "lib").is_symlink()
+    base = _build_deb(root, "lab-base", files=("lib/lab-hooks/",))
+    hook = _build_deb(root, "lab-hook", files=("usr/lib/lab-hooks/x",))
+    tool = _build_deb(root, "lab-driver", depends="lab-hook")
+    _local_repository(root, [base, hook, tool])
+    assert _chroot(root, "dpkg", "-i", "/tmp/repo/lab-base_1.0_all.deb").returncode == 0
+    hooks = root / "usr/lib/lab-hooks"
+    os.chmod(hooks, 0o750)
+    paths = StatePaths.for_root(root)
+    ctx = Context(RootHost(root), Manifest.load(paths), "test-run")
+    execute_apt.install(ctx, AptInstall(("lab-driver",), True), simulate=False)
+    assert (hooks / "x").is_file()
+    with caplog.at_level("INFO", logger="egpu_setup.rollback"):
+        _rollback(root)
+    assert "made /usr/lib/lab-hooks again" in caplog.text  # dpkg had deleted it
+    assert hooks.is_dir() and not (hooks / "x").exists()
+    assert stat.S_IMODE(hooks.stat().st_mode) == 0o750 and hooks.stat().st_uid == 0
+    assert "lab-base" in installed_packages(RootHost(root))
