@@ -38,18 +38,51 @@ atexit.register(shutil.rmtree, NEUTRAL, True)
 ANCHOR_MS = 18.0
 
 
+_TOOL: list[str] = []  # --tool PATH, when given
+
+
+class _SetTool(argparse.Action):
+    def __call__(self, ap: object, ns: object, value: object, option: object = None) -> None:
+        path = Path(str(value))
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise SystemExit(f"error: --tool {value}: not an executable file")
+        _TOOL[:] = [str(path)]
+        setattr(ns, self.dest, str(path))
+
+
 def parser(doc: str | None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     ap.add_argument(
         "--smoke", action="store_true", help="tiny inputs, one round: proves it runs, times nothing"
     )
+    ap.add_argument(
+        "--tool",
+        action=_SetTool,
+        metavar="PATH",
+        help="the egpu-setup to measure, e.g. /usr/local/bin/egpu-setup as scripts/install.sh "
+        "makes it (default: the one beside this interpreter: a checkout's editable install)",
+    )
     return ap
 
 
 def tool() -> list[str]:
-    """argv of the installed command line."""
+    """argv of the command line measured: --tool, else the one installed beside this
+    interpreter, else `python -m egpu_setup`."""
+    if _TOOL:
+        return list(_TOOL)
     found = which("egpu-setup")
     return [found] if found else [sys.executable, "-m", "egpu_setup"]
+
+
+def tool_python() -> str:
+    """The interpreter the measured egpu-setup runs on (its script's #! line): what
+    `python -c pass` is timed with, as the goals' anchor."""
+    script = Path(os.path.realpath(tool()[0]))
+    if script.is_file() and script.read_bytes()[:2] == b"#!":
+        first = script.read_bytes().split(b"\n", 1)[0][2:].decode().strip()
+        if first and Path(first).is_file():
+            return first
+    return sys.executable
 
 
 def which(name: str) -> str | None:
@@ -61,7 +94,7 @@ def which(name: str) -> str | None:
 def installed() -> str:
     """One line on what is measured: version, package path, editable or not, bytecode."""
     probe = subprocess.run(
-        [sys.executable, "-c", "import egpu_setup, os; print(egpu_setup.__version__);"
+        [tool_python(), "-c", "import egpu_setup, os; print(egpu_setup.__version__);"
          "print(os.path.dirname(egpu_setup.__file__))"],
         cwd=NEUTRAL, capture_output=True, text=True, check=True,
     )  # fmt: skip

@@ -7,7 +7,11 @@ Goals, each against the interpreter egpu-setup runs on:
 Also shown: `python -c "import click"` (the floor under --help: Click renders it), the peak memory
 of detect and collect_env, and `detect --json --from` a recorded host.
 
-    python benchmarks/detect_vs_collect_env.py [--rounds 9] [--smoke]
+`python` is the interpreter the measured egpu-setup runs on; collect_env runs on this one (it
+needs torch: in a lab that is the torch venv, not the tool's). What a lab runs is measured with
+the tool scripts/install.sh made (not an editable install, whose import hook every start pays):
+
+    python benchmarks/detect_vs_collect_env.py [--rounds 9] [--smoke] [--tool PATH]
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ def main() -> int:
     rounds = 1 if args.smoke else args.rounds
     b.banner("startup and detection")
     tool = b.tool()
-    py = sys.executable
+    py = b.tool_python()
     fixture = b.REPO / "tests/fixtures/hosts/tb4-rtx4090-ubuntu2404"
     cases = {
         "python -c pass": b.timed([py, "-c", "pass"]),
@@ -40,10 +44,13 @@ def main() -> int:
         cases["egpu-setup detect --json --from <tb4 bundle>"] = b.timed(
             [*tool, "detect", "--json", "--from", str(fixture)]
         )
-    collect_env = [py, "-m", "torch.utils.collect_env"]
+    torch_py = sys.executable
+    collect_env = [torch_py, "-m", "torch.utils.collect_env"]
     have_torch = (
         not args.smoke
-        and subprocess.run([py, "-c", "import torch.utils.collect_env"], check=False).returncode
+        and subprocess.run(
+            [torch_py, "-c", "import torch.utils.collect_env"], check=False
+        ).returncode
         == 0
     )
     if have_torch:
