@@ -78,8 +78,10 @@ def tool_python() -> str:
     """The interpreter the measured egpu-setup runs on (its script's #! line): what
     `python -c pass` is timed with, as the goals' anchor."""
     script = Path(os.path.realpath(tool()[0]))
-    if script.is_file() and script.read_bytes()[:2] == b"#!":
-        first = script.read_bytes().split(b"\n", 1)[0][2:].decode().strip()
+    with script.open("rb") as f:
+        head = f.read(512)
+    if head.startswith(b"#!"):
+        first = head.split(b"\n", 1)[0][2:].decode(errors="replace").strip()
         if first and Path(first).is_file():
             return first
     return sys.executable

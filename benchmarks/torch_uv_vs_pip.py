@@ -7,8 +7,8 @@ a fresh venv, with no installer cache (PIP_NO_CACHE_DIR / UV_NO_CACHE); the time
 `sync`, so disk writeback counts for both (docs/sources.md, "Measured here"). Rounds are
 interleaved (the order rotates). Shown too: uv without --compile-bytecode, as the installer ran it
 before, which is faster only because it leaves the compiling to every later start; and the floor
-under both, the wheels' files written out by zipfile and synced, which no installer can beat
-(on the development machine that is 12 s, 10 of them the kernel's).
+under both, the wheels' files written out by zipfile and synced, which no installer can beat,
+with the system CPU time it took.
 
 Then `import torch` in each resulting venv where __pycache__ cannot be written: as root this runs
 as `nobody` in the root-owned venvs (the lab's shared /opt/egpu-setup/venv); otherwise as this
@@ -79,17 +79,21 @@ def install(how: str, requirement: str, index: str, venv: Path, python: str) -> 
     return time.perf_counter() - start
 
 
+KERNEL_S: list[float] = []  # the floor's system CPU time, per round
+
+
 def unpack_seconds(wheels: list[Path], dest: Path) -> float:
     """The floor under every installer: the wheels' files written out (zipfile), then sync."""
     import zipfile
 
     shutil.rmtree(dest, ignore_errors=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), os.times().system
     for whl in wheels:
         with zipfile.ZipFile(whl) as z:
             z.extractall(dest)
     os.sync()
     seconds = time.perf_counter() - start
+    KERNEL_S.append(os.times().system - cpu)
     shutil.rmtree(dest, ignore_errors=True)
     return seconds
 
@@ -153,11 +157,6 @@ def main() -> int:
         loads = b.side_by_side(
             {h: (lambda h=h: import_seconds(venvs[h], module)) for h in hows}, imports
         )
-        cpu = os.times()  # the children's system time: what writing the files costs the kernel
-        print(
-            f"\n(all the children's CPU: {cpu.children_user:.1f} s user, "
-            f"{cpu.children_system:.1f} s system)"
-        )
         who = "as nobody, root-owned venv" if os.geteuid() == 0 else "PYTHONDONTWRITEBYTECODE=1"
         print(f"\n{'import ' + module + ' (' + who + ')':<40} {'median s':>9}  ({imports} rounds)")
         for how, t in loads.items():
@@ -174,7 +173,8 @@ def main() -> int:
             f"pip {pip_s:.1f} s, uv {uv_s:.1f} s; uv without bytecode "
             f"{b.median(installs['uv, no bytecode']):.1f} s, but then import {module} takes "
             f"{cold:.2f} s instead of {warm:.2f} s on every start; writing the wheels' files "
-            f"alone takes {floor_s:.1f} s here, so above that floor pip spends "
+            f"alone takes {floor_s:.1f} s here ({b.median(KERNEL_S):.1f} s of it in the kernel), "
+            "so above that floor pip spends "
             f"{pip_s - floor_s:.1f} s and uv {uv_s - floor_s:.1f} s",
         )
     ]

@@ -165,6 +165,10 @@ class LabImage:
     index_requests: tuple[str, ...]
     before: dict[str, tuple[object, ...]]  # the base image, before egpu-setup touched it
     packages_before: frozenset[str]
+    accounts_before: dict[str, str]  # ACCOUNTS' text in the base image
+
+
+ACCOUNTS = ("etc/passwd", "etc/group", "etc/shadow", "etc/gshadow")
 
 
 TORCH_VENV = "/opt/egpu-setup/venv"
@@ -193,6 +197,7 @@ def lab_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabImage]:
         with phases.time("snapshot of the base"):
             before = image.tree_state(img.root)
             packages_before = frozenset(image.installed_packages(img.root))
+            accounts = {f: (img.root / f).read_text() for f in ACCOUNTS}
         wheels = pypi_index.download_torch(pypi_index.cache_dir())
         profile = work / f"{LAB_PROFILE}.yaml"
         profile.write_text(LAB_PROFILE_YAML)
@@ -217,7 +222,7 @@ def lab_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabImage]:
         f"\nimage build: {phases.summary()}; .deb cache {debs} files, {size >> 20} MiB",
         file=sys.stderr,
     )
-    yield LabImage(img, phases, log, installed, requests, before, packages_before)
+    yield LabImage(img, phases, log, installed, requests, before, packages_before, accounts)
     image.remove_image(img.root)
     image.discard_debs()
 
@@ -557,17 +562,19 @@ RECORDS = (
     "etc/ld.so.cache",
     "boot/initrd.img-",
 )
-# And what the purged packages' own maintainer scripts leave, by Debian's rules or a bug:
-# - the system user nvidia-persistenced's postinst added (`nvpd`): Debian's packages keep the
-#   system users they add when purged (files elsewhere may still belong to them);
+# And what the purged packages' own maintainer scripts leave, by Debian's rules or a bug, each
+# checked below to be only that:
+# - the system users the packages' postinsts added (nvidia-persistenced's `nvpd`, dbus's
+#   `messagebus`, dbus coming with the driver's desktop libraries): Debian's packages keep the
+#   system users they add when purged (files elsewhere may still belong to them); the `-`
+#   files are the shadow tools' copies from before their last change;
 # - /etc/hosts, written by netbase 6.4's postinst; its postrm deletes it only when it matches
 #   a checksum (05e70b0d…) other than that of the file its postinst writes (7c5c6678…).
-LEFT_BY_PACKAGES = (
-    "etc/passwd",
-    "etc/group",
-    "etc/shadow",
-    "etc/gshadow",
-    "etc/hosts",
+LEFT_BY_PACKAGES = (*ACCOUNTS, "etc/hosts")
+SYSTEM_USERS = ("messagebus", "nvpd")
+NETBASE_HOSTS = (
+    "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+    "ff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n\n"
 )
 
 
@@ -584,5 +591,11 @@ def test_rollback_with_packages_leaves_the_image_as_before_but_for_the_records(
     shown = [f"{p}: {lab_image.before.get(p)} -> {after.get(p)}" for p in altered[:40]]
     assert not altered, _by_folder(altered) + "\n" + "\n".join(shown)
     assert image.dpkg_audit(img.root) == ""
-    users = (img.root / "etc/passwd").read_text().splitlines()
-    assert [u.split(":")[0] for u in users if u.startswith("nvpd:")] == ["nvpd"]
+    for name in ACCOUNTS:  # the system users' lines added, nothing else changed
+        lines = (img.root / name).read_text().splitlines(keepends=True)
+        added = [ln for ln in lines if ln.split(":")[0] in SYSTEM_USERS]
+        assert sorted(ln.split(":")[0] for ln in added) == list(SYSTEM_USERS), (name, added)
+        kept = "".join(ln for ln in lines if ln not in added)
+        assert kept == lab_image.accounts_before[name], name
+    assert "etc/hosts" not in lab_image.before
+    assert (img.root / "etc/hosts").read_text() == NETBASE_HOSTS

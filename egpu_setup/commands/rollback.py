@@ -37,8 +37,9 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
 
     Files edited by someone after egpu-setup wrote them are kept (with a warning) unless --force.
     Unit links are removed. apt packages are listed, purged only with --packages, with the
-    dependencies apt brought for them that nothing else needs; a package installed since that
-    needs one of them stops rollback before it changes anything. What the
+    dependencies apt brought for them (one that a package installed since needs stays; a
+    package installed since that needs one of egpu-setup's own stops rollback before it
+    changes anything). What the
     restored files feed is rebuilt: the initramfs (modprobe.d), the GRUB config (grub.d); a
     Thunderbolt device egpu-setup enrolled in bolt is forgotten again.
     """

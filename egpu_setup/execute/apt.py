@@ -18,6 +18,7 @@ from egpu_setup.execute.apt_key import fetch_verified_key
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.dpkg_lock import lock_holder, wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
+from egpu_setup.host.machine import Host
 from egpu_setup.plan.installed import installed_packages
 from egpu_setup.plan.steps import AptInstall, AptRepository, bundle_apt_options
 
@@ -39,6 +40,16 @@ _LOCK_MESSAGES = (
 )
 
 
+def raise_if_locked(host: Host, output: str, timeout: float) -> None:
+    """BusyError (exit 5) when apt's `output` says another package manager held the lock."""
+    if any(m in output for m in _LOCK_MESSAGES):
+        raise BusyError(
+            f"apt could not get the dpkg lock within {timeout:g} s: "
+            f"{lock_holder(host) or 'holder unknown'}",
+            "let the other package manager finish, then run again; never delete the lock",
+        )
+
+
 def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     host = ctx.host
     wait_for_dpkg_lock(host, step.lock_timeout)
@@ -56,12 +67,7 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     res = host.stream(argv, env=APT_ENV, on_line=line)
     rc, tail = res.rc, res.tail()
     if rc != 0:
-        if any(m in tail for m in _LOCK_MESSAGES):
-            raise BusyError(
-                f"apt could not get the dpkg lock within {step.lock_timeout} s: "
-                f"{lock_holder(host) or 'holder unknown'}",
-                "let the other package manager finish, then run again; never delete the lock",
-            )
+        raise_if_locked(host, tail, step.lock_timeout)
         raise ExecutionError(
             f"`{' '.join(argv)}` exited with {rc}",
             "the apt output above says why; `egpu-setup doctor` may know the cause",

@@ -28,22 +28,30 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
-from egpu_setup.execute.apt import APT_ENV
+from egpu_setup.execute.apt import APT_ENV, raise_if_locked
 from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host
+from egpu_setup.host.process import Result
 from egpu_setup.plan.installed import installed_packages
 
 log = logging.getLogger("egpu_setup.rollback")
 
-LOCK = ["-o", "DPkg::Lock::Timeout=600"]
+LOCK_TIMEOUT_S = 600
+# the lock wait; and never apt's own autoremove along (a machine may set it in apt.conf): only
+# the packages named here are taken
+OPTIONS = ["-o", f"DPkg::Lock::Timeout={LOCK_TIMEOUT_S}", "-o", "APT::Get::AutomaticRemove=false"]
 # apt-get -s: "Purg NAME [VERSION]" per package it would purge, "Remv" where it would only remove
 _SIMULATED = re.compile(r"^(?:Purg|Remv) (\S+)", re.M)
 # dpkg, when a package's prerm or postrm exits non-zero
 _REFUSED = re.compile(r"^\s*dpkg: error processing package (\S+) \(--(?:remove|purge)\):", re.M)
+# and its summary at the end, one package a line: what is left when the output was long
+_SUMMARY = re.compile(
+    r"^Errors were encountered while processing:\n((?:[ \t]+\S+[ \t]*\n?)+)", re.M
+)
 IMAGE_ENV = {"SUDO_FORCE_REMOVE": "yes"}
 
 
@@ -68,9 +76,16 @@ def auto_installed(host: Host) -> set[str]:
 
 
 def would_purge(host: Host, names: Sequence[str]) -> set[str]:
-    """Every package `apt-get purge NAMES` would take, by apt's own simulation."""
-    res = host.run_checked(["apt-get", "-s", *LOCK, "purge", *names], env=APT_ENV, timeout=600)
-    return {_base(n) for n in _SIMULATED.findall(res.out)}
+    """Every package `apt-get purge NAMES` would take, by apt's own simulation: native ones
+    by name, another architecture's as name:arch (a foreign twin, e.g. Steam's :i386
+    libraries, is never mistaken for the native package egpu-setup installed)."""
+    res = _apt(host, ["apt-get", "-s", *OPTIONS, "purge", *names])
+    native = ":" + _native_arch(host)
+    return {n.removesuffix(native) for n in _SIMULATED.findall(res.out)}
+
+
+def _native_arch(host: Host) -> str:
+    return host.run(["dpkg", "--print-architecture"], timeout=60).out.strip() or "-"
 
 
 def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:
@@ -93,7 +108,7 @@ def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:
 
 def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
     """Purge `named` (checked by check_purge) and those of `pulled_in` that nothing else
-    installed depends on, in one apt run."""
+    installed depends on, together (a second run only after a removal script refused)."""
     from egpu_setup.execute.executor import SIMULATE_ENV
 
     simulate = os.environ.get(SIMULATE_ENV) == "1"
@@ -112,16 +127,19 @@ def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
     free, held = _not_needed_by_others(host, named, deps)
     kept += held
     dirs = {} if simulate else _aliased_dirs(host, [*named, *free])
-    done, refused = _purge_refusing(host, [*named, *free], simulate)
-    _restore_aliased_dirs(host, dirs)
+    try:
+        done, refused = _purge_refusing(host, [*named, *free], simulate)
+    finally:  # a purge that failed halfway may have deleted some too
+        _restore_aliased_dirs(host, dirs)
     return Purged(done, tuple(kept) + refused)
 
 
 # Merged /usr (Debian 12): /bin, /sbin and /lib* are links into /usr. dpkg does not know, so
 # when it purges a package that lists a directory under one name (nvidia-suspend-common's
 # /usr/lib/systemd/system-sleep) it deletes the directory once empty, though a package that
-# stays lists it under the other (systemd's /lib/systemd/system-sleep). DEP 17:
-# https://subdivi.de/~helmut/dep17.html ("Problem P1: File loss during canonicalization").
+# stays lists it under the other (systemd's /lib/systemd/system-sleep). The ways dpkg loses files
+# on such a system are listed in DEP 17, https://people.debian.org/~helmutg/dep17.html (cited by
+# dh_movetousr(1)); this one was seen in the lab-image test.
 MERGED = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
@@ -149,7 +167,7 @@ def _aliased_dirs(host: Host, names: Sequence[str]) -> dict[str, tuple[int, int,
         ):
             continue
         try:
-            st = os.lstat(host.real_path(canonical))
+            st = os.lstat(host.location(canonical))
         except (OSError, UsageError):
             continue
         if stat.S_ISDIR(st.st_mode):
@@ -160,7 +178,7 @@ def _aliased_dirs(host: Host, names: Sequence[str]) -> dict[str, tuple[int, int,
 def _restore_aliased_dirs(host: Host, dirs: dict[str, tuple[int, int, int]]) -> None:
     """Make again, as they were, the directories of `dirs` the purge deleted that a remaining
     package lists under either name."""
-    gone = [d for d in dirs if not host.exists(d)]
+    gone = [d for d in dirs if not os.path.lexists(host.location(d))]
     if not gone:
         return
     names = [alias for d in gone for alias in (d, d[len("/usr") :])]
@@ -170,9 +188,13 @@ def _restore_aliased_dirs(host: Host, dirs: dict[str, tuple[int, int, int]]) -> 
         if (d in owned or d[len("/usr") :] in owned) and host.is_dir(d.rpartition("/")[0]):
             mode, uid, gid = dirs[d]
             real = host.location(d)
-            os.mkdir(real, 0o700)
-            os.chown(real, uid, gid)
-            os.chmod(real, mode)
+            try:
+                os.mkdir(real, 0o700)
+                os.chown(real, uid, gid)
+                os.chmod(real, mode)
+            except OSError as exc:
+                log.warning("could not make %s again (dpkg deleted it): %s", d, exc.strerror)
+                continue
             log.info("made %s again: a package kept here lists it (merged /usr)", d)
 
 
@@ -190,7 +212,9 @@ def _not_needed_by_others(
     who = " ".join(sorted(others)[:3]) + (" and more" if len(others) > 3 else "")
     held = [(d, f"needed by {who}, installed since") for d in deps if _base(d) in needed]
     free = [d for d in deps if _base(d) not in needed]
-    if would_purge(host, [*named, *free]) - ours:  # needed some other way (a virtual package)
+    still = would_purge(host, [*named, *free]) - ours
+    if still:  # needed some other way (through a virtual package): keep them all
+        who = " ".join(sorted(still)[:3]) + (" and more" if len(still) > 3 else "")
         held += [(d, f"purging it would remove {who}") for d in free]
         free = []
     return free, held
@@ -209,13 +233,17 @@ def _purge_refusing(
         _purge(host, names, simulate)
         return tuple(names), ()
     except ExecutionError as exc:
-        refused = {_base(n) for n in _REFUSED.findall(exc.stderr_tail)}
+        out = exc.stderr_tail
+        named = _REFUSED.findall(out) + " ".join(_SUMMARY.findall(out)).split()
+        refused = {_base(n) for n in named}
         if not refused:
             raise
     there = installed_packages(host)
     left = [n for n in names if _base(n) in there]
     needed = _depends_closure(host, refused, {_base(n) for n in left})
-    kept = [(n, "its removal script refused (apt's output above says why)") for n in left
+    # a refused purge may leave the package removed but its configuration there (dpkg's `rc`):
+    # kept all the same, so a later rollback tries again
+    kept = [(n, "its removal script refused (apt's output above says why)") for n in names
             if _base(n) in refused]  # fmt: skip
     kept += [(n, "a package kept here needs it") for n in left if _base(n) in needed - refused]
     rest = [n for n in left if _base(n) not in needed]
@@ -237,15 +265,20 @@ def _depends_closure(host: Host, names: set[str], within: set[str]) -> set[str]:
     """`names` and, within `within`, every package they depend on (Depends, Pre-Depends: each
     alternative counts), from dpkg's status file."""
     text = host.read("/var/lib/dpkg/status") or ""
+    native = _native_arch(host)
     depends: dict[str, set[str]] = {}
     for stanza in text.split("\n\n"):
-        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
-        if not name:
+        found = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
+        if not found:
             continue
+        arch = re.search(r"^Architecture:[ \t]*(\S+)", stanza, re.M)
+        key = found.group(1)  # as apt names it: another architecture's as name:arch
+        if arch and arch.group(1) not in (native, "all"):
+            key += ":" + arch.group(1)
         fields = re.findall(r"^(?:Pre-)?Depends:[ \t]*(.*)$", stanza, re.M)
         wanted = {re.split(r"[\s(:]", alt.strip(), maxsplit=1)[0] for f in fields
                   for alt in re.split(r"[,|]", f) if alt.strip()}  # fmt: skip
-        depends[name.group(1)] = wanted
+        depends[key] = wanted
     out, todo = set(names), list(names)
     while todo:
         for dep in depends.get(todo.pop(), set()) & within:
@@ -258,11 +291,25 @@ def _depends_closure(host: Host, names: set[str], within: set[str]) -> set[str]:
 def _purge(host: Host, names: Sequence[str], simulate: bool) -> None:
     if not names:
         return
-    argv = ["apt-get", "-y", *LOCK, "purge", *names]
+    argv = ["apt-get", "-y", *OPTIONS, "purge", *names]
     if simulate:
         argv.insert(1, "-s")
     env = {**APT_ENV, **IMAGE_ENV} if host.kind == "root" else APT_ENV
-    host.run_checked(argv, env=env, on_line=show_line)
+    _apt(host, argv, env, show_line)
+
+
+def _apt(
+    host: Host,
+    argv: list[str],
+    env: dict[str, str] = APT_ENV,
+    on_line: Callable[[str], None] | None = None,
+) -> Result:
+    """apt-get, its lock held elsewhere past the timeout a BusyError (exit 5), as for install."""
+    try:
+        return host.run_checked(argv, env=env, on_line=on_line, timeout=LOCK_TIMEOUT_S + 600)
+    except ExecutionError as exc:
+        raise_if_locked(host, exc.stderr_tail, LOCK_TIMEOUT_S)
+        raise
 
 
 def _base(name: str) -> str:

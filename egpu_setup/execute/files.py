@@ -35,7 +35,7 @@ class Context:
     written: list[str] = field(default_factory=list)
 
 
-def missing_dirs(real: Path, root: Path) -> list[str]:
+def _missing_dirs(real: Path, root: Path) -> list[str]:
     """Ancestors of `real` that do not exist yet (outermost first), as paths below the root."""
     out: list[Path] = []
     d = real.parent
@@ -45,6 +45,17 @@ def missing_dirs(real: Path, root: Path) -> list[str]:
     return [
         ("/" + str(p.relative_to(root))) if root != Path("/") else str(p) for p in reversed(out)
     ]
+
+
+def missing_parents(host: Host, path: str) -> list[str]:
+    """The directories above `path` that do not exist yet (outermost first), as host paths:
+    by name, so a link on the way (a /opt that points elsewhere) is not resolved into them."""
+    out: list[str] = []
+    parent = path.rstrip("/").rpartition("/")[0]
+    while parent and not host.exists(parent):
+        out.insert(0, parent)
+        parent = parent.rpartition("/")[0]
+    return out
 
 
 def _entry(ctx: Context, path: str, real: Path, kind: str) -> dict[str, Any]:
@@ -71,7 +82,7 @@ def _entry(ctx: Context, path: str, real: Path, kind: str) -> dict[str, Any]:
         "prior_owner": prior_owner,
         "prior_link": prior_link,
         "backup": ctx.manifest.backup(prior) if prior is not None else None,
-        "created_dirs": missing_dirs(real, ctx.host.root),
+        "created_dirs": _missing_dirs(real, ctx.host.root),
         "sha256": None,
         "pending": None,
         "run": ctx.run_id,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
-from egpu_setup.execute.files import Context, missing_dirs
+from egpu_setup.execute.files import Context, missing_parents
 from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.plan.steps import PipInstall
@@ -221,9 +221,7 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
         _refuse_foreign_venv(step.venv)
     uv = choose_installer(host, wanted)
     if step.create_venv:
-        ctx.manifest.add_venv(
-            step.venv, ctx.run_id, missing_dirs(host.location(step.venv), host.root)
-        )
+        ctx.manifest.add_venv(step.venv, ctx.run_id, missing_parents(host, step.venv))
         ctx.manifest.save()
     env = installer_env(account(host, step.run_as) if step.run_as else None)
     with _pinned_requirements(step) as pinned, _bundle_seen_from(host, pinned) as seen:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
-from egpu_setup.execute.files import Context, missing_dirs
+from egpu_setup.execute.files import Context, missing_parents
 from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.plan.steps import InstallTool
@@ -128,9 +128,7 @@ def install(ctx: Context, step: InstallTool) -> tuple[str, str]:
     py = f"{step.venv}/bin/python"
     with _umask(0o022), _wheel_dir(step, version) as wheels:
         if step.create_venv or not host.exists(py):
-            ctx.manifest.add_venv(
-                step.venv, ctx.run_id, missing_dirs(host.location(step.venv), host.root)
-            )
+            ctx.manifest.add_venv(step.venv, ctx.run_id, missing_parents(host, step.venv))
             ctx.manifest.save()
             host.run_checked([step.python, "-m", "venv", step.venv], on_line=show_line)
             mark_venv(host, step.venv, ctx.run_id)  # rollback --packages removes it

@@ -70,7 +70,7 @@ IMAGE_OWNED = (
     MACHINE_ID,
     "/var/lib/dbus/machine-id",
 )
-MARK_VENV = ".egpu-setup-venv"  # written into each venv egpu-setup creates (execute/pip.py)
+MARK_VENV = ".egpu-setup-venv"  # written into each venv egpu-setup creates (mark_venv)
 
 
 def remove_empty_dirs(host: Host, dirs: list[str]) -> None:
@@ -86,8 +86,6 @@ def remove_empty_dirs(host: Host, dirs: list[str]) -> None:
 def mark_venv(host: Host, venv: str, run_id: str) -> None:
     """The mark `rollback --packages` looks for before it deletes a venv (remove_tree): a
     manifest naming some other directory can never make it delete that one."""
-    from egpu_setup.state.atomic import atomic_write
-
     atomic_write(host.location(f"{venv}/{MARK_VENV}"), f"{run_id}\n".encode(), 0o644)
 
 

@@ -102,6 +102,7 @@ class RollbackOutcome:
     files: tuple[Undo, ...]  # what was done (applied) or would be done
     followups: tuple[FollowUp, ...]
     kept_packages: tuple[tuple[str, str], ...] = ()  # (name, why) that --packages left
+    kept_venvs: tuple[tuple[str, str], ...] = ()  # (path, why)
 
     @property
     def failed(self) -> bool:
@@ -148,6 +149,7 @@ class RollbackOutcome:
             "packages": list(plan.packages),
             "packages_pulled_in": list(plan.pulled_in),
             "packages_kept": [{"name": n, "why": why} for n, why in self.kept_packages],
+            "venvs_kept": [{"path": p, "why": why} for p, why in self.kept_venvs],
             "venvs": list(plan.venvs),
             "packages_removed": bool(self.applied and plan.options.packages),
             "commands": [f.to_json() for f in self.followups],
@@ -230,9 +232,6 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
             raise EgpuSetupError(
                 f"cannot restore {exc.filename}: permission denied", sudo_hint(options.root_dir)
             ) from exc
-        kept: tuple[tuple[str, str], ...] = ()
-        if options.packages:
-            kept = _remove_packages(host, manifest, plan.venvs)
         changed = [u.path for u in done if u.action in CHANGED]
         followups = _run_follow_ups(host, manifest, follow_ups(host, manifest, changed))
         # What an interrupted install still owed was for files that are now gone or restored;
@@ -241,12 +240,17 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
             manifest.pending = []
             manifest.save()
         _disarm_verify(host, changed)
-        journal.append({"event": "rollback-end", "run": run})
         if host.kind == "live" and changed:
             for argv in (["systemctl", "daemon-reload"], ["udevadm", "control", "--reload"]):
                 if host.which(argv[0]):
                     host.run(argv, timeout=60)
-    return RollbackOutcome(plan, True, tuple(done), tuple(followups), kept)
+        # last: what the files owed is done even if apt fails, and a venv removed here may
+        # hold the modules this run would still import
+        kept: tuple[Kept, Kept] = ((), ())
+        if options.packages:
+            kept = _remove_packages(host, manifest, plan.venvs)
+        journal.append({"event": "rollback-end", "run": run})
+    return RollbackOutcome(plan, True, tuple(done), tuple(followups), *kept)
 
 
 def _require_root(plan: RollbackPlan) -> None:
@@ -378,35 +382,50 @@ def _disarm_verify(host: Host, changed: Sequence[str]) -> None:
         log.warning("removed the verify-after-reboot marker with its unit")
 
 
-def _remove_packages(
-    host: Host, manifest: Manifest, venvs: Sequence[str]
-) -> tuple[tuple[str, str], ...]:
+Kept = tuple[tuple[str, str], ...]  # (package or venv, why)
+
+
+def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tuple[Kept, Kept]:
     """Purge the recorded packages (execute/apt_remove.py), remove the venvs; what stays is
-    kept in the manifest for a later rollback, and returned with the reason."""
+    kept in the manifest for a later rollback, and returned with the reason: (packages, venvs)."""
     from egpu_setup.execute.apt_remove import purge
     from egpu_setup.execute.executor import SIMULATE_ENV
     from egpu_setup.execute.undo import remove_empty_dirs, remove_tree
 
-    kept: tuple[tuple[str, str], ...] = ()
+    kept: Kept = ()
     if manifest.packages:
         named = [p["name"] for p in manifest.packages if not p.get("pulled_in")]
         deps = [p["name"] for p in manifest.packages if p.get("pulled_in")]
         done = purge(host, named, deps)
+        log.info("purged %d packages egpu-setup installed", len(done.purged))
         kept = done.kept
         if os.environ.get(SIMULATE_ENV) != "1":
             stay = {name for name, _why in kept}
             manifest.packages = [p for p in manifest.packages if p["name"] in stay]
     created: list[str] = []
+    running = _running_venv(host)
+    kept_venvs: Kept = ()
     for v in venvs:
+        if v == running:
+            why = f"the egpu-setup running this rollback lives in it: rm -rf {v} afterwards"
+            kept_venvs += ((v, why),)
+            continue
         if remove_tree(host, v):
             entry = next((e for e in manifest.venvs if e["path"] == v), {})
             created += entry.get("created_dirs") or []
     remove_empty_dirs(host, created)  # after every venv: two may share a parent
-    manifest.venvs = []
+    manifest.venvs = [e for e in manifest.venvs if e["path"] == running]
     manifest.save()
-    for name, why in kept:
-        log.warning("kept package %s: %s", name, why)
-    return kept
+    for name, why in kept + kept_venvs:
+        log.warning("kept %s: %s", name, why)
+    return kept, kept_venvs
+
+
+def _running_venv(host: Host) -> str | None:
+    """The venv of the egpu-setup running now, on the machine it is rolling back."""
+    import sys
+
+    return os.path.realpath(sys.prefix) if host.kind == "live" else None
 
 
 # -- in words --------------------------------------------------------------------------------------
@@ -426,20 +445,20 @@ def rollback_text(outcome: RollbackOutcome) -> str:
         if u.action in ("failed", "refused"):
             what = f"{u.action}: {u.detail}"
         lines.append(f"{u.path}: {what}")
-    state = (
-        "removed" if outcome.applied and plan.options.packages else "kept (remove with --packages)"
-    )
+    if plan.options.packages:
+        purged, removed = verb + "purged", verb + "removed"
+        but = " but for those kept below" if outcome.kept_packages else ""
+    else:
+        purged = removed = "kept (rollback --packages takes them)"
+        but = ""
     if plan.packages:
-        lines.append(f"apt packages installed by egpu-setup, {state}: {' '.join(plan.packages)}")
+        lines.append(f"apt packages installed by egpu-setup, {purged}: {' '.join(plan.packages)}")
     if plan.pulled_in:
-        lines.append(
-            f"and the {len(plan.pulled_in)} dependencies apt brought with them, {state} "
-            "where nothing else needs them"
-        )
-    for name, why in outcome.kept_packages:
-        lines.append(f"kept package {name}: {why}")
+        lines.append(f"the {len(plan.pulled_in)} packages apt brought with them, {purged}{but}")
     if plan.venvs:
-        lines.append(f"venvs created by egpu-setup, {state}: {' '.join(plan.venvs)}")
+        lines.append(f"venvs created by egpu-setup, {removed}: {' '.join(plan.venvs)}")
+    for name, why in outcome.kept_packages + outcome.kept_venvs:
+        lines.append(f"kept {name}: {why}")
     for f in outcome.followups:
         line = f"{' '.join(f.argv) or 'by hand'}: {f.status.replace('-', ' ')}"
         lines.append(f"{line} ({f.reason})" + (f": {f.detail}" if f.detail else ""))

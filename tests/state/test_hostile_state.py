@@ -166,6 +166,19 @@ def test_state_files_of_the_wrong_shape_are_an_error_not_a_crash(cli, image, cas
     assert (image / STATE / name).read_text() == text or name == "journal.jsonl"
 
 
+def test_a_recorded_package_that_is_an_apt_option_never_reaches_apt(cli, image) -> None:
+    """rollback --packages hands the manifest's package names to apt-get: one that starts with
+    `-o` would be an option. The manifest is refused on load, before apt runs."""
+    (image / STATE).mkdir(parents=True)
+    text = '{"schema": "egpu-setup/manifest/1", "packages": [{"name": "-oAPT::Get::Purge=x"}]}\n'
+    (image / STATE / "manifest.json").write_text(text)
+    res = cli("rollback", "--yes", "--packages", "--root", str(image))
+    assert res.returncode == 1, res.stderr  # a state file egpu-setup did not write
+    clean_error(res)
+    assert "'-oAPT::Get::Purge=x' is not a Debian package name" in res.stderr
+    assert (image / STATE / "manifest.json").read_text() == text
+
+
 def test_an_index_token_stays_out_of_the_journal_and_the_report() -> None:
     """Was: a token in an index URL's query string landed in the 0644 install report and the
     journal. The journal and the report both go through text.redact_tree."""

@@ -525,7 +525,9 @@ def test_cpu_full_runs_a_two_rank_ddp_smoke():
     assert res.returncode == 0, res.stderr
     ddp = ids(json.loads(res.stdout))["ddp"]
     assert ddp["ok"] is True
-    assert ddp["detail"] == "2 ranks, gloo: all-reduce correct, DDP step ran"
+    # under load gloo may still abort a rank in teardown, after the results (the test below):
+    # then the detail says so after this
+    assert ddp["detail"].startswith("2 ranks, gloo: all-reduce correct, DDP step ran"), ddp
 
 
 def test_a_rank_aborted_after_its_result_still_passes_and_says_so():
