@@ -406,7 +406,7 @@ def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tu
     running = _running_venv(host)
     kept_venvs: Kept = ()
     for v in venvs:
-        if v == running:
+        if running is not None and os.path.realpath(v) == running:
             why = f"the egpu-setup running this rollback lives in it: rm -rf {v} afterwards"
             kept_venvs += ((v, why),)
             continue
@@ -414,7 +414,7 @@ def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tu
             entry = next((e for e in manifest.venvs if e["path"] == v), {})
             created += entry.get("created_dirs") or []
     remove_empty_dirs(host, created)  # after every venv: two may share a parent
-    manifest.venvs = [e for e in manifest.venvs if e["path"] == running]
+    manifest.venvs = [e for e in manifest.venvs if e["path"] in dict(kept_venvs)]
     manifest.save()
     for name, why in kept + kept_venvs:
         log.warning("kept %s: %s", name, why)

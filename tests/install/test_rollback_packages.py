@@ -316,3 +316,34 @@ def test_a_foreign_architecture_twin_installed_since_is_never_taken_for_ours(roo
     assert "lab-twin:i386" in listed.split() and "lab-common:all" in listed.split(), listed
     assert "lab-driver:amd64" not in listed.split()
     assert "kept lab-common: needed by lab-twin:i386, installed since" in text
+
+
+def test_the_venv_of_the_running_egpu_setup_is_kept_and_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a booted lab machine `egpu-setup rollback --packages` runs from /opt/egpu-setup/tool,
+    a venv egpu-setup made: deleting it under the running process would end the rollback
+    half-done. It is kept, with the command that removes it afterwards."""
+    import sys
+
+    from egpu_setup.host.machine import LiveHost
+
+    tool = tmp_path / "tool"
+    tool.mkdir()
+    (tool / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    other = tmp_path / "venv"
+    other.mkdir()
+    (other / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    host = LiveHost()
+    paths = StatePaths.for_root(Path("/"))  # the test session's own state dir (conftest)
+    manifest = Manifest.load(paths)
+    for venv in (tool, other):
+        manifest.add_venv(str(venv), "test-run")
+        mark_venv(host, str(venv), "test-run")
+    manifest.save()
+    monkeypatch.setattr(sys, "prefix", str(tool))
+    outcome = apply_rollback(plan_rollback(RollbackOptions(yes=True, packages=True)))
+    assert tool.is_dir() and not other.exists()
+    assert outcome.kept_venvs == ((str(tool), f"the egpu-setup running this rollback lives in "
+                                   f"it: rm -rf {tool} afterwards"),)  # fmt: skip
+    assert [v["path"] for v in Manifest.load(paths).venvs] == [str(tool)]
