@@ -80,12 +80,15 @@ def would_purge(host: Host, names: Sequence[str]) -> set[str]:
     by name, another architecture's as name:arch (a foreign twin, e.g. Steam's :i386
     libraries, is never mistaken for the native package egpu-setup installed)."""
     res = _apt(host, ["apt-get", "-s", *OPTIONS, "purge", *names])
-    native = ":" + _native_arch(host)
+    native = ":" + _native_arch(host.read("/var/lib/dpkg/status") or "")
     return {n.removesuffix(native) for n in _SIMULATED.findall(res.out)}
 
 
-def _native_arch(host: Host) -> str:
-    return host.run(["dpkg", "--print-architecture"], timeout=60).out.strip() or "-"
+def _native_arch(status: str) -> str:
+    """What `dpkg --print-architecture` says, read from dpkg's status file: dpkg itself is
+    always of the native architecture."""
+    m = re.search(r"^Package: dpkg\n(?:[^\n]+\n)*?Architecture: (\S+)", status, re.M)
+    return m.group(1) if m else "-"
 
 
 def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:
@@ -107,13 +110,14 @@ def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:
 
 
 def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
-    """Purge `named` (checked by check_purge) and those of `pulled_in` that nothing else
-    installed depends on, together (a second run only after a removal script refused)."""
+    """Purge `named` (the caller ran check_purge on them before changing anything) and those
+    of `pulled_in` that nothing else installed depends on, together (a second run only after
+    a removal script refused)."""
     from egpu_setup.execute.executor import SIMULATE_ENV
 
     simulate = os.environ.get(SIMULATE_ENV) == "1"
-    named = check_purge(host, named)
     there = installed_packages(host)
+    named = [n for n in named if _base(n) in there]
     auto = auto_installed(host)
     kept: list[tuple[str, str]] = []
     deps = []
@@ -256,7 +260,7 @@ def _purge_refusing(
             _purge(host, rest, simulate)
     auto = [n for n, _why in kept if _base(n) in auto_before]
     if auto:
-        host.run_checked(["apt-mark", "auto", *auto], env=APT_ENV, timeout=600)
+        _apt(host, ["apt-mark", "auto", *auto])
     gone = {k for k, _why in kept}
     return tuple(n for n in names if n not in gone), tuple(kept)
 
@@ -265,7 +269,7 @@ def _depends_closure(host: Host, names: set[str], within: set[str]) -> set[str]:
     """`names` and, within `within`, every package they depend on (Depends, Pre-Depends: each
     alternative counts), from dpkg's status file."""
     text = host.read("/var/lib/dpkg/status") or ""
-    native = _native_arch(host)
+    native = _native_arch(text)
     depends: dict[str, set[str]] = {}
     for stanza in text.split("\n\n"):
         found = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
