@@ -1,19 +1,24 @@
 """Command line: parse options, call one core function, print, map errors to exit codes.
 
 Commands are imported only when invoked, so `egpu-setup --help` and `detect` stay fast:
-`--help` imports Click and this module's command table, nothing else (tests/test_startup.py),
-and nothing heavy (torch, requests, jinja2) is on any command's startup path.
+`--help` imports this module's command table and the command-line kit (commands/_cli.py),
+nothing else (tests/test_startup.py), and nothing heavy (torch, requests, jinja2) is on any
+command's startup path.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-import click
-
 from egpu_setup import __version__
-from egpu_setup.errors import EXIT_INTERRUPTED, EgpuSetupError
+from egpu_setup.commands import _cli as cli_kit
+from egpu_setup.errors import EXIT_INTERRUPTED, Aborted, EgpuSetupError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # name -> (module under egpu_setup.commands, one-line help shown by `egpu-setup --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -51,28 +56,32 @@ Examples:
 """
 
 
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use (the table above lists them all;
-    tests/test_startup.py checks that each names a module with a `command`)."""
+class LazyGroup(cli_kit.Group):
+    """The top-level group: its subcommands are imported on first use (the table above lists
+    them all; tests/test_startup.py checks that each names a module with a `command`)."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+    def get_command(self, name: str) -> cli_kit.Command | None:
         if name not in COMMANDS:
             return None
         module = importlib.import_module(f"egpu_setup.commands.{COMMANDS[name][0]}")
-        command: click.Command = module.command
+        command: cli_kit.Command = module.command
         return command
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(n, COMMANDS[n][1]) for n in self.list_commands(ctx)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+    def short_helps(self) -> list[tuple[str, str]]:
+        return [(name, help_text) for name, (_module, help_text) in COMMANDS.items()]
+
+    def main(self, argv: Sequence[str], prog: str) -> object:
+        before = next((i for i, w in enumerate(argv) if not w.startswith("-")), len(argv))
+        if "--version" in argv[:before]:
+            cli_kit.echo(f"{prog}, version {__version__}")
+            return 0
+        return super().main(argv, prog)
 
 
-def _setup_logging(verbose: int, quiet: int) -> None:
+def _setup_logging(verbose: int, quiet: int, version: bool = False) -> None:
     import logging  # here, not at the top: `--help` and `--version` never get this far
 
     level = logging.WARNING + 10 * (quiet - verbose)
@@ -85,24 +94,27 @@ def _setup_logging(verbose: int, quiet: int) -> None:
     root.setLevel(max(logging.DEBUG, min(level, logging.CRITICAL)))
 
 
-@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="egpu-setup")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr (repeat for debug).")
-@click.option("-q", "--quiet", count=True, help="Less on stderr.")
-def cli(verbose: int, quiet: int) -> None:
+@cli_kit.option("--version", is_flag=True, help="Show the version and exit.")
+@cli_kit.option("-v", "--verbose", count=True, help="More detail on stderr (repeat for debug).")
+@cli_kit.option("-q", "--quiet", count=True, help="Less on stderr.")
+def _options(verbose: int, quiet: int, version: bool) -> None:
     """Turn a Linux laptop plus an NVIDIA eGPU into a verified PyTorch machine."""
     _setup_logging(verbose, quiet)
+
+
+cli = LazyGroup("egpu-setup", _options, EPILOG)
 
 
 def fail(exc: EgpuSetupError) -> None:
     """Print an expected error the house way and exit with its code."""
     from egpu_setup.text import plain
 
-    click.echo(f"error: {plain(exc.message)}", err=True)
+    echo = cli_kit.echo
+    echo(f"error: {plain(exc.message)}", err=True)
     for line in (getattr(exc, "stderr_tail", "") or "").splitlines()[-15:]:
-        click.echo(f"  | {plain(line)}", err=True)  # what the failed command said
+        echo(f"  | {plain(line)}", err=True)  # what the failed command said
     if exc.hint:
-        click.echo(f"hint: {plain(exc.hint)}", err=True)
+        echo(f"hint: {plain(exc.hint)}", err=True)
     sys.exit(exc.exit_code)
 
 
@@ -129,35 +141,26 @@ def _crash_log(exc: BaseException) -> str | None:
 
 def main() -> None:
     """Console entry point."""
+    echo = cli_kit.echo
+    if "_EGPU_SETUP_COMPLETE" in os.environ:  # bash asking what to complete (scripts/install.sh)
+        from egpu_setup.commands._complete import answer
+
+        sys.exit(answer(cli, os.environ))
     try:
-        # With standalone_mode=False click returns (not raises) the code of ctx.exit(N).
-        rc = cli.main(prog_name="egpu-setup", standalone_mode=False)
+        rc = cli.main(sys.argv[1:], "egpu-setup")
         if isinstance(rc, int) and not isinstance(rc, bool):
             sys.exit(rc)
     except EgpuSetupError as exc:
         fail(exc)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except click.UsageError as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        cmd = exc.ctx.command_path if exc.ctx else "egpu-setup"
-        click.echo(f"hint: see `{cmd} --help`", err=True)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+    except (KeyboardInterrupt, Aborted):
+        echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # a bug: say where the details are, never a bare traceback
         path = _crash_log(exc)
-        click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
-        click.echo(
+        echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+        echo(
             f"hint: please report it with the crash log {path}"
             if path
             else "hint: please report it",

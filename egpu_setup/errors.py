@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+TYPE_CHECKING = False  # `--help` imports this module; collections.abc is 1 ms it does not need
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # Exit codes are a contract (DESIGN.md, "Command surface").
 EXIT_OK = 0
@@ -25,6 +27,10 @@ class EgpuSetupError(Exception):
         self.hint = hint
         if exit_code is not None:
             self.exit_code = exit_code
+
+
+class Aborted(Exception):
+    """A person answered no at a prompt, or closed its input: exit 130, as for Ctrl-C."""
 
 
 class UsageError(EgpuSetupError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import click
+from egpu_setup.commands._cli import Command, Group, option_records
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "egpu-setup.1"
@@ -27,22 +27,18 @@ def _roff(text: str) -> str:
     return "\n".join(lines)
 
 
-def _options(cmd: click.Command, ctx: click.Context) -> list[str]:
+def _options(cmd: Command) -> list[str]:
     out: list[str] = []
-    for param in cmd.get_params(ctx):
-        record = param.get_help_record(ctx)
-        if record is None:
-            continue
-        names, help_text = record
-        out += [".TP", f"\\fB{_roff(names)}\\fR", _roff(help_text or "")]
+    for names, help_text in option_records(cmd):
+        out += [".TP", f"\\fB{_roff(names)}\\fR", _roff(help_text)]
     return out
 
 
-def _help(cmd: click.Command) -> str:
-    return _roff((cmd.help or "").replace("\b\n", "").strip())
+def _help(cmd: Command) -> str:
+    return _roff(cmd.help.replace("\b\n", "").strip())
 
 
-def _epilog(cmd: click.Command) -> list[str]:
+def _epilog(cmd: Command) -> list[str]:
     if not cmd.epilog:
         return []
     body = cmd.epilog.replace("\b\n", "").strip("\n")
@@ -50,9 +46,8 @@ def _epilog(cmd: click.Command) -> list[str]:
 
 
 def render(version: str) -> str:
-    from egpu_setup.cli import COMMANDS, cli
+    from egpu_setup.cli import cli
 
-    root = click.Context(cli, info_name="egpu-setup", **cli.context_settings)
     lines = [
         f'.TH EGPU-SETUP 1 "" "egpu-setup {version}" "User Commands"',
         ".SH NAME",
@@ -62,29 +57,25 @@ def render(version: str) -> str:
         ".SH DESCRIPTION",
         _help(cli),
         ".SH GLOBAL OPTIONS",
-        *_options(cli, root),
+        *_options(cli),
         ".SH COMMANDS",
     ]
-    for name in COMMANDS:
-        cmd = cli.get_command(root, name)
+    for name in cli.list_commands():
+        cmd = cli.get_command(name)
         if cmd is None:
             continue
-        ctx = click.Context(cmd, info_name=name, parent=root)
-        usage = " ".join(cmd.collect_usage_pieces(ctx))
-        lines += [".SS", f"\\fBegpu-setup {name}\\fR {_roff(usage)}", _help(cmd)]
-        if isinstance(cmd, click.Group):
-            for sub_name in cmd.list_commands(ctx):
-                sub = cmd.get_command(ctx, sub_name)
+        lines += [".SS", f"\\fBegpu-setup {name}\\fR {_roff(cmd.usage())}", _help(cmd)]
+        if isinstance(cmd, Group):
+            for sub_name in cmd.list_commands():
+                sub = cmd.get_command(sub_name)
                 if sub is not None:
-                    sub_ctx = click.Context(sub, info_name=sub_name, parent=ctx)
-                    sub_usage = " ".join(sub.collect_usage_pieces(sub_ctx))
                     lines += [
                         ".PP",
-                        f"\\fBegpu-setup {name} {sub_name}\\fR {_roff(sub_usage)}",
+                        f"\\fBegpu-setup {name} {sub_name}\\fR {_roff(sub.usage())}",
                         _help(sub),
-                        *_options(sub, sub_ctx),
+                        *_options(sub),
                     ]
-        lines += _options(cmd, ctx) + _epilog(cmd)
+        lines += _options(cmd) + _epilog(cmd)
     lines += [
         ".SH EXIT STATUS",
         "0 success; 1 a check or step failed; 2 bad usage or input; 3 done, but a reboot is "

@@ -5,26 +5,24 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import click
+from egpu_setup.commands import _cli as cli
 
-if TYPE_CHECKING:  # at run time only when a shell asks to complete: 4-9 ms off every start
-    from click.shell_completion import CompletionItem
+if TYPE_CHECKING:
+    from egpu_setup.commands._cli import Completion
 
-from_option = click.option(
+from_option = cli.option(
     "--from",
     "from_dir",
-    type=click.Path(file_okay=False, path_type=str),
+    type=cli.Path(file_okay=False, path_type=str),
     default=None,
     help="Read a recorded host bundle (written by `egpu-setup record`) instead of this machine.",
 )
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (a stable contract)."
-)
+json_option = cli.option("--json", "as_json", is_flag=True, help="Print JSON (a stable contract).")
 # compat/matrix.py select_matrix: the shipped snapshot decides unless a run asks for the overlay
-matrix_option = click.option(
+matrix_option = cli.option(
     "--matrix",
     "matrix_choice",
-    type=click.Choice(["shipped", "updated"]),
+    type=cli.Choice(["shipped", "updated"]),
     default="shipped",
     show_default=True,
     help="Compatibility data that decides: the snapshot shipped with this egpu-setup (the same "
@@ -32,19 +30,15 @@ matrix_option = click.option(
 )
 
 
-def complete_profile(
-    ctx: click.Context, param: click.Parameter, incomplete: str
-) -> list[CompletionItem]:
+def complete_profile(incomplete: str) -> list[Completion]:
     """Tab completion for --profile: the names of shipped and local profiles, or a file path."""
-    from click.shell_completion import CompletionItem
-
     if "/" in incomplete or incomplete.startswith("."):
-        return [CompletionItem(incomplete, type="file")]
+        return [("file", incomplete)]
     from egpu_setup.profile.search import available
 
-    return [CompletionItem(name) for name in sorted(available()) if name.startswith(incomplete)]
+    return [("plain", name) for name in sorted(available()) if name.startswith(incomplete)]
 
 
 def echo_json(data: Any) -> None:
     """Print one JSON document on stdout."""
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    cli.echo(json.dumps(data, indent=2, sort_keys=False))

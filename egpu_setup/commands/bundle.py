@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import complete_profile, echo_json, json_option, matrix_option
 
 log = logging.getLogger("egpu_setup.bundle")
@@ -35,34 +34,32 @@ def _parts_of(text: str | None) -> frozenset[str]:
     return parse_only(text, PARTS)
 
 
-@click.command(epilog=EPILOG)
-@click.option(
+@cli.command(epilog=EPILOG)
+@cli.option(
     "--profile",
     "profile_name",
     shell_complete=complete_profile,
     required=True,
     help="Profile name or path to a YAML file.",
 )
-@click.option(
+@cli.option(
     "--out", "out", required=True, metavar="DIR", help="Bundle directory (created or updated)."
 )
-@click.option(
-    "--python", "pythons", multiple=True, metavar="X.Y", help="Target Python (repeatable)."
-)
-@click.option(
+@cli.option("--python", "pythons", multiple=True, metavar="X.Y", help="Target Python (repeatable).")
+@cli.option(
     "--distro",
     "distros",
     multiple=True,
     metavar="ID-VER",
     help="Target distribution, e.g. debian-12 (repeatable; default: this machine's).",
 )
-@click.option("--cuda", default=None, metavar="VARIANT", help="torch variant: cu128, ... or cpu.")
-@click.option("--torch", "torch_spec", default=None, metavar="SPEC", help="torch version, 2.9.1.")
-@click.option(
+@cli.option("--cuda", default=None, metavar="VARIANT", help="torch variant: cu128, ... or cpu.")
+@cli.option("--torch", "torch_spec", default=None, metavar="SPEC", help="torch version, 2.9.1.")
+@cli.option(
     "--index-url", default=None, metavar="URL", help="Lab mirror of the torch variant index."
 )
-@click.option("--only", default=None, metavar="PARTS", help="Comma list of torch,driver,tool.")
-@click.option("--refresh", is_flag=True, help="Download again even when the inputs are unchanged.")
+@cli.option("--only", default=None, metavar="PARTS", help="Comma list of torch,driver,tool.")
+@cli.option("--refresh", is_flag=True, help="Download again even when the inputs are unchanged.")
 @json_option
 @matrix_option
 def command(
@@ -125,15 +122,15 @@ def command(
             {"schema": "egpu-setup/bundle-build/1", "out": str(target_dir), **report.to_json()}
         )
         return
-    click.echo(
+    cli.echo(
         f"Bundle {target_dir}: {', '.join(report.targets)}; {report.files} files, "
         f"{report.total_bytes / 1e6:.1f} MB ({report.seconds:.1f} s)"
     )
     if report.downloaded:
-        click.echo(f"  downloaded: {', '.join(report.downloaded)}")
+        cli.echo(f"  downloaded: {', '.join(report.downloaded)}")
     if report.reused:
-        click.echo(f"  up to date: {', '.join(report.reused)}")
-    click.echo(
+        cli.echo(f"  up to date: {', '.join(report.reused)}")
+    cli.echo(
         f"  pin: {report.manifest_sha256}  (the sha256 of manifest.json, also in "
         f"{target_dir / 'manifest.sha256'}; install with --bundle-sha256 {report.manifest_sha256})"
     )

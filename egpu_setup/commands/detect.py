@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import echo_json, from_option, json_option
 from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.text import plain
 
 
-@click.command(
+@cli.command(
     epilog="""\b
 Examples:
   egpu-setup detect
@@ -20,7 +19,7 @@ Examples:
 )
 @json_option
 @from_option
-@click.option(
+@cli.option(
     "--nvidia-smi",
     "run_smi",
     is_flag=True,
@@ -36,9 +35,9 @@ def command(as_json: bool, from_dir: str | None, run_smi: bool) -> None:
         echo_json(facts.to_json())
         # the JSON is a contract; the known problems are said beside it, on stderr
         for line in known_problem_lines(facts):
-            click.echo(f"warning: {line}", err=True)
+            cli.echo(f"warning: {line}", err=True)
     else:
-        click.echo(format_facts(facts))
+        cli.echo(format_facts(facts))
 
 
 def known_problem_lines(facts: HostFacts) -> list[str]:

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import echo_json, from_option, json_option
 from egpu_setup.errors import EXIT_FAILED, UsageError
 
@@ -44,7 +43,7 @@ def load_torch_info(path: Path, text: str | None = None) -> TorchInfo:
     return parse_torch_info(data, str(path))
 
 
-@click.command(
+@cli.command(
     "doctor",
     epilog="""\b
 Examples:
@@ -57,18 +56,18 @@ Examples:
 )
 @json_option
 @from_option
-@click.option(
+@cli.option(
     "--torch-info",
     "torch_info_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=cli.Path(dir_okay=False, path_type=Path),
     default=None,
     help="A verify report (<state>/reports/verify-*.json) or JSON with torch_version/cuda/"
     "arch_list/cuda_available of the target venv (default with --from: DIR/commands/torch.json "
     "when present).",
 )
-@click.option(
+@cli.option(
     "--venv",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=cli.Path(file_okay=False, path_type=Path),
     default=None,
     help="Check the torch build in this venv (runs its Python; this machine only).",
 )
@@ -144,18 +143,18 @@ def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
     from egpu_setup.text import plain
 
     for f in findings:
-        click.echo(f"{f.severity.upper():8} {f.id}")
-        click.echo(textwrap.fill(f.summary, 100, initial_indent="  ", subsequent_indent="  "))
+        cli.echo(f"{f.severity.upper():8} {f.id}")
+        cli.echo(textwrap.fill(f.summary, 100, initial_indent="  ", subsequent_indent="  "))
         for line in f.evidence:
-            click.echo(f"  | {plain(line)}")
-        click.echo(textwrap.fill(f.fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
-        click.echo("")
+            cli.echo(f"  | {plain(line)}")
+        cli.echo(textwrap.fill(f.fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
+        cli.echo("")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = ", ".join(name for name, ok in sources.items() if ok) or "host facts only"
     if not findings:
-        click.echo(f"no known problems found (read: {checked})")
+        cli.echo(f"no known problems found (read: {checked})")
     else:
-        click.echo(
+        cli.echo(
             f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info "
             f"(read: {checked})"
         )

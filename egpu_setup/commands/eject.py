@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import sys
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import from_option
 from egpu_setup.errors import UsageError
 
 
-@click.command(
+@cli.command(
     epilog="""\b
 Examples:
   sudo egpu-setup eject              # shows what it will do, asks first
@@ -18,11 +17,11 @@ Examples:
   egpu-setup eject --from ./bundle   # what eject would do on a recorded host
 """
 )
-@click.option("--yes", "-y", "assume_yes", is_flag=True, help="Do it without asking.")
-@click.option(
+@cli.option("--yes", "-y", "assume_yes", is_flag=True, help="Do it without asking.")
+@cli.option(
     "--root",
     "root",
-    type=click.Path(file_okay=False, exists=True),
+    type=cli.Path(file_okay=False, exists=True),
     default=None,
     help="Act on a system image under DIR (sysfs writes land inside DIR).",
 )
@@ -42,22 +41,22 @@ def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     plan = plan_eject(host, facts)
     gpu = f"{plan.gpu.name or 'eGPU'} ({plan.gpu.pci_address})"
     for note in plan.notes:
-        click.echo(f"note: {note}", err=True)
+        cli.echo(f"note: {note}", err=True)
     if host.kind == "recorded":
-        click.echo(f"eject plan for {gpu} on a recorded host (nothing done):")
+        cli.echo(f"eject plan for {gpu} on a recorded host (nothing done):")
         for b in plan.blockers:
-            click.echo(f"  blocked: {b}")
+            cli.echo(f"  blocked: {b}")
         for s in plan.steps:
-            click.echo(f"  {s.description}")
+            cli.echo(f"  {s.description}")
         return
     if not plan.blockers and not assume_yes:
-        click.echo(f"eject {gpu}:", err=True)
+        cli.echo(f"eject {gpu}:", err=True)
         for s in plan.steps:
-            click.echo(f"  {s.description}", err=True)
+            cli.echo(f"  {s.description}", err=True)
         if not sys.stdin.isatty():
             raise UsageError(
                 "eject changes the running system and needs confirmation", "re-run with --yes"
             )
-        click.confirm("go ahead?", abort=True, err=True)
-    run_eject(host, plan, say=lambda line: click.echo(line, err=True))
-    click.echo(f"now safe to unplug {gpu}")
+        cli.confirm("go ahead?", abort=True, err=True)
+    run_eject(host, plan, say=lambda line: cli.echo(line, err=True))
+    cli.echo(f"now safe to unplug {gpu}")

@@ -7,8 +7,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import (
     complete_profile,
     echo_json,
@@ -40,59 +39,59 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
 """
 
 
-@click.command(epilog=EPILOG)
-@click.option(
+@cli.command(epilog=EPILOG)
+@cli.option(
     "--profile",
     "profile_name",
     shell_complete=complete_profile,
     default=None,
     help="Profile name or path to a YAML file (default with --bundle: the bundle's).",
 )
-@click.option(
+@cli.option(
     "--dry-run",
     is_flag=True,
     help="Show the resolution, what a person must do, every step and a summary; change nothing.",
 )
-@click.option("--diff", "show_diff", is_flag=True, help="Also show each file's unified diff.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@cli.option("--diff", "show_diff", is_flag=True, help="Also show each file's unified diff.")
+@cli.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @json_option
-@click.option("--only", default=None, metavar="PARTS", help="Comma list of driver,torch,config.")
-@click.option(
+@cli.option("--only", default=None, metavar="PARTS", help="Comma list of driver,torch,config.")
+@cli.option(
     "--venv", default=None, metavar="PATH", help="torch venv (default /opt/egpu-setup/venv)."
 )
-@click.option(
+@cli.option(
     "--torch",
     "torch_spec",
     default=None,
     metavar="SPEC",
     help="torch version, e.g. 2.9.1 or '>=2.8'.",
 )
-@click.option(
+@cli.option(
     "--cuda", default=None, metavar="VARIANT", help="torch variant: cu128, cu126, ... or cpu."
 )
-@click.option(
+@cli.option(
     "--driver-branch", type=int, default=None, metavar="N", help="NVIDIA driver branch, e.g. 550."
 )
-@click.option(
+@cli.option(
     "--mode",
-    type=click.Choice(["compute", "display"]),
+    type=cli.Choice(["compute", "display"]),
     default=None,
     help="Override the profile's mode.",
 )
-@click.option(
+@cli.option(
     "--index-url",
     default=None,
     metavar="URL",
     help="Lab mirror of the torch variant index (replaces it).",
 )
-@click.option(
+@cli.option(
     "--bundle",
     "bundle_dir",
     default=None,
     metavar="DIR",
     help="Install offline from a bundle written by `egpu-setup bundle`.",
 )
-@click.option(
+@cli.option(
     "--bundle-sha256",
     "bundle_sha256",
     default=None,
@@ -102,30 +101,30 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     help="The sha256 of the bundle's manifest.json that `egpu-setup bundle` printed: nothing "
     "in the bundle is trusted until it matches.",
 )
-@click.option(
+@cli.option(
     "--root", "root_dir", default=None, metavar="DIR", help="Install into the system image at DIR."
 )
 @from_option
-@click.option(
+@cli.option(
     "--force",
     is_flag=True,
     help="Replace files edited since egpu-setup wrote them (backed up); go ahead despite another "
     "GPU manager or a profile for another card.",
 )
-@click.option(
+@cli.option(
     "--lock-timeout",
-    type=click.IntRange(0, 86400),
+    type=cli.IntRange(0, 86400),
     default=600,
     show_default=True,
     help="Seconds to wait for the package manager's lock.",
 )
-@click.option(
+@cli.option(
     "--enclosure",
     default=None,
     metavar="UUID",
     help="The Thunderbolt enclosure to enrol (and pin) when the eGPU is not yet visible.",
 )
-@click.option(
+@cli.option(
     "--verify/--no-verify",
     "run_verify",
     default=True,
@@ -201,13 +200,13 @@ def command(
     if as_json:
         echo_json(outcome_json(outcome))
     else:
-        click.echo(outcome_text(outcome))
+        cli.echo(outcome_text(outcome))
     if outcome.exit_code:
         sys.exit(outcome.exit_code)
 
 
 def _warn(text: str) -> None:
-    click.echo(f"warning: {text}", err=True)
+    cli.echo(f"warning: {text}", err=True)
 
 
 def _show(run: Prepared, show_diff: bool = False) -> None:
@@ -215,28 +214,28 @@ def _show(run: Prepared, show_diff: bool = False) -> None:
 
     for w in run.warnings:
         _warn(w)
-    click.echo(plan_text(run, diff=show_diff))
+    cli.echo(plan_text(run, diff=show_diff))
 
 
 def _confirm(run: Prepared, show_diff: bool = False) -> None:
-    """The plan, then a yes from a person at a terminal (click.Abort otherwise: exit 130)."""
+    """The plan, then a yes from a person at a terminal (Aborted otherwise: exit 130)."""
     from egpu_setup.errors import UsageError
 
     _show(run, show_diff)
     if not sys.stdin.isatty():
         raise UsageError("confirmation needed and stdin is not a terminal", "pass --yes")
-    click.confirm("Apply this plan?", abort=True, err=True)
+    cli.confirm("Apply this plan?", abort=True, err=True)
 
 
 def _ask_enclosure(devices: Sequence[TbDevice]) -> TbDevice | None:
     """Which waiting Thunderbolt device is the enclosure: a person picks one, or none."""
     from egpu_setup.install.enrol import describe
 
-    click.echo("No eGPU is visible. These Thunderbolt devices wait for authorization:", err=True)
+    cli.echo("No eGPU is visible. These Thunderbolt devices wait for authorization:", err=True)
     for i, dev in enumerate(devices, 1):
-        click.echo(f"  {i}. {describe(dev)}", err=True)
-    click.echo("Enrol only your eGPU enclosure: it gets a PCIe tunnel (DMA) from now on.", err=True)
-    answer = click.prompt(
+        cli.echo(f"  {i}. {describe(dev)}", err=True)
+    cli.echo("Enrol only your eGPU enclosure: it gets a PCIe tunnel (DMA) from now on.", err=True)
+    answer = cli.prompt(
         f"Enrol which? [1-{len(devices)}, Enter: none]",
         default="",
         show_default=False,

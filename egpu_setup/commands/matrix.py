@@ -5,12 +5,11 @@ from __future__ import annotations
 from datetime import date, datetime, timezone
 from typing import Any
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import complete_profile, echo_json, json_option
 
 
-@click.group(
+@cli.group(
     epilog="""\b
 Examples:
   egpu-setup matrix show
@@ -43,7 +42,7 @@ def show(as_json: bool) -> None:
     if as_json:
         echo_json(data)
         return
-    click.echo(format_matrix(data))
+    cli.echo(format_matrix(data))
 
 
 @command.command(
@@ -57,14 +56,14 @@ Examples:
 """,
 )
 @json_option
-@click.option(
+@cli.option(
     "--index-url",
     metavar="URL",
     help="PyTorch wheel index root (default: the official one; env EGPU_SETUP_TORCH_INDEX).",
 )
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Read timeout, s.")
-@click.option("--retries", type=click.IntRange(0, 10), default=3, show_default=True)
-@click.option(
+@cli.option("--timeout", type=float, default=30.0, show_default=True, help="Read timeout, s.")
+@cli.option("--retries", type=cli.IntRange(0, 10), default=3, show_default=True)
+@cli.option(
     "--profile",
     "profiles",
     multiple=True,
@@ -109,18 +108,18 @@ def update(
         )
         return
     verb = "unchanged (HTTP 304)" if result.status == "not-modified" else "updated"
-    click.echo(f"matrix {verb}: {result.versions} torch releases from {result.url}")
+    cli.echo(f"matrix {verb}: {result.versions} torch releases from {result.url}")
     if result.new_versions:
-        click.echo(f"new releases: {', '.join(result.new_versions)}")
+        cli.echo(f"new releases: {', '.join(result.new_versions)}")
     for change in result.changes:
-        click.echo(f"  {change}")
-    click.echo(f"cached in {result.path}")
-    click.echo(
+        cli.echo(f"  {change}")
+    cli.echo(f"cached in {result.path}")
+    cli.echo(
         "installs still decide with the shipped snapshot; with --matrix updated they would "
         "choose (this machine):"
     )
     for d in drifts:
-        click.echo(f"  {d.text()}")
+        cli.echo(f"  {d.text()}")
 
 
 def _drifts(profiles: list[Any]) -> list[Any]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import echo_json, json_option
 from egpu_setup.errors import UsageError
 
@@ -15,7 +14,7 @@ log = logging.getLogger("egpu_setup.profiles")
 SCHEMA_LIST = "egpu-setup/profiles/1"
 
 
-@click.group(
+@cli.group(
     "profiles",
     epilog="""\b
 Examples:
@@ -87,9 +86,9 @@ def list_profiles(as_json: bool) -> None:
         _print_table(rows)
     if errors:
         for err in errors[:-1]:
-            click.echo(f"error: {err.message}", err=True)
+            cli.echo(f"error: {err.message}", err=True)
             if err.hint:
-                click.echo(f"hint: {err.hint}", err=True)
+                cli.echo(f"hint: {err.hint}", err=True)
         raise errors[-1]
 
 
@@ -115,7 +114,7 @@ def _print_table(rows: list[dict]) -> None:
         )
     widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
     for row in table:
-        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        cli.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 @command.command(
@@ -126,7 +125,7 @@ Examples:
   egpu-setup profiles show ./lab-4090.yaml --json
 """,
 )
-@click.argument("name")
+@cli.argument("name")
 @json_option
 def show(name: str, as_json: bool) -> None:
     """Print one profile with every default filled in and `extends:` merged."""
@@ -140,10 +139,10 @@ def show(name: str, as_json: bool) -> None:
     import yaml
 
     body = {k: v for k, v in data.items() if k not in ("origin", "path", "chain", "extends")}
-    click.echo(f"# {profile.name}: {profile.path} ({profile.origin})")
+    cli.echo(f"# {profile.name}: {profile.path} ({profile.origin})")
     if profile.extends:
-        click.echo(f"# merged from: {' <- '.join(profile.chain)}")
-    click.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100).rstrip())
+        cli.echo(f"# merged from: {' <- '.join(profile.chain)}")
+    cli.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100).rstrip())
 
 
 @command.command(
@@ -154,7 +153,7 @@ Examples:
   egpu-setup profiles check /etc/egpu-setup/profiles/*.yaml
 """,
 )
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@cli.argument("files", nargs=-1, required=True, type=cli.Path(dir_okay=False, path_type=Path))
 def check(files: tuple[Path, ...]) -> None:
     """Validate profiles (`name:` = file name): exit 0 when all are valid, 2 with file:line:col."""
     from egpu_setup.profile.load import load_file
@@ -171,15 +170,15 @@ def check(files: tuple[Path, ...]) -> None:
         except UsageError as exc:
             failures.append(exc)
             continue
-        click.echo(f"ok: {path} ({profile.name}: {profile.gpu.name})")
+        cli.echo(f"ok: {path} ({profile.name}: {profile.gpu.name})")
     if not failures:
         return
     if len(failures) == 1:
         raise failures[0]
     for err in failures:
-        click.echo(f"error: {err.message}", err=True)
+        cli.echo(f"error: {err.message}", err=True)
         if err.hint:
-            click.echo(f"hint: {err.hint}", err=True)
+            cli.echo(f"hint: {err.hint}", err=True)
     raise UsageError(
         f"{len(failures)} of {len(files)} profiles are invalid", "fix the errors listed above"
     )

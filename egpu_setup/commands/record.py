@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
+from egpu_setup.commands import _cli as cli
 
 
-@click.command(
+@cli.command(
     epilog="""\b
 Examples:
   sudo egpu-setup record ./egpu-report      # root sees dmesg and lspci capabilities
@@ -16,11 +16,11 @@ Examples:
   tar czf egpu-report.tgz egpu-report       # attach to a bug report
 """
 )
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--no-redact", is_flag=True, help="Keep unique ids, UUIDs and serial numbers.")
-@click.option(
+@cli.argument("directory", type=cli.Path(path_type=Path))
+@cli.option("--no-redact", is_flag=True, help="Keep unique ids, UUIDs and serial numbers.")
+@cli.option(
     "--venv",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=cli.Path(file_okay=False, path_type=Path),
     default=None,
     help="Also record the torch build of this venv (commands/torch.json; runs its Python).",
 )
@@ -30,4 +30,4 @@ def command(directory: Path, no_redact: bool, venv: Path | None) -> None:
     from egpu_setup.host.machine import LiveHost
 
     out = record(LiveHost(), directory, redact=not no_redact, venv=venv)
-    click.echo(str(out))
+    cli.echo(str(out))

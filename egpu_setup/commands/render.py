@@ -6,14 +6,13 @@ import logging
 import sys
 from pathlib import Path
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
 
 log = logging.getLogger("egpu_setup.render")
 
 
-@click.command(
+@cli.command(
     epilog="""\b
 Examples:
   egpu-setup render --profile rtx4090 --out ./egpu-config
@@ -22,7 +21,7 @@ Examples:
   diff -r ./cfg/etc /etc                    # what install would change
 """
 )
-@click.option(
+@cli.option(
     "--profile",
     "profile_name",
     shell_complete=complete_profile,
@@ -30,21 +29,21 @@ Examples:
     metavar="NAME|FILE",
     help="A shipped profile name or a path to a profile YAML file.",
 )
-@click.option(
+@cli.option(
     "--out",
     "out_dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=cli.Path(file_okay=False, path_type=Path),
     help="Directory to write into; files land at their host paths below it.",
 )
-@click.option(
+@cli.option(
     "--mode",
-    type=click.Choice(["compute", "display"]),
+    type=cli.Choice(["compute", "display"]),
     default=None,
     help="compute: leave the display stack alone (default for lab laptops); "
     "display: the eGPU drives the desktop. Default: the profile's mode.",
 )
-@click.option(
+@cli.option(
     "--pci-realloc",
     is_flag=True,
     help="Add the GRUB drop-in with pci=realloc (doctor's pci-bar-allocation-failed fix).",
@@ -119,9 +118,9 @@ def command(
         )
         return
     for f, p in zip(result.files, written, strict=False):
-        click.echo(f"{p}  ({f.purpose})")
+        cli.echo(f"{p}  ({f.purpose})")
     for ln, p in zip(result.links, linked, strict=True):
-        click.echo(f"{p} -> {ln.target}  ({ln.purpose})")
-    click.echo("\nAn install runs afterwards:")
+        cli.echo(f"{p} -> {ln.target}  ({ln.purpose})")
+    cli.echo("\nAn install runs afterwards:")
     for c in result.commands:
-        click.echo(f"  {' '.join(c.argv)}    # {c.purpose}")
+        cli.echo(f"  {' '.join(c.argv)}    # {c.purpose}")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import echo_json, json_option
 from egpu_setup.errors import EXIT_FAILED, EgpuSetupError, UsageError
 from egpu_setup.text import plain
@@ -20,23 +19,23 @@ Examples:
 """
 
 
-@click.command(epilog=EPILOG)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option(
+@cli.command(epilog=EPILOG)
+@cli.argument("paths", nargs=-1, required=True, type=cli.Path(path_type=str))
+@cli.option(
     "--html",
     "html_out",
-    type=click.Path(dir_okay=False, path_type=str),
+    type=cli.Path(dir_okay=False, path_type=str),
     default=None,
     help="Also write a self-contained HTML page to this file.",
 )
-@click.option("--title", default="egpu-setup fleet report", show_default=True, help="HTML title.")
-@click.option(
+@cli.option("--title", default="egpu-setup fleet report", show_default=True, help="HTML title.")
+@cli.option(
     "--strict",
     is_flag=True,
     help="Exit 1 unless every machine is ok: verified on its eGPU, nothing failed, no report "
     "claiming another machine.",
 )
-@click.option(
+@cli.option(
     "--cpu-ok",
     is_flag=True,
     help="Count a machine verified on the CPU only (`verify --device cpu`) as ok: for CI "
@@ -71,7 +70,7 @@ def command(
     if as_json:
         echo_json(report.to_json())
     else:
-        click.echo(render_text(report), nl=False)
+        cli.echo(render_text(report), nl=False)
     bad = report.not_ok
     if strict and bad:
         names = ", ".join(r.machine for r in bad[:5]) + (" …" if len(bad) > 5 else "")

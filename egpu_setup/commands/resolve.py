@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import (
     complete_profile,
     echo_json,
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from egpu_setup.detect.facts import HostFacts
 
 
-@click.command(
+@cli.command(
     epilog="""\b
 Examples:
   egpu-setup resolve                                   # this machine
@@ -37,23 +36,21 @@ Examples:
 )
 @json_option
 @from_option
-@click.option("--gpu", help="The eGPU: PCI id (10de:2b85 or 2b85) or a name ('RTX 5090').")
-@click.option("--driver", "driver", metavar="VER", help="Installed NVIDIA driver, e.g. 550.163.01.")
-@click.option("--distro", metavar="ID-VER", help="Distribution, e.g. ubuntu-24.04, debian-12.")
-@click.option("--python", "python", metavar="X.Y", help="Target Python for the torch venv.")
-@click.option(
+@cli.option("--gpu", help="The eGPU: PCI id (10de:2b85 or 2b85) or a name ('RTX 5090').")
+@cli.option("--driver", "driver", metavar="VER", help="Installed NVIDIA driver, e.g. 550.163.01.")
+@cli.option("--distro", metavar="ID-VER", help="Distribution, e.g. ubuntu-24.04, debian-12.")
+@cli.option("--python", "python", metavar="X.Y", help="Target Python for the torch venv.")
+@cli.option(
     "--platform",
-    type=click.Choice(["linux", "wsl"]),
+    type=cli.Choice(["linux", "wsl"]),
     help="linux, or wsl (Windows owns the driver).",
 )
-@click.option(
+@cli.option(
     "--torch", "torch_spec", metavar="SPEC", help="torch version or specifier: 2.9.1, '>=2.7'."
 )
-@click.option("--cuda", metavar="VARIANT", help="Wheel variant: cu126, cu128, cu130, ... or cpu.")
-@click.option(
-    "--driver-branch", type=int, metavar="N", help="Use exactly this driver branch (580)."
-)
-@click.option(
+@cli.option("--cuda", metavar="VARIANT", help="Wheel variant: cu126, cu128, cu130, ... or cpu.")
+@cli.option("--driver-branch", type=int, metavar="N", help="Use exactly this driver branch (580).")
+@cli.option(
     "--profile",
     "profile_name",
     shell_complete=complete_profile,
@@ -109,7 +106,7 @@ def command(
     if as_json:
         echo_json(resolution.to_json())
     else:
-        click.echo(format_resolution(resolution))
+        cli.echo(format_resolution(resolution))
 
 
 def _facts(from_dir: str | None) -> HostFacts:

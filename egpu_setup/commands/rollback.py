@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import echo_json, json_option
 
 EPILOG = """\b
@@ -17,21 +16,19 @@ Examples:
 """
 
 
-@click.command(epilog=EPILOG)
-@click.option("--yes", "-y", is_flag=True, help="Do it; without --yes only show what would happen.")
-@click.option(
+@cli.command(epilog=EPILOG)
+@cli.option("--yes", "-y", is_flag=True, help="Do it; without --yes only show what would happen.")
+@cli.option(
     "--root", "root_dir", default=None, metavar="DIR", help="Roll back the system image at DIR."
 )
 @json_option
-@click.option(
+@cli.option(
     "--packages",
     is_flag=True,
     help="Also purge the apt packages (and the dependencies they brought) and venvs egpu-setup "
     "installed.",
 )
-@click.option(
-    "--force", is_flag=True, help="Also restore files edited after egpu-setup wrote them."
-)
+@cli.option("--force", is_flag=True, help="Also restore files edited after egpu-setup wrote them.")
 def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, force: bool) -> None:
     """Restore every file egpu-setup replaced, byte for byte; remove the ones it created.
 
@@ -62,13 +59,13 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
         if outcome.failed:
             sys.exit(1)
         return
-    click.echo(rollback_text(outcome))
+    cli.echo(rollback_text(outcome))
     error = outcome.error()
     if error is not None:
         raise error  # after the table: which files were undone, and the one that was not
     if plan.empty:
         return
     if not outcome.applied:
-        click.echo("Nothing changed; run with --yes to do this.", err=True)
+        cli.echo("Nothing changed; run with --yes to do this.", err=True)
     elif outcome.kept_edits or outcome.failed:
         sys.exit(1)  # the table says which file was kept, or which command failed

@@ -7,8 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import click
-
+from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import complete_profile, echo_json, json_option
 from egpu_setup.errors import EgpuSetupError
 
@@ -29,39 +28,35 @@ Examples:
 """
 
 
-def _split_skip(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> tuple[str, ...]:
+def _split_skip(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(s.strip() for v in values for s in v.split(",") if s.strip())
 
 
-@click.command("verify", epilog=EPILOG)
+@cli.command("verify", epilog=EPILOG)
 @json_option
-@click.option(
-    "--venv", "venv", metavar="PATH", help="Venv to verify (default /opt/egpu-setup/venv)."
-)
-@click.option("--python", "python", metavar="PATH", help="Interpreter to verify instead of a venv.")
-@click.option(
+@cli.option("--venv", "venv", metavar="PATH", help="Venv to verify (default /opt/egpu-setup/venv).")
+@cli.option("--python", "python", metavar="PATH", help="Interpreter to verify instead of a venv.")
+@cli.option(
     "--device",
     default="auto",
     show_default=True,
     metavar="auto|cuda|cuda:N|cpu",
     help="auto: the eGPU; cuda: any CUDA GPU; cpu: the CPU path (bf16 autocast).",
 )
-@click.option("--quick", is_flag=True, help="Shorter budgets, smaller sizes.")
-@click.option(
+@cli.option("--quick", is_flag=True, help="Shorter budgets, smaller sizes.")
+@cli.option(
     "--timeout", "timeout_s", type=float, metavar="S", help="Hard limit for the torch child."
 )
-@click.option(
+@cli.option(
     "--burn-in", "burn_in", type=float, default=0.0, metavar="MINUTES", help="Add a stability run."
 )
-@click.option(
+@cli.option(
     "--profile",
     metavar="NAME|FILE",
     shell_complete=complete_profile,
     help="Take expectations from this GPU profile.",
 )
-@click.option(
+@cli.option(
     "--skip",
     multiple=True,
     callback=_split_skip,
@@ -118,7 +113,7 @@ def command(
     else:
         echo_json(report.to_json())
     if path is not None:
-        click.echo(f"report: {path}", err=True)
+        cli.echo(f"report: {path}", err=True)
     if not report.ok:
         fails = report.failures
         what = "; ".join(f"{c.id}: {c.detail}" for c in fails[:3]) or f"the run {report.outcome}"

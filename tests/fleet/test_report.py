@@ -15,9 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from egpu_setup.cli import cli
 from egpu_setup.fleet.html import COLUMNS as HTML_COLUMNS
 from egpu_setup.fleet.html import cells as html_cells
 from egpu_setup.fleet.html import render_html
@@ -337,8 +335,8 @@ def test_informational_and_skipped_checks_are_no_failures(tmp_path: Path) -> Non
 
 
 def test_json_output_via_cli() -> None:
-    res = CliRunner().invoke(cli, ["report", str(LAB), "--json"])
-    assert res.exit_code == 0, res.output
+    res = _run("report", str(LAB), "--json")
+    assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["schema"] == SCHEMA_REPORT
     assert data["summary"]["hosts"] == 6 and data["summary"]["ok"] == 3
@@ -380,8 +378,8 @@ ALLOWED_TAGS = {
 
 def test_html_is_self_contained_with_one_mark_per_machine(tmp_path: Path) -> None:
     out = tmp_path / "lab.html"
-    res = CliRunner().invoke(cli, ["report", str(LAB), str(DATA / "real"), "--html", str(out)])
-    assert res.exit_code == 0, res.output
+    res = _run("report", str(LAB), str(DATA / "real"), "--html", str(out))
+    assert res.returncode == 0, res.stderr
     page = out.read_text()
     p = Page()
     p.feed(page)
@@ -505,9 +503,9 @@ def test_no_arguments_is_usage_error() -> None:
 
 
 def test_help_has_examples() -> None:
-    res = CliRunner().invoke(cli, ["report", "--help"])
-    assert res.exit_code == 0
-    assert "Examples:" in res.output and "--html" in res.output and "--cpu-ok" in res.output
+    res = _run("report", "--help")
+    assert res.returncode == 0
+    assert "Examples:" in res.stdout and "--html" in res.stdout and "--cpu-ok" in res.stdout
 
 
 @pytest.mark.slow
