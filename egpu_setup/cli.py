@@ -81,8 +81,13 @@ class LazyGroup(cli_kit.Group):
         return super().main(argv, prog)
 
 
-def _setup_logging(verbose: int, quiet: int, version: bool = False) -> None:
-    import logging  # here, not at the top: `--help` and `--version` never get this far
+def _setup_logging(verbose: int, quiet: int) -> None:
+    """-v and -q set how much reaches stderr. Without them nothing is configured and `logging`
+    is not even imported (egpu_setup/log.py): Python's last-resort handler prints a warning or
+    worse as the bare message on stderr, which is what this would set up."""
+    if verbose == quiet == 0:
+        return
+    import logging
 
     level = logging.WARNING + 10 * (quiet - verbose)
     handler = logging.StreamHandler(sys.stderr)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -56,10 +55,11 @@ from egpu_setup.bundle.wheels import (
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
 from egpu_setup.execute.tool import tool_source
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 from egpu_setup.profile.types import Profile
 from egpu_setup.state.atomic import atomic_copy, atomic_write
 
-log = logging.getLogger("egpu_setup.bundle")
+log = get_logger("egpu_setup.bundle")
 
 
 DOWNLOAD_TIMEOUT = 3600  # seconds for one pip/apt download call (3 GB of CUDA wheels)

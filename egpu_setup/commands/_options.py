@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
 
 from egpu_setup.commands import _cli as cli
 
+TYPE_CHECKING = False  # typing costs 2 ms of every start; these names are for mypy only
 if TYPE_CHECKING:
+    from typing import Any
+
     from egpu_setup.commands._cli import Completion
 
 from_option = cli.option(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import complete_profile, echo_json, json_option, matrix_option
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.bundle")
+log = get_logger("egpu_setup.bundle")
 
 EPILOG = """\b
 Examples:

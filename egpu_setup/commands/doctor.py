@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,12 +10,13 @@ from typing import TYPE_CHECKING
 from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import echo_json, from_option, json_option
 from egpu_setup.errors import EXIT_FAILED, UsageError
+from egpu_setup.log import get_logger
 
 if TYPE_CHECKING:
     from egpu_setup.doctor.findings import DoctorInput, Finding
     from egpu_setup.doctor.torchcheck import TorchInfo
 
-log = logging.getLogger("egpu_setup.doctor")
+log = get_logger("egpu_setup.doctor")
 
 
 _TORCH_INFO_HINT = (
@@ -116,8 +116,6 @@ def command(
     else:
         _print(findings, inputs.sources())
     if any(f.severity == "error" for f in findings):
-        # sys.exit, not click's Exit: cli.main runs click with standalone_mode=False, which
-        # turns Exit into a return value that is then dropped.
         sys.exit(EXIT_FAILED)
 
 

@@ -84,11 +84,10 @@ def update(
     data decides only for `install/resolve/bundle --matrix updated`. What that would change on
     this machine (for each --profile) is printed as the drift; a profile's pins never drift.
     """
-    import logging
-
     from egpu_setup.compat.fetch import update_matrix
+    from egpu_setup.log import get_logger
 
-    log = logging.getLogger("egpu_setup.matrix")
+    log = get_logger("egpu_setup.matrix")
     if profiles:  # a bad profile is bad input: refused before the network is touched
         from egpu_setup.profile.load import load_profile
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import echo_json, json_option
 from egpu_setup.errors import UsageError
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.profiles")
+log = get_logger("egpu_setup.profiles")
 
 SCHEMA_LIST = "egpu-setup/profiles/1"
 

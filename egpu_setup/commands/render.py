@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
 from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.render")
+log = get_logger("egpu_setup.render")
 
 
 @cli.command(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -10,11 +9,12 @@ from typing import TYPE_CHECKING
 from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import complete_profile, echo_json, json_option
 from egpu_setup.errors import EgpuSetupError
+from egpu_setup.log import get_logger
 
 if TYPE_CHECKING:
     from egpu_setup.verify.session import VerifyOptions
 
-log = logging.getLogger("egpu_setup.verify")
+log = get_logger("egpu_setup.verify")
 
 EPILOG = """\b
 Examples:

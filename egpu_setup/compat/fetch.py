@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 import signal
@@ -28,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.compat.overlay import OVERLAY_SCHEMA, STATE_ENV, overlay_path, state_dir
 from egpu_setup.errors import EgpuSetupError, UsageError
+from egpu_setup.log import get_logger
 from egpu_setup.state.atomic import atomic_write
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from egpu_setup.compat.matrix import Matrix
 
-log = logging.getLogger("egpu_setup.matrix")
+log = get_logger("egpu_setup.matrix")
 
 
 INDEX_ENV = "EGPU_SETUP_TORCH_INDEX"

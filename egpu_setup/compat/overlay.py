@@ -6,13 +6,14 @@ Anything unreadable or malformed is ignored with a warning: the shipped snapshot
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("egpu_setup.matrix")
+from egpu_setup.log import get_logger
+
+log = get_logger("egpu_setup.matrix")
 
 STATE_ENV = "EGPU_SETUP_STATE_DIR"
 DEFAULT_STATE_DIR = "/var/lib/egpu-setup"

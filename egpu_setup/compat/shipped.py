@@ -12,9 +12,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any
 
 from egpu_setup.errors import MatrixError
+
+TYPE_CHECKING = False  # typing costs 2 ms of every start; these names are for mypy only
+if TYPE_CHECKING:
+    from typing import Any
 
 # The YAML sources, by the name callers use (and error messages show).
 SOURCES = (

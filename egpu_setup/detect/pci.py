@@ -201,6 +201,8 @@ def tunnel_by_name(name: str | None) -> Tunnel | None:
 
 @dataclass(frozen=True)
 class Placement:
+    """Where a GPU sits: outside the laptop or not, over what link, and the evidence."""
+
     external: bool | None
     connection: str
     evidence: tuple[str, ...]

@@ -6,15 +6,15 @@ Soft: a missing or unreadable source is None or empty, and shown as such with th
 from __future__ import annotations
 
 import itertools
-import logging
 from typing import Any
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.doctor.dmesg import DmesgScan, scan_lines
 from egpu_setup.doctor.findings import DoctorInput
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.doctor")
+log = get_logger("egpu_setup.doctor")
 
 UDEV_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d")
 

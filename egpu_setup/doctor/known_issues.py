@@ -14,6 +14,8 @@ from egpu_setup.detect.facts import Gpu, HostFacts
 
 @dataclass(frozen=True)
 class KnownIssue:
+    """A known-bad combination of GPU architecture and link, with its sources."""
+
     id: str
     architectures: tuple[str, ...]
     connections: tuple[str, ...]
@@ -38,6 +40,8 @@ class KnownIssue:
 
 @dataclass(frozen=True)
 class IssueHit:
+    """A known issue that matches a GPU of this machine."""
+
     issue: KnownIssue
     gpu: Gpu
 

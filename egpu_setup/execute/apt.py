@@ -9,7 +9,6 @@ we name it (docs/sources.md, "Non-interactive apt").
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,10 +18,11 @@ from egpu_setup.execute.console import show_line
 from egpu_setup.execute.dpkg_lock import lock_holder, wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 from egpu_setup.plan.installed import installed_packages
 from egpu_setup.plan.steps import AptInstall, AptRepository, bundle_apt_options
 
-log = logging.getLogger("egpu_setup.execute")
+log = get_logger("egpu_setup.execute")
 
 
 APT_ENV = {

@@ -24,7 +24,6 @@ brought it, so there the prerm's own override is set, SUDO_FORCE_REMOVE=yes.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import stat
@@ -36,9 +35,10 @@ from egpu_setup.execute.apt import APT_ENV, raise_if_locked
 from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host
 from egpu_setup.host.process import Result
+from egpu_setup.log import get_logger
 from egpu_setup.plan.installed import installed_packages
 
-log = logging.getLogger("egpu_setup.rollback")
+log = get_logger("egpu_setup.rollback")
 
 LOCK_TIMEOUT_S = 600
 # the lock wait; and never apt's own autoremove along (a machine may set it in apt.conf): only

@@ -10,15 +10,15 @@ runs where a module is missing; a module still missing then is an error naming t
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass
 
 from egpu_setup.errors import ExecutionError
 from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.execute")
+log = get_logger("egpu_setup.execute")
 
 DKMS_BUILD_TIMEOUT_S = 3600  # one kernel's NVIDIA module: 2.5-5 min on 2 cores (issue 20)
 

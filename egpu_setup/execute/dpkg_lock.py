@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
 
 from egpu_setup.errors import BusyError
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.execute")
+log = get_logger("egpu_setup.execute")
 
 DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
 

@@ -20,7 +20,6 @@ this exists. `plan_eject` only reads; `run_eject` acts through the Host: command
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +27,9 @@ from dataclasses import dataclass
 from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError, UsageError
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.eject")
+log = get_logger("egpu_setup.eject")
 
 PERSISTENCED_UNITS = ("egpu-setup-persistenced.service", "nvidia-persistenced.service")
 # /proc/PID/comm is cut to 15 characters.

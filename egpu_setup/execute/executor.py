@@ -16,7 +16,6 @@ once at the next boot when (and only while) it exists, consumes it and saves ver
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import time
@@ -31,6 +30,7 @@ from egpu_setup.execute import pip as execute_pip
 from egpu_setup.execute import tool as execute_tool
 from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host, RootHost
+from egpu_setup.log import get_logger
 from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
@@ -50,7 +50,7 @@ from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
 from egpu_setup.state.verify_marker import write_verify_marker
 
-log = logging.getLogger("egpu_setup.execute")
+log = get_logger("egpu_setup.execute")
 
 KILL_ENV = "EGPU_SETUP_TEST_KILL_AT"
 SIMULATE_ENV = "EGPU_SETUP_APT_SIMULATE"  # "1": apt-get -s, for tests in a debootstrap root

@@ -10,7 +10,6 @@ that knows which (docs/sources.md, "Atomic writes"):
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from collections.abc import Callable
@@ -20,10 +19,11 @@ from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
 
-log = logging.getLogger("egpu_setup.execute")
+log = get_logger("egpu_setup.execute")
 
 
 @dataclass

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -31,9 +30,10 @@ from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context, missing_parents
 from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import Host, RootHost
+from egpu_setup.log import get_logger
 from egpu_setup.plan.steps import InstallTool
 
-log = logging.getLogger("egpu_setup.execute")
+log = get_logger("egpu_setup.execute")
 
 IMAGE_WHEELS = "/run/egpu-setup/wheels"
 BUILD_TIMEOUT_S = 900

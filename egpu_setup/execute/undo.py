@@ -21,7 +21,6 @@ yet told).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import stat
@@ -33,12 +32,13 @@ from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.files import location, read_managed
 from egpu_setup.host.identity import MACHINE_ID
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 from egpu_setup.render.headers import has_header
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
-log = logging.getLogger("egpu_setup.execute")
+log = get_logger("egpu_setup.execute")
 
 # Files egpu-setup renders, each starting with its header (render/headers.py): README, "What
 # egpu-setup changes on a machine"; the names come from render/files.py.

@@ -13,7 +13,6 @@ A verify older than an install that changed the machine proves nothing about it 
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +30,9 @@ from egpu_setup.fleet.expected import (
 )
 from egpu_setup.fleet.identity import Machine, machines, unique_names
 from egpu_setup.fleet.load import FileProblem, LoadedReport, dig, find_folders, load_folder
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.report")
+log = get_logger("egpu_setup.report")
 
 SCHEMA_REPORT = "egpu-setup/report/1"
 

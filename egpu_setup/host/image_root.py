@@ -25,7 +25,6 @@ util-linux provides unshare, setpriv and mount (Essential in Debian; on Fedora a
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import subprocess
@@ -35,8 +34,9 @@ from pathlib import Path
 from typing import Protocol
 
 from egpu_setup.errors import ExecutionError
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup")
+log = get_logger("egpu_setup")
 
 ENTER = Path(__file__).with_name("enter.py")
 # The build host's environment an image command may see: locale, terminal, Debian's and apt's

@@ -20,7 +20,6 @@ NVIDIA/open-gpu-kernel-modules issue #842).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import secrets
 import selectors
@@ -32,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from egpu_setup.host.process import stat_fields
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.verify")
+log = get_logger("egpu_setup.verify")
 
 TERM_GRACE_S = 2.0  # SIGTERM -> SIGKILL
 KILL_WAIT_S = 5.0  # SIGKILL -> give up waiting (uninterruptible sleep)

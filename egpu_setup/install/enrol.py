@@ -21,7 +21,6 @@ Never more than the one device chosen, never a blanket rule.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 from egpu_setup.detect.facts import HostFacts, TbDevice
 from egpu_setup.errors import ActionRequired, UsageError
 from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 from egpu_setup.profile.types import HotplugOptions, Profile
 
 if TYPE_CHECKING:
     from egpu_setup.install.prepared import Prepared
     from egpu_setup.state.paths import StatePaths
 
-log = logging.getLogger("egpu_setup.install")
+log = get_logger("egpu_setup.install")
 
 TB_DEVICES = "/sys/bus/thunderbolt/devices"
 ENROL_WAIT_S = 60  # the GPU shows up within seconds of the tunnel; generous for a cold enclosure

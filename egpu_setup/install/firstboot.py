@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -32,9 +31,10 @@ from typing import Any
 from egpu_setup.errors import EXIT_FAILED, EXIT_OK, EgpuSetupError
 from egpu_setup.host.machine import Host, LiveHost, RootHost
 from egpu_setup.install import enrol
+from egpu_setup.log import get_logger
 from egpu_setup.state.paths import StatePaths
 
-log = logging.getLogger("egpu_setup.install")
+log = get_logger("egpu_setup.install")
 
 SCHEMA = "egpu-setup/firstboot/1"
 REPORT_NAME = "firstboot.json"

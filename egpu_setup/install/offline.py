@@ -9,7 +9,6 @@ the pin the admin carried over from the machine that built it (bundle/format.py)
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,12 @@ from egpu_setup.bundle.format import (
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.install.options import InstallOptions
+from egpu_setup.log import get_logger
 from egpu_setup.plan.options import BundleSource
 from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.resolution import Resolution, TorchPlan
 
-log = logging.getLogger("egpu_setup.install")
+log = get_logger("egpu_setup.install")
 
 
 @dataclass(frozen=True)

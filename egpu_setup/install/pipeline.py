@@ -7,7 +7,6 @@ command passes `warn` and `confirm` for that, and prints the Outcome.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.execute.executor import ExecOptions, ExecResult
 from egpu_setup.install.options import InstallOptions
 from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
+from egpu_setup.log import get_logger
 from egpu_setup.state.paths import StatePaths
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from egpu_setup.profile.types import Profile
     from egpu_setup.resolve.resolution import Resolution
 
-log = logging.getLogger("egpu_setup.install")
+log = get_logger("egpu_setup.install")
 
 
 VERIFY_TIMEOUT_S = 300

@@ -3,7 +3,6 @@ for `egpu-setup report` (schema egpu-setup/install/1)."""
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -11,8 +10,9 @@ from egpu_setup.errors import EXIT_FAILED, EXIT_REBOOT, EgpuSetupError
 from egpu_setup.execute.executor import ExecResult
 from egpu_setup.host.identity import machine_id_sha256
 from egpu_setup.install.prepared import Prepared
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.install")
+log = get_logger("egpu_setup.install")
 
 
 def install_report(

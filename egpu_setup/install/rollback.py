@@ -11,7 +11,6 @@ Thunderbolt device egpu-setup enrolled in bolt is forgotten again (the undo reco
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import shlex
 from collections.abc import Sequence
@@ -21,10 +20,11 @@ from typing import Any
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.undo import Undo, apply_undo, clean_temp, plan_undo
 from egpu_setup.host.machine import Host, LiveHost, RootHost
+from egpu_setup.log import get_logger
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths, can, denied
 
-log = logging.getLogger("egpu_setup.rollback")
+log = get_logger("egpu_setup.rollback")
 
 CHANGED = ("removed", "restored", "unlinked")
 

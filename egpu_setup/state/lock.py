@@ -5,16 +5,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import logging
 import os
 import stat
 import sys
 from pathlib import Path
 
 from egpu_setup.errors import BusyError, EgpuSetupError
+from egpu_setup.log import get_logger
 from egpu_setup.state.paths import denied
 
-log = logging.getLogger("egpu_setup.state")
+log = get_logger("egpu_setup.state")
 
 
 class RunLock:

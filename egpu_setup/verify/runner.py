@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import signal
 from collections.abc import Callable
@@ -20,8 +19,9 @@ from typing import Any
 
 from egpu_setup.errors import UsageError
 from egpu_setup.host.tracked_session import spawn
+from egpu_setup.log import get_logger
 
-log = logging.getLogger("egpu_setup.verify")
+log = get_logger("egpu_setup.verify")
 
 CHILD = Path(__file__).with_name("_child.py")
 

@@ -9,7 +9,6 @@ can print while the child works; saving and printing are the caller's (commands/
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
@@ -25,12 +24,13 @@ from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.host.identity import machine_id_sha256
 from egpu_setup.host.machine import Host, LiveHost
+from egpu_setup.log import get_logger
 from egpu_setup.verify.checks import Check
 from egpu_setup.verify.progress import PreviousRun, ProgressLog
 from egpu_setup.verify.report import VerifyReport
 from egpu_setup.verify.runner import ChildOutcome, run_child
 
-log = logging.getLogger("egpu_setup.verify")
+log = get_logger("egpu_setup.verify")
 
 DEFAULT_VENV = "/opt/egpu-setup/venv"  # DESIGN.md, "Files on a provisioned machine"
 SKIPPABLE = ("allocation", "bandwidth", "matmul", "amp", "throughput", "burn-in", "ddp")

@@ -95,6 +95,30 @@ def test_live_host_runs_argv_lists_and_reports_missing_tools() -> None:
     assert host.read_attr("/proc/sys/kernel/osrelease") == os.uname().release
 
 
+def test_live_which_takes_absolute_path_entries_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lookup a root process trusts: a relative or empty PATH entry (the working directory)
+    is never searched, a file that is not executable is passed over, and a name with a slash is
+    checked as it is."""
+    here, there = tmp_path / "here", tmp_path / "bin"
+    for d in (here, there):
+        d.mkdir()
+        tool = d / "tool"
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain/tool").write_text("not executable\n")
+    monkeypatch.chdir(tmp_path)
+    host = LiveHost()
+    monkeypatch.setenv("PATH", f"here::plain:{tmp_path / 'plain'}:{there}")
+    assert host.which("tool") == str(there / "tool")
+    monkeypatch.setenv("PATH", f"here:{tmp_path / 'plain'}")
+    assert host.which("tool") is None
+    assert host.which("./here/tool") == "./here/tool"
+    assert host.which(str(tmp_path / "plain/tool")) is None
+
+
 @pytest.mark.parametrize(("platform", "hint_word"), [("darwin", "Linux"), ("win32", "WSL2")])
 def test_macos_and_windows_are_refused_with_an_explanation(platform: str, hint_word: str) -> None:
     with pytest.raises(UnsupportedHardware) as err:

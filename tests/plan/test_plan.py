@@ -177,7 +177,7 @@ import egpu_setup.cli
 args = [a for a in sys.argv[1:] if a not in ("--yes", "--dry-run")] + ["--dry-run"]
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     with contextlib.suppress(BaseException):  # warm-up as root: every lazy import happens here
-        egpu_setup.cli.cli.main(args, standalone_mode=False)
+        egpu_setup.cli.cli.main(args, "egpu-setup")
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 sys.argv = ["egpu-setup", *sys.argv[1:]]
 egpu_setup.cli.main()

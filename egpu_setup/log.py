@@ -1,0 +1,45 @@
+"""Loggers that import `logging` only when a message could be shown.
+
+`logging` brings threading, traceback, string and weakref with it: 3 ms of the 50 that `detect`
+takes, and a run without -v shows no debug or info line. While `logging` is not imported, it is
+also not configured: its root level is still WARNING, so a debug or info record would be dropped,
+and dropping it here without the import is the same outcome. Once anything has imported it (the
+command line does for -v and -q, cli.py; a test's log capture does), every call goes to the real
+logger. Each module keeps the usual one-liner, `log = get_logger("egpu_setup.x")`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+
+
+class _Deferred:
+    """Stands in for logging.getLogger(name)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def _logger(self) -> logging.Logger:
+        import logging
+
+        return logging.getLogger(self._name)
+
+    def debug(self, msg: object, *args: object) -> None:
+        if "logging" in sys.modules:
+            self._logger().debug(msg, *args)
+
+    def info(self, msg: object, *args: object) -> None:
+        if "logging" in sys.modules:
+            self._logger().info(msg, *args)
+
+    def __getattr__(self, attr: str) -> object:  # warning, error, exception, isEnabledFor...
+        return getattr(self._logger(), attr)
+
+
+def get_logger(name: str) -> logging.Logger:
+    """A logger named `name` that imports `logging` when a record could be shown."""
+    return _Deferred(name)  # type: ignore[return-value]
