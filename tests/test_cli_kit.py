@@ -123,6 +123,16 @@ def test_help_is_asked_for_anywhere_and_rendered_from_the_declarations(
     assert all(len(line) <= 78 for line in out)
 
 
+def test_help_follows_a_narrow_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    demo.main(["--help"], "demo")
+    out = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in out) <= 58
+    assert "  --token TEXT              From the environment too. [env" in out
+
+
 def test_wrap_is_greedy_and_keeps_long_words() -> None:
     assert cli.wrap("aa bb cc dd", 8, "  ") == ["  aa bb", "  cc dd"]
     assert cli.wrap("a-very-long-word x", 6) == ["a-very-long-word", "x"]

@@ -19,7 +19,7 @@ PKG = Path(__file__).resolve().parent.parent / "egpu_setup"
 
 # Lowest first. A module may import from its own package and from any layer below its own.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "errors", "text", "data"),  # the version, the error family, terminal-safe text
+    ("__init__", "errors", "text", "data", "log"),  # version, errors, safe text, deferred loggers
     ("host",),  # the one gateway to the machine
     ("state",),  # what egpu-setup remembers: manifest, journal, lock, atomic writes
     ("compat", "profile"),  # knowledge as data with sources; GPU profiles, loaded strictly

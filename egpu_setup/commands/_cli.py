@@ -457,11 +457,14 @@ _HELP_RECORD = ("-h, --help", "Show this message and exit.")
 
 
 def _width() -> int:
-    """Click's: the terminal's columns, at most 80, less a margin of 2; 78 off a terminal."""
-    try:
-        columns = os.get_terminal_size(sys.stdout.fileno()).columns
-    except (OSError, ValueError):
-        columns = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
+    """Click's: the terminal's columns (COLUMNS first, as shutil reads them), at most 80, less a
+    margin of 2; 78 off a terminal."""
+    columns = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.stdout.fileno()).columns
+        except (OSError, ValueError):
+            columns = 80
     return max(min(columns, 80) - 2, 50)
 
 
