@@ -75,8 +75,8 @@ class LazyGroup(cli_kit.Group):
 
     def main(self, argv: Sequence[str], prog: str) -> object:
         before = next((i for i, w in enumerate(argv) if not w.startswith("-")), len(argv))
-        if "--version" in argv[:before]:
-            cli_kit.echo(f"{prog}, version {__version__}")
+        if "--version" in argv[:before] and cli_kit.parse(self, list(argv[:before]), prog):
+            cli_kit.echo(f"{prog}, version {__version__}")  # after the check: --bogus is an error
             return 0
         return super().main(argv, prog)
 
@@ -147,7 +147,7 @@ def _crash_log(exc: BaseException) -> str | None:
 def main() -> None:
     """Console entry point."""
     echo = cli_kit.echo
-    if "_EGPU_SETUP_COMPLETE" in os.environ:  # bash asking what to complete (scripts/install.sh)
+    if os.environ.get("_EGPU_SETUP_COMPLETE"):  # bash asking what to complete (scripts/install.sh)
         from egpu_setup.commands._complete import answer
 
         sys.exit(answer(cli, os.environ))

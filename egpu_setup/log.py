@@ -15,6 +15,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import logging
+    from typing import Any
 
 
 class _Deferred:
@@ -28,16 +29,21 @@ class _Deferred:
 
         return logging.getLogger(self._name)
 
-    def debug(self, msg: object, *args: object) -> None:
+    def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
         if "logging" in sys.modules:
-            self._logger().debug(msg, *args)
+            self._logger().debug(msg, *args, **_caller(kwargs))
 
-    def info(self, msg: object, *args: object) -> None:
+    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
         if "logging" in sys.modules:
-            self._logger().info(msg, *args)
+            self._logger().info(msg, *args, **_caller(kwargs))
 
     def __getattr__(self, attr: str) -> object:  # warning, error, exception, isEnabledFor...
         return getattr(self._logger(), attr)
+
+
+def _caller(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The record names the line that logged, not this module's (logging's stacklevel)."""
+    return {**kwargs, "stacklevel": kwargs.get("stacklevel", 1) + 1}
 
 
 def get_logger(name: str) -> logging.Logger:

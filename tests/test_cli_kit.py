@@ -83,13 +83,53 @@ def test_environment_fills_an_option_only_when_it_is_not_given(
         ((), "Missing argument 'NAME'."),
         (("x", "y", "z"), "Got unexpected extra arguments (y z)"),
         (("x", "--jso"), "No such option '--jso'."),  # no abbreviations
+        (("x", "--help=1"), "Option '--help' does not take a value."),
+        (("x", "--bogus", "--help"), "No such option '--bogus'."),  # help never hides a typo
+        (("x", "--out", ""), "Invalid value for '--out': an empty path."),
     ],
 )  # fmt: skip
 def test_bad_input_is_a_usage_error_with_a_hint(words: tuple[str, ...], message: str) -> None:
     with pytest.raises(UsageError) as exc:
         run(*words)
     assert exc.value.message == message
-    assert exc.value.hint == "see `demo --help`" and exc.value.exit_code == 2
+    assert exc.value.hint is not None and exc.value.hint.endswith("see `demo --help`")
+    assert exc.value.exit_code == 2
+
+
+def test_a_mistyped_option_gets_the_closest_names_and_the_last_of_a_repeat_counts() -> None:
+    with pytest.raises(UsageError) as exc:
+        run("x", "--cont", "2")
+    assert exc.value.hint is not None and exc.value.hint.startswith("did you mean --count")
+    assert run("x", "--count", "1", "--count", "2")["count"] == 2
+
+
+def test_help_is_honoured_beside_a_bad_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert demo.main(["x", "--count", "many", "--help"], "demo") == 0
+    assert capsys.readouterr().out.startswith("Usage: demo")
+
+
+def test_a_pair_without_a_default_is_false_and_the_first_long_name_names_the_value() -> None:
+    @cli.command("pair")
+    @cli.option("--color/--no-color", help="A pair, no default.")
+    @cli.option("--out-dir", "--output", help="Two long names.")
+    def pair(**values: Any) -> dict[str, Any]:
+        return values
+
+    assert pair.main([], "pair") == {"color": False, "out_dir": None}
+    assert pair.main(["--output", "d", "--color"], "pair") == {"color": True, "out_dir": "d"}
+
+
+def test_a_path_that_cannot_be_read_or_is_no_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match=r"Directory '.*/fifo' is not a directory\."):
+        run("x", "--out", str(fifo))
+    # root reads everything; what a lab user running it meets, as os.access answers for them
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.R_OK)
+    with pytest.raises(UsageError, match=r"Directory '.*' is not readable\."):
+        run("x", "--out", str(tmp_path))
 
 
 def test_path_kinds_are_checked_when_the_path_exists(tmp_path: Path) -> None:
@@ -97,7 +137,7 @@ def test_path_kinds_are_checked_when_the_path_exists(tmp_path: Path) -> None:
     file.write_text("")
     assert run("x", "--out", str(tmp_path))["out"] == str(tmp_path)
     assert run("x", "--out", str(tmp_path / "new"))["out"] == str(tmp_path / "new")
-    with pytest.raises(UsageError, match=r"Directory '.*/f' is a file\."):
+    with pytest.raises(UsageError, match=r"Directory '.*/f' is not a directory\."):
         run("x", "--out", str(file))
     must = cli.Path(exists=True, dir_okay=False, path_type=Path)
     assert must(str(file)) == file
@@ -133,6 +173,12 @@ def test_help_follows_a_narrow_terminal(
     assert "  --token TEXT              From the environment too. [env" in out
 
 
+def test_a_terminal_that_reports_no_columns_gets_80(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd=0: os.terminal_size((0, 0)))
+    assert cli._width() == 78
+
+
 def test_wrap_is_greedy_and_keeps_long_words() -> None:
     assert cli.wrap("aa bb cc dd", 8, "  ") == ["  aa bb", "  cc dd"]
     assert cli.wrap("a-very-long-word x", 6) == ["a-very-long-word", "x"]
@@ -164,8 +210,18 @@ def test_top_level_group_version_missing_and_unknown_command() -> None:
     unknown = egpu("instal")
     assert (unknown.returncode, unknown.stderr) == (
         2,
-        "error: No such command 'instal'.\nhint: see `egpu-setup --help`\n",
+        "error: No such command 'instal'.\nhint: did you mean install? see `egpu-setup --help`\n",
     )
+    bogus = egpu("--version", "--bogus")
+    assert bogus.returncode == 2 and bogus.stdout == "" and "'--bogus'" in bogus.stderr
+    empty = subprocess.run(
+        [sys.executable, "-m", "egpu_setup", "--version"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "_EGPU_SETUP_COMPLETE": ""},
+        check=False,
+    )
+    assert empty.returncode == 0 and empty.stdout.startswith("egpu-setup, version")
     sub = egpu("profiles", "nope")
     assert sub.returncode == 2 and "see `egpu-setup profiles --help`" in sub.stderr
 
@@ -186,6 +242,19 @@ def test_completion_answers_from_the_declarations() -> None:
         ("plain", "--profile")
     ]
     assert candidates(root, ["no-such"], "") == []
+    # an option already given is not offered again, a repeatable one is
+    assert candidates(root, ["install", "--dry-run"], "--dr") == [("plain", "--driver-branch")]
+    assert candidates(root, ["verify", "--skip", "amp"], "--sk") == [("plain", "--skip")]
+
+
+def test_an_unknown_completion_request_is_bad_input() -> None:
+    env = {**os.environ, "_EGPU_SETUP_COMPLETE": "zsh_source"}
+    res = subprocess.run(
+        [sys.executable, "-m", "egpu_setup"], capture_output=True, text=True, env=env, check=False
+    )
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr.startswith("error: _EGPU_SETUP_COMPLETE='zsh_source' is not a completion")
+    assert "\nhint: " in res.stderr
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")

@@ -36,6 +36,10 @@ def test_records_reach_logging_once_it_is_imported(caplog: pytest.LogCaptureFixt
         log.debug("seen %s", "here")
         log.info("and %s", "this")
     assert [r.getMessage() for r in caplog.records] == ["seen here", "and this"]
+    # each record names the line that logged it, not the stand-in's
+    assert {(r.filename, r.funcName) for r in caplog.records} == {
+        ("test_log.py", "test_records_reach_logging_once_it_is_imported")
+    }
     assert log.isEnabledFor(logging.DEBUG) is False  # every other name is the real logger's
 
 

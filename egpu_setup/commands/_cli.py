@@ -69,7 +69,9 @@ class IntRange:
 
 
 class Path:
-    """A path, checked only as far as asked: when it exists it must be of an allowed kind."""
+    """A path, checked as far as asked: when it exists, it must be readable and of an allowed
+    kind; with exists=True it must exist. Unlike Click, an empty string is refused: `record ''`
+    would have written into the working directory."""
 
     def __init__(
         self,
@@ -95,7 +97,9 @@ class Path:
             if not self.dir_okay and os.path.isdir(value):
                 raise BadValue(f"{self.kind} {value!r} is a directory.")
             if not self.file_okay and not os.path.isdir(value):
-                raise BadValue(f"{self.kind} {value!r} is a file.")
+                raise BadValue(f"{self.kind} {value!r} is not a directory.")
+            if not os.access(value, os.R_OK):
+                raise BadValue(f"{self.kind} {value!r} is not readable.")
         elif self.exists:
             raise BadValue(f"{self.kind} {value!r} does not exist.")
         return self.path_type(value) if self.path_type is not str else value
@@ -162,13 +166,13 @@ class Option:
             if no:
                 self.off.append(no)
         self.pair = bool(self.off)
-        longest = max(self.on, key=lambda n: (n.startswith("--"), len(n)))
-        self.dest = dests[0] if dests else longest.lstrip("-").replace("-", "_")
+        first = next((n for n in self.on if n.startswith("--")), self.on[0])  # Click's choice
+        self.dest = dests[0] if dests else first.lstrip("-").replace("-", "_")
         self.is_flag = is_flag or self.pair or count
         self.count = count
         self.type = type
         self.multiple = multiple
-        if default is None and (multiple or count or is_flag):
+        if default is None and (multiple or count or self.is_flag):
             default = () if multiple else 0 if count else False
         self.default = default
         self.show_default = show_default
@@ -325,7 +329,10 @@ class Group(Command):
         name = words[split]
         sub = self.get_command(name)
         if sub is None:
-            raise UsageError(f"No such command {name!r}.", f"see `{prog} --help`")
+            hint = f"see `{prog} --help`"
+            raise UsageError(
+                f"No such command {name!r}.", _suggest(name, self.list_commands(), hint)
+            )
         self.callback(**values)
         return sub.main(words[split + 1 :], f"{prog} {name}")
 
@@ -346,8 +353,6 @@ def group(
 
 # -- parsing ----------------------------------------------------------------------------------
 
-HELP_NAMES = ("-h", "--help")
-
 
 def parse(cmd: Command, words: list[str], prog: str) -> dict[str, Any] | None:
     """The callback's keyword arguments from `words`; None when help was asked for."""
@@ -358,22 +363,14 @@ def parse(cmd: Command, words: list[str], prog: str) -> dict[str, Any] | None:
             by_name.update({n: (p, True) for n in p.on})
             by_name.update({n: (p, False) for n in p.off})
     values: dict[str, Any] = {}
+    given: list[tuple[Option, str, str]] = []  # (option, its value as typed, the name used)
     positional: list[str] = []
-
-    def take(opt: Option, raw: str, as_name: str) -> None:
-        try:
-            value = _convert(opt.type, raw)
-        except BadValue as exc:
-            raise UsageError(f"Invalid value for {as_name!r}: {exc}", hint) from None
-        if opt.multiple:
-            values[opt.dest] = (*values.get(opt.dest, ()), value)
-        else:
-            values[opt.dest] = value
+    asked_for_help = False
 
     def find(name: str) -> tuple[Option, bool]:
         found = by_name.get(name)
         if found is None:
-            raise UsageError(f"No such option {name!r}.", hint)
+            raise UsageError(f"No such option {name!r}.", _suggest(name, by_name, hint))
         return found
 
     def flag(opt: Option, on: bool) -> None:
@@ -388,40 +385,61 @@ def parse(cmd: Command, words: list[str], prog: str) -> dict[str, Any] | None:
         i += 1
         return words[i - 1]
 
+    # First every word is sorted out; values are converted only after, so that `--help` is
+    # honoured even beside a bad value (as Click does), while an unknown option never is.
     while i < len(words):
         word = words[i]
         i += 1
         if word == "--":
             positional += words[i:]
             break
-        if word in HELP_NAMES:
-            return None
         if not word.startswith("-") or word == "-":
             positional.append(word)
         elif word.startswith("--"):
             name, eq, inline = word.partition("=")
+            if name == "--help" and name not in by_name:
+                if eq:
+                    raise UsageError("Option '--help' does not take a value.", hint)
+                asked_for_help = True
+                continue
             opt, on = find(name)
             if opt.is_flag and eq:
                 raise UsageError(f"Option {name!r} does not take a value.", hint)
             if opt.is_flag:
                 flag(opt, on)
             else:
-                take(opt, inline if eq else following(name), name)
+                given.append((opt, inline if eq else following(name), name))
         else:  # short options: -y, -vv, -xVALUE
             for j in range(1, len(word)):
                 name = "-" + word[j]
                 if name == "-h" and name not in by_name:
-                    return None
+                    asked_for_help = True
+                    continue
                 opt, on = find(name)
                 if not opt.is_flag:
-                    take(opt, word[j + 1 :] or following(name), name)
+                    given.append((opt, word[j + 1 :] or following(name), name))
                     break
                 flag(opt, on)
+    if asked_for_help:
+        return None
+
+    def take(opt: Option, raw: str, as_name: str) -> None:
+        try:
+            value = _convert(opt.type, raw)
+        except BadValue as exc:
+            raise UsageError(f"Invalid value for {as_name!r}: {exc}", hint) from None
+        if opt.multiple:
+            values[opt.dest] = (*values.get(opt.dest, ()), value)
+        else:
+            values[opt.dest] = value  # given twice: the last one counts
+
+    for opt, raw, as_name in given:
+        take(opt, raw, as_name)
     for p in cmd.params:
         if isinstance(p, Option) and p.dest not in values:
-            raw = os.environ.get(p.envvar) if p.envvar else None
-            if raw:
-                take(p, raw, p.label)
+            from_env = os.environ.get(p.envvar) if p.envvar else None
+            if from_env:
+                take(p, from_env, p.label)
             elif p.required:
                 raise UsageError(f"Missing option {p.label!r}.", hint)
             else:
@@ -441,14 +459,20 @@ def parse(cmd: Command, words: list[str], prog: str) -> dict[str, Any] | None:
             raise UsageError(f"Invalid value for {p.metavar!r}: {exc}", hint) from None
         values[p.dest] = tuple(converted) if p.nargs == -1 else (converted[0] if got else None)
     if positional:
-        extra = " ".join(positional)
-        raise UsageError(
-            f"Got unexpected extra argument{'s' * (len(positional) > 1)} ({extra})", hint
-        )
+        plural = "s" if len(positional) > 1 else ""
+        raise UsageError(f"Got unexpected extra argument{plural} ({' '.join(positional)})", hint)
     for p in cmd.params:
         if isinstance(p, Option) and p.callback is not None:
             values[p.dest] = p.callback(values[p.dest])
     return values
+
+
+def _suggest(word: str, known: Iterable[str], hint: str) -> str:
+    """The hint, led by the known names closest to a mistyped one (as Click suggested them)."""
+    import difflib  # only on this error path
+
+    close = difflib.get_close_matches(word, sorted(known), n=3)
+    return f"did you mean {' or '.join(close)}? {hint}" if close else hint
 
 
 # -- help -------------------------------------------------------------------------------------
@@ -462,7 +486,7 @@ def _width() -> int:
     columns = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 0
     if columns <= 0:
         try:
-            columns = os.get_terminal_size(sys.stdout.fileno()).columns
+            columns = os.get_terminal_size(sys.stdout.fileno()).columns or 80  # a fresh pty: 0
         except (OSError, ValueError):
             columns = 80
     return max(min(columns, 80) - 2, 50)

@@ -1,7 +1,8 @@
 """Tab completion for bash: the script bash sources, and the answers it asks this program for.
 
-The protocol is the one egpu-setup has spoken since it was built on Click, so a completion file
-that scripts/install.sh wrote earlier keeps working: `_EGPU_SETUP_COMPLETE=bash_source` prints
+The protocol is the bash side of the one egpu-setup spoke when it was built on Click, so a
+completion file that scripts/install.sh wrote earlier keeps working (zsh and fish, which Click
+also served, are refused with a hint): `_EGPU_SETUP_COMPLETE=bash_source` prints
 the script; the script calls back with `_EGPU_SETUP_COMPLETE=bash_complete`, the words typed so
 far in COMP_WORDS and the index of the one being completed in COMP_CWORD, and reads one
 `kind,value` line per candidate (kind plain: a word; file or dir: the shell completes a path).
@@ -12,6 +13,7 @@ from what the parser takes.
 from __future__ import annotations
 
 import shlex
+import sys
 from typing import TYPE_CHECKING
 
 from egpu_setup.commands._cli import Argument, Command, Group, Option
@@ -50,7 +52,8 @@ def answer(root: Group, env: Mapping[str, str]) -> int:
         print(SCRIPT, end="")
         return 0
     if mode != "bash_complete":
-        print(f"error: _EGPU_SETUP_COMPLETE={mode!r} is not bash_source or bash_complete")
+        print(f"error: _EGPU_SETUP_COMPLETE={mode!r} is not a completion request", file=sys.stderr)
+        print("hint: bash_source prints the script; unset the variable to run", file=sys.stderr)
         return 2
     try:
         words = shlex.split(env.get("COMP_WORDS", ""))
@@ -90,7 +93,13 @@ def candidates(root: Group, typed: list[str], incomplete: str) -> list[Completio
     if previous is not None and not previous.is_flag and "=" not in typed[-1]:
         return _values(previous, incomplete)
     if incomplete.startswith("-"):
-        names = [n for p in cmd.params if isinstance(p, Option) for n in (*p.on, *p.off)]
+        used = {o for w in typed if (o := _option(cmd, w)) is not None and not o.multiple}
+        names = [
+            n
+            for p in cmd.params
+            if isinstance(p, Option) and p not in used
+            for n in (*p.on, *p.off)
+        ]
         return [("plain", n) for n in [*names, "--help"] if n.startswith(incomplete)]
     if isinstance(cmd, Group):
         return [("plain", n) for n in cmd.list_commands() if n.startswith(incomplete)]
