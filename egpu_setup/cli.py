@@ -16,10 +16,6 @@ from egpu_setup import __version__
 from egpu_setup.commands import _cli as cli_kit
 from egpu_setup.errors import EXIT_INTERRUPTED, Aborted, EgpuSetupError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
 # name -> (module under egpu_setup.commands, one-line help shown by `egpu-setup --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "detect": (
@@ -73,13 +69,6 @@ class LazyGroup(cli_kit.Group):
     def short_helps(self) -> list[tuple[str, str]]:
         return [(name, help_text) for name, (_module, help_text) in COMMANDS.items()]
 
-    def main(self, argv: Sequence[str], prog: str) -> object:
-        before = next((i for i, w in enumerate(argv) if not w.startswith("-")), len(argv))
-        if "--version" in argv[:before] and cli_kit.parse(self, list(argv[:before]), prog):
-            cli_kit.echo(f"{prog}, version {__version__}")  # after the check: --bogus is an error
-            return 0
-        return super().main(argv, prog)
-
 
 def _setup_logging(verbose: int, quiet: int) -> None:
     """-v and -q set how much reaches stderr. Without them nothing is configured and `logging`
@@ -104,6 +93,9 @@ def _setup_logging(verbose: int, quiet: int) -> None:
 @cli_kit.option("-q", "--quiet", count=True, help="Less on stderr.")
 def _options(verbose: int, quiet: int, version: bool) -> None:
     """Turn a Linux laptop plus an NVIDIA eGPU into a verified PyTorch machine."""
+    if version:  # as Click's version option: it wins over any command after it
+        cli_kit.echo(f"egpu-setup, version {__version__}")
+        raise SystemExit(0)
     _setup_logging(verbose, quiet)
 
 

@@ -81,12 +81,10 @@ class Path:
         dir_okay: bool = True,
         path_type: type = str,
     ):
-        self.exists, self.file_okay, self.dir_okay, self.path_type = (
-            exists,
-            file_okay,
-            dir_okay,
-            path_type,
-        )
+        self.exists = exists
+        self.file_okay = file_okay
+        self.dir_okay = dir_okay
+        self.path_type = path_type
         self.metavar = "FILE" if not dir_okay else "DIRECTORY" if not file_okay else "PATH"
         self.kind = self.metavar.capitalize() if self.metavar != "PATH" else "Path"
 
@@ -102,7 +100,7 @@ class Path:
                 raise BadValue(f"{self.kind} {value!r} is not readable.")
         elif self.exists:
             raise BadValue(f"{self.kind} {value!r} does not exist.")
-        return self.path_type(value) if self.path_type is not str else value
+        return self.path_type(value)
 
     def complete(self, incomplete: str) -> list[Completion]:
         return [("dir" if not self.file_okay else "file", incomplete)]
@@ -126,10 +124,11 @@ def _convert(kind: Callable[[str], Any] | None, value: str) -> Any:
 
 
 def _metavar(kind: object) -> str:
-    return {int: "INTEGER", float: "FLOAT", None: "TEXT"}.get(
-        kind,
-        getattr(kind, "metavar", "TEXT"),  # type: ignore[call-overload]
-    )
+    if kind is int:
+        return "INTEGER"
+    if kind is float:
+        return "FLOAT"
+    return str(getattr(kind, "metavar", "TEXT"))
 
 
 # -- parameters -------------------------------------------------------------------------------
@@ -269,6 +268,15 @@ class Command:
     def short_help(self) -> str:
         return self.help.split("\n\n", 1)[0].replace("\n", " ").strip()
 
+    def options_by_name(self) -> dict[str, tuple[Option, bool]]:
+        """Every option name, with whether it sets the option on (`--x`) or off (`--no-x`)."""
+        by_name: dict[str, tuple[Option, bool]] = {}
+        for p in self.params:
+            if isinstance(p, Option):
+                by_name.update({n: (p, True) for n in p.on})
+                by_name.update({n: (p, False) for n in p.off})
+        return by_name
+
     def usage(self) -> str:
         pieces = ["[OPTIONS]"] + [
             p.metavar if p.required else f"[{p.metavar}]"
@@ -323,6 +331,7 @@ class Group(Command):
         if values is None:
             echo(self.format_help(prog))
             return 0
+        self.callback(**values)  # the group's own options act first: `--version` exits here
         if split == len(words):
             names = ", ".join(self.list_commands())
             raise UsageError("Missing command.", f"one of {names}; see `{prog} --help`")
@@ -333,7 +342,6 @@ class Group(Command):
             raise UsageError(
                 f"No such command {name!r}.", _suggest(name, self.list_commands(), hint)
             )
-        self.callback(**values)
         return sub.main(words[split + 1 :], f"{prog} {name}")
 
 
@@ -357,11 +365,7 @@ def group(
 def parse(cmd: Command, words: list[str], prog: str) -> dict[str, Any] | None:
     """The callback's keyword arguments from `words`; None when help was asked for."""
     hint = f"see `{prog} --help`"
-    by_name: dict[str, tuple[Option, bool]] = {}
-    for p in cmd.params:
-        if isinstance(p, Option):
-            by_name.update({n: (p, True) for n in p.on})
-            by_name.update({n: (p, False) for n in p.off})
+    by_name = cmd.options_by_name()
     values: dict[str, Any] = {}
     given: list[tuple[Option, str, str]] = []  # (option, its value as typed, the name used)
     positional: list[str] = []

@@ -94,12 +94,7 @@ def candidates(root: Group, typed: list[str], incomplete: str) -> list[Completio
         return _values(previous, incomplete)
     if incomplete.startswith("-"):
         used = {o for w in typed if (o := _option(cmd, w)) is not None and not o.multiple}
-        names = [
-            n
-            for p in cmd.params
-            if isinstance(p, Option) and p not in used
-            for n in (*p.on, *p.off)
-        ]
+        names = [n for n, (p, _on) in cmd.options_by_name().items() if p not in used]
         return [("plain", n) for n in [*names, "--help"] if n.startswith(incomplete)]
     if isinstance(cmd, Group):
         return [("plain", n) for n in cmd.list_commands() if n.startswith(incomplete)]
@@ -112,11 +107,8 @@ def candidates(root: Group, typed: list[str], incomplete: str) -> list[Completio
 
 
 def _option(cmd: Command, word: str) -> Option | None:
-    name = word.partition("=")[0]
-    for p in cmd.params:
-        if isinstance(p, Option) and name in (*p.on, *p.off):
-            return p
-    return None
+    found = cmd.options_by_name().get(word.partition("=")[0])
+    return found[0] if found else None
 
 
 def _values(opt: Option, incomplete: str) -> list[Completion]:
