@@ -106,7 +106,7 @@ def test_links_in_the_tree_resolve_inside_it(tmp_path: Path) -> None:
 
 
 def test_a_link_out_of_the_tree_reads_nothing_of_this_machine(tmp_path: Path, sentinel) -> None:
-    """Was (issue's report): distro pointed at an image opened IMAGE/etc/os-release with the
+    """Was (a reported bug): distro pointed at an image opened IMAGE/etc/os-release with the
     kernel's link resolution and reported the build machine's Debian. Here every release file
     is a link to the sentinel's files: nothing of them may reach the facts."""
     root = tmp_path / "tree"
