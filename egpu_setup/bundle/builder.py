@@ -39,10 +39,10 @@ from egpu_setup.bundle.format import (
 )
 from egpu_setup.bundle.targets import Target
 from egpu_setup.bundle.wheels import (
-    GLIBC,
     Wheel,
     closure,
     direct_requirements,
+    glibc_minor,
     manylinux_minor,
     matching,
     platform_tags,
@@ -213,7 +213,7 @@ class Builder:
             tags += [t for t in platform_tags(d) if t not in tags]
         # the intersection of what every target distro runs: a wheel for glibc 2.39 must not
         # reach a 2.35 laptop sharing this Python's pool
-        lowest = min(GLIBC.get(d, 28) for d in distros)
+        lowest = min(glibc_minor(d) for d in distros)
         tags = [t for t in tags if not t.startswith("manylinux_2_") or manylinux_minor(t) <= lowest]
         args = [
             "download",
@@ -244,9 +244,7 @@ class Builder:
         }
         inputs = {
             "python": python,
-            "platform": platform_tags(
-                min((t.distro for t in group), key=lambda d: GLIBC.get(d, 28))
-            ),
+            "platform": platform_tags(min((t.distro for t in group), key=glibc_minor)),
             "targets": {
                 t.name: {
                     "requirements": list(t.resolution.torch.requirements),

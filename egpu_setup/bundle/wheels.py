@@ -21,13 +21,9 @@ from egpu_setup.errors import EgpuSetupError
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
 
-# glibc of each target distribution decides which manylinux wheels run there (PEP 600:
-# manylinux_2_X needs glibc >= 2.X). Versions of the libc6 package: packages.debian.org/libc6
-# (bookworm 2.36, trixie 2.41), packages.ubuntu.com/libc6 (jammy 2.35, noble 2.39).
-GLIBC = {"debian-12": 36, "debian-13": 41, "ubuntu-22.04": 35, "ubuntu-24.04": 39}
-
-
 _OLDEST_MANYLINUX = 17  # manylinux2014 == manylinux_2_17 (PEP 600)
+# A target whose glibc the data does not know gets the wheels torch 2.7 and newer need (glibc 2.28).
+_UNKNOWN_GLIBC_MINOR = 28
 
 
 ARCH = "x86_64"  # eGPU laptops; an aarch64 bundle is not planned yet
@@ -44,9 +40,21 @@ _MARKER_ENV = {
 }
 
 
+def glibc_minor(distro: str) -> int:
+    """X of the glibc 2.X of a target ("debian-12" -> 36), from compat/glibc.py's one table
+    (distros.yaml): it decides which manylinux wheels run there (PEP 600: manylinux_2_X needs
+    glibc >= 2.X)."""
+    from egpu_setup.compat.glibc import distro_glibc, glibc_key
+
+    dist_id, _, version = distro.partition("-")
+    found = distro_glibc(dist_id, version)
+    key = glibc_key(found[0]) if found else None
+    return key[1] if key and key[0] == 2 else _UNKNOWN_GLIBC_MINOR
+
+
 def platform_tags(distro: str) -> list[str]:
     """manylinux tags a wheel may carry to run on `distro` (newest first)."""
-    top = GLIBC.get(distro, 28)
+    top = glibc_minor(distro)
     tags = [f"manylinux_2_{minor}_{ARCH}" for minor in range(top, _OLDEST_MANYLINUX - 1, -1)]
     return [*tags, f"manylinux2014_{ARCH}"]
 
@@ -143,7 +151,11 @@ def requirements_text(wheels: Sequence[Wheel], hashes: dict[str, str], header: s
 
 
 def manylinux_minor(tag: str) -> int:
-    return int(tag.split("_")[2])
+    """X of a manylinux_2_X tag (compat/glibc.py reads the tag)."""
+    from egpu_setup.compat.glibc import glibc_key, tag_glibc
+
+    key = glibc_key(tag_glibc(tag))
+    return key[1] if key else _OLDEST_MANYLINUX
 
 
 def matching(pool: dict[str, list[Wheel]], text: str) -> list[Wheel]:

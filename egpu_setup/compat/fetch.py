@@ -62,11 +62,12 @@ BACKOFF = 0.5  # seconds, doubled per retry (urllib3 Retry backoff_factor)
 MAX_PAGE = 64 * 1024 * 1024
 
 
-# Wheels the resolver can use: CPython, Linux x86_64 (WSL2 uses the same wheels).
-_WHEEL_RE = re.compile(
-    r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>cpu|cu\d{3})-(?P<py>cp\d{2,3})-(?P<abi>cp\d{2,3})-"
-    r"(?P<plat>(?:manylinux\w*|linux)_x86_64)\.whl$"
-)
+# Wheels the resolver can use: torch X.Y.Z+cpu / +cuNNN, CPython (not free-threaded), Linux
+# x86_64 (WSL2 uses the same wheels). The file name is read by packaging.utils (the wheel file
+# name convention, https://packaging.python.org/en/latest/specifications/binary-distribution-format/).
+_LOCAL_RE = re.compile(r"cpu|cu\d{3}")
+_CPYTHON_RE = re.compile(r"cp\d{2,3}")
+_PLATFORM_RE = re.compile(r"(?:manylinux\w*|linux)_x86_64")
 
 
 # A truncated page (proxy cut, partial CDN object) still parses; it must also cover the snapshot.
@@ -109,6 +110,34 @@ class _Anchors(HTMLParser):
                 self.hrefs.append(href)
 
 
+def _torch_wheel(file_name: str) -> tuple[str, str, set[str]] | None:
+    """(release "2.5.1", local "cu121", Pythons {"3.12"}) of a torch wheel the resolver can use;
+    None for any other file."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import InvalidVersion
+
+    if not file_name.endswith(".whl"):
+        return None
+    try:
+        name, version, _, tags = parse_wheel_filename(file_name)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    if name != "torch" or len(version.release) != 3 or version.major < FIRST_MAJOR:
+        return None
+    if version.pre or version.post is not None or version.dev is not None or version.epoch:
+        return None
+    if not version.local or not _LOCAL_RE.fullmatch(version.local):
+        return None
+    pythons = {
+        f"{t.interpreter[2]}.{t.interpreter[3:]}"
+        for t in tags
+        if t.interpreter == t.abi
+        and _CPYTHON_RE.fullmatch(t.interpreter)
+        and _PLATFORM_RE.fullmatch(t.platform)
+    }
+    return (version.base_version, version.local, pythons) if pythons else None
+
+
 def parse_index(html: str) -> dict[str, dict[str, list[str]]]:
     """A PEP 503 project page -> {torch version: {variant: [python "3.12", ...]}}.
 
@@ -125,15 +154,11 @@ def parse_index(html: str) -> dict[str, dict[str, list[str]]]:
         raise ValueError("no links: not a PEP 503 index page")
     out: dict[str, dict[str, set[str]]] = {}
     for href in parser.hrefs:
-        name = unquote(urlsplit(href).path.rsplit("/", 1)[-1])
-        m = _WHEEL_RE.match(name)
-        if not m or m.group("py") != m.group("abi"):
+        found = _torch_wheel(unquote(urlsplit(href).path.rsplit("/", 1)[-1]))
+        if found is None:
             continue
-        if int(m.group("version").split(".")[0]) < FIRST_MAJOR:
-            continue
-        py = m.group("py")[2:]
-        python = f"{py[0]}.{py[1:]}"
-        out.setdefault(m.group("version"), {}).setdefault(m.group("local"), set()).add(python)
+        version, local, pythons = found
+        out.setdefault(version, {}).setdefault(local, set()).update(pythons)
     if not out:
         raise ValueError(f"{len(parser.hrefs)} links but no torch Linux x86_64 wheels")
     return {

@@ -10,9 +10,8 @@ distribution release's glibc, with sources). `parse_glibc_report` reads what use
 `ldd --version` (in any language), os-release, pip and uv refusing a wheel's tag, `pip debug
 --verbose` tag lists, "version `GLIBC_2.28' not found". Pure and soft: unknown is None.
 
-egpu_setup/bundle.py still keeps its own `GLIBC` dict (four distros, as minor numbers) for the
-wheel tags of an offline bundle: it should read `distro_glibc()` instead (left alone here while
-bundle.py is being restructured).
+`distro_glibc()` is the one table of distributions' glibc: the offline bundle's wheel tags
+(bundle/wheels.py) read it too.
 """
 
 from __future__ import annotations
@@ -203,10 +202,9 @@ _DEBIAN_CODENAMES = {
     "bookworm": "12",
     "trixie": "13",
 }
-_WHEEL_RE = re.compile(
-    r"(?P<name>[A-Za-z0-9_]+)-(?P<version>[0-9][^-\s]*)-(?P<py>cp\d+|py3)-[a-z0-9_]+-"
-    r"(?P<platform>[a-z0-9_.]+)\.whl"
-)
+# A word that may be a wheel's file name; packaging.utils.parse_wheel_filename decides (the wheel
+# file name convention, https://packaging.python.org/en/latest/specifications/binary-distribution-format/).
+_WHEEL_WORD_RE = re.compile(r"[\w.+!-]+\.whl\b")
 _UV_HOST_RE = re.compile(r"no wheels with a matching platform tag \(e\.g\., `(?P<tag>[^`]+)`\)")
 _UV_AVAILABLE_RE = re.compile(
     r"Wheels are available for `(?P<name>[\w-]+)` \(v(?P<version>[^)\s]+)\) on the following "
@@ -219,6 +217,30 @@ _GLIBC_NOT_FOUND_RE = re.compile(r"version `GLIBC_(?P<version>\d+\.\d+)' not fou
 _PIP_TAG_RE = re.compile(r"^\s*cp\d+-[\w]+-(?P<tag>manylinux_\d+_\d+_[a-z0-9_]+)\s*$", re.M)
 _INDEX_RE = re.compile(r"/whl/(?P<variant>cu\d{3}|cpu|rocm[\d.]+)\b")
 _PYTHON_RE = re.compile(r"\bPython (?P<v>3\.\d+)(?:\.\d+)?\b")
+
+
+@dataclass(frozen=True)
+class _WheelName:
+    name: str  # canonical: "torch", "ale-py"
+    version: str  # "2.7.0+cu118"
+    platform: str  # the platform tags, a compressed set as PEP 425 writes it
+    python: str | None  # "3.11" for a cp311 wheel
+
+
+def _first_wheel(text: str) -> _WheelName | None:
+    """The first valid wheel file name in `text`."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import InvalidVersion
+
+    for m in _WHEEL_WORD_RE.finditer(text):
+        try:
+            name, version, _, tags = parse_wheel_filename(m.group(0))
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        cpython = sorted(t.interpreter[2:] for t in tags if re.fullmatch(r"cp\d+", t.interpreter))
+        python = f"{cpython[0][0]}.{cpython[0][1:]}" if cpython else None
+        return _WheelName(name, str(version), ".".join(sorted({t.platform for t in tags})), python)
+    return None
 
 
 def _distro(text: str, ldd: re.Match[str] | None) -> str | None:
@@ -253,12 +275,12 @@ def parse_glibc_report(text: str | None) -> GlibcReport:
     if not isinstance(text, str) or not text.strip():
         return GlibcReport()
     ldd = _LDD_RE.search(text)
-    wheel = _WHEEL_RE.search(text)
+    wheel = _first_wheel(text)
     uv_host = _UV_HOST_RE.search(text)
     uv_available = _UV_AVAILABLE_RE.search(text)
     pip_tags = [m["tag"] for m in _PIP_TAG_RE.finditer(text)]
-    wheel_tag = wheel["platform"] if wheel else None
-    torch = wheel["version"] if wheel and wheel["name"] == "torch" else None
+    wheel_tag = wheel.platform if wheel else None
+    torch = wheel.version if wheel and wheel.name == "torch" else None
     if uv_available and not wheel_tag:
         tags = re.findall(r"`([^`]+)`", uv_available["tags"])
         wheel_tag = next((t for t in tags if t.startswith("manylinux")), None)
@@ -273,9 +295,8 @@ def parse_glibc_report(text: str | None) -> GlibcReport:
     index = _INDEX_RE.search(text)
     python = _PYTHON_RE.search(text)
     py = python["v"] if python else None
-    if py is None and wheel and wheel["py"].startswith("cp"):
-        digits = wheel["py"][2:]
-        py = f"{digits[0]}.{digits[1:]}"
+    if py is None and wheel and wheel.python:
+        py = wheel.python
     return GlibcReport(
         glibc=glibc,
         distro=_distro(text, ldd),

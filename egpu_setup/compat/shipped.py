@@ -5,6 +5,9 @@ egpu_setup/data/compiled/<name>.json, which the C JSON parser reads in well unde
 where the YAML parser needs tens of milliseconds on every command's start (tests/compat/
 test_data_compiled.py fails when the two disagree). `load(name)` reads one file once per process;
 callers validate its rows into typed values.
+
+Kept as compiled JSON rather than read with PyYAML at run time (even libyaml's CSafeLoader):
+the 8 data files take 0.5 ms from JSON against 58 ms from YAML, plus 15 ms to import yaml.
 """
 
 from __future__ import annotations

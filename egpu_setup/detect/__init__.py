@@ -2,9 +2,9 @@
 through a Host; the result is one frozen HostFacts. Soft: a missing source gives None.
 
 Modules: `facts` (HostFacts and its parts), `probe` (detect_host: everything merged), `system`
-(OS, kernel, WSL, Secure Boot, Python), `osrelease`, `release_files` (lsb-release and
-NAME-release when os-release says nothing), `pci` (the PCI tree and which GPU is
-external), `pciids`, `sysfs` (attribute parsers), `lspci`, `nvidia` and `nvidia_smi` (the
-driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa` (nodes, each GPU's
-node), `kernel_log` (a recording's kernel log, bounded however big it is).
+(OS, kernel, WSL, Secure Boot, Python), `osrelease`, `release_files` (what os-release leaves
+out: the other release files through the `distro` package, and lsb-release), `pci` (the PCI
+tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`, `nvidia` and
+`nvidia_smi` (the driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa`
+(nodes, each GPU's node), `kernel_log` (a recording's kernel log, bounded however big it is).
 """

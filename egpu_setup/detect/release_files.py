@@ -1,40 +1,43 @@
-"""The OS from release files, for systems with no usable os-release (old or stripped images).
+"""What os-release does not say, from the other release files, by the `distro` package.
 
-Pure parsers over text the Host read (so a recorded or `--root` tree is read inside itself,
-never through the OS's own link resolution): /etc/lsb-release (DISTRIB_ID, DISTRIB_RELEASE,
-DISTRIB_CODENAME, DISTRIB_DESCRIPTION: the LSB's `lsb_release` reads these) and the
-distribution's own /etc/NAME-release file, one line "NAME release VERSION (CODENAME)", e.g.
-"CentOS Linux release 7.9.2009 (Core)" or "Red Hat Enterprise Linux Server release 6.8
-(Santiago)" (the layout the `distro` package documents for these files,
-https://distro.readthedocs.io/en/latest/#data-sources).
+os-release(5) leaves out what many systems know only elsewhere: Debian testing has no VERSION_ID
+(/etc/debian_version says "bookworm/sid"), Gentoo's is in /etc/gentoo-release ("Gentoo Base System
+release 2.2"), CentOS 5 and RHEL 6 have no os-release at all ("CentOS release 5.11 (Final)" in
+/etc/centos-release). python-distro knows these files and their layouts
+(https://distro.readthedocs.io/en/latest/#data-sources); this module hands it copies.
+
+distro is pointed at a private temporary directory, never at the machine's or an image's own
+tree: with `root_dir=IMAGE` it opens IMAGE/etc/os-release with the kernel's link resolution, so a
+link in an image (etc/os-release -> /usr/lib/os-release) reports the build machine's distribution,
+and a planted link (etc/centos-release -> /etc/shadow) reads a file of this machine. The copies
+are read through the Host, whose links resolve inside its root, as regular files only and capped
+in size; distro sees plain files it cannot be misled by. The subprocess sources (lsb_release,
+uname, oslevel) stay off: they would describe the machine egpu-setup runs on, not the tree.
+
+/etc/lsb-release has a parser here too: distro reads LSB data only by running `lsb_release`.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 from egpu_setup.detect.osrelease import parse_os_release
+from egpu_setup.host.machine import Host
+from egpu_setup.log import get_logger
 
-# Release files that say nothing about which distribution this is (the `distro` package skips
-# the same names), and the generic ones every Red Hat derivative carries: read last.
-IGNORED = frozenset({"os-release", "lsb-release", "system-release", "oem-release"})
-GENERIC = ("redhat-release", "system-release-cpe")
+log = get_logger("egpu_setup")
 
-# The distribution a release line names -> its os-release ID (each distribution's own
-# /etc/os-release: ID=centos, ID=rhel, ID=fedora, ID=rocky, ID=almalinux, ID=ol, ID=scientific)
-_NAMES = (
-    ("centos", "centos"),
-    ("red hat enterprise linux", "rhel"),
-    ("fedora", "fedora"),
-    ("rocky linux", "rocky"),
-    ("almalinux", "almalinux"),
-    ("oracle linux", "ol"),
-    ("scientific linux", "scientific"),
-)
-_LINE = re.compile(
-    r"^(?P<name>.*?)\s+(?:release|version)\s+(?P<version>\d[\w.]*)\s*(?:\((?P<codename>[^)]*)\))?"
-)
-_NAME_FILE = re.compile(r"^(?P<stem>[\w.]+)[-_](?:release|version)\Z")
+# The /etc names distro considers a distribution's release file (distro.py,
+# _DISTRO_RELEASE_BASENAME_PATTERN) plus debian_version, which it reads for Debian-like systems.
+_RELEASE_NAME = re.compile(r"\w+[-_](?:release|version)\Z")
+# distro reads a release file's first line only; a real one is under 200 bytes.
+_RELEASE_LIMIT = 64 * 1024
+# /etc of a real system holds a handful of these (mageia5's has 7); a planted /etc may hold
+# thousands, and each would be copied.
+_MAX_RELEASE_FILES = 64
+# The OsFacts keys, in os-release(5) spelling, distro can supply.
+KEYS = ("ID", "VERSION_ID", "VERSION_CODENAME", "PRETTY_NAME", "ID_LIKE")
 
 
 def parse_lsb_release(text: str) -> dict[str, str]:
@@ -49,28 +52,80 @@ def parse_lsb_release(text: str) -> dict[str, str]:
     return {k: v for k, v in out.items() if v}
 
 
-def parse_release_line(file_name: str, text: str) -> dict[str, str]:
-    """os-release keys from the first line of /etc/<file_name>; {} when it says nothing."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    m = _LINE.match(line)
-    if not m:
-        return {}
-    lowered = m["name"].lower()
-    os_id = next((i for name, i in _NAMES if name in lowered), None)
-    if os_id is None:
-        stem = _NAME_FILE.match(file_name)
-        os_id = {"redhat": "rhel"}.get(stem["stem"], stem["stem"]) if stem else None
-    out = {
-        "ID": os_id or "",
-        "VERSION_ID": m["version"],
-        "VERSION_CODENAME": (m["codename"] or "").strip(),
-        "PRETTY_NAME": line,
-    }
+def _shell_quote(value: str) -> str:
+    """A double-quoted os-release value that distro's shlex reads back as `value` (POSIX shlex
+    escapes only backslash and the double quote inside double quotes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _os_release_text(keys: dict[str, str]) -> str:
+    """`keys` (already parsed by detect/osrelease.py) as a canonical os-release file: distro's
+    shlex raises on an unterminated quote that our parser reads past, and both must agree."""
+    return "".join(
+        f"{k}={_shell_quote(v)}\n" for k, v in keys.items() if re.fullmatch(r"[A-Z_][A-Z0-9_]*", k)
+    )
+
+
+def copy_release_files(host: Host, os_release: dict[str, str], dest: str) -> list[str]:
+    """Write into `dest`/etc what distro reads: `os_release` as a clean os-release file, the
+    first line of each release file of the host's /etc (read through the Host), and
+    debian_version. Returns the names copied."""
+    etc = os.path.join(dest, "etc")
+    os.mkdir(etc, 0o700)
+    copied: list[str] = []
+    if os_release:
+        _write(etc, "os-release", _os_release_text(os_release))
+        copied.append("os-release")
+    names = [n for n in host.listdir("/etc") if _RELEASE_NAME.match(n) and n != "os-release"]
+    if len(names) > _MAX_RELEASE_FILES:
+        log.debug(
+            "/etc holds %d release files: reading the first %d", len(names), _MAX_RELEASE_FILES
+        )
+    for name in names[:_MAX_RELEASE_FILES]:
+        text = host.read(f"/etc/{name}", _RELEASE_LIMIT)
+        if text is None:
+            continue  # a link out of the root, a directory, a FIFO, binary content
+        first = text.splitlines()[0] if text.strip() else ""
+        if name == "debian_version":
+            # distro opens it as ASCII and would raise on any other byte
+            first = first.encode("ascii", "replace").decode("ascii")
+        _write(etc, name, first + "\n" if first else "")
+        copied.append(name)
+    return copied
+
+
+def _write(etc: str, name: str, text: str) -> None:
+    fd = os.open(
+        os.path.join(etc, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
+    )
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
+def distro_release(host: Host, os_release: dict[str, str]) -> dict[str, str]:
+    """os-release keys as distro answers them for the host's release files; `os_release` is
+    what detect parsed from the host's os-release ({} when it has none). Keys distro leaves
+    empty are absent."""
+    import tempfile
+
+    import distro
+
+    with tempfile.TemporaryDirectory(prefix="egpu-setup-release-") as tmp:
+        copy_release_files(host, os_release, tmp)
+        info = distro.LinuxDistribution(
+            root_dir=tmp, include_lsb=False, include_uname=False, include_oslevel=False
+        )
+        try:
+            out = {
+                "ID": info.id(),
+                "VERSION_ID": info.version(),
+                "VERSION_CODENAME": info.codename(),
+                "PRETTY_NAME": info.name(pretty=True),
+                "ID_LIKE": info.like(),
+            }
+        except (OSError, ValueError) as exc:
+            # the copies are plain UTF-8 text, so this is distro failing on a content it does
+            # not expect: the facts stay unknown, detection goes on
+            log.debug("distro could not read the release files: %s", exc)
+            return {}
     return {k: v for k, v in out.items() if v}
-
-
-def release_file_names(names: list[str]) -> list[str]:
-    """The /etc entries worth reading, in order: the distribution's own file before the generic
-    redhat-release that its derivatives also carry."""
-    found = [n for n in names if _NAME_FILE.match(n) and n not in IGNORED]
-    return sorted(found, key=lambda n: (n in GENERIC, n))

@@ -84,41 +84,47 @@ def probe_os(host: Host) -> OsFacts:
 
     text = host.read("/etc/os-release") or host.read("/usr/lib/os-release")
     rel = parse_os_release(text) if text else {}
-    if not rel.get("ID"):
-        rel = {**_release_files(host), **rel}
+    if rel.get("UBUNTU_CODENAME") and not rel.get("VERSION_CODENAME"):
+        rel["VERSION_CODENAME"] = rel["UBUNTU_CODENAME"]  # Ubuntu 16.04 writes only this one
+    if not all(rel.get(k) for k in ("ID", "VERSION_ID", "VERSION_CODENAME", "PRETTY_NAME")):
+        rel = _release_files(host, rel)
     release, machine = host.uname()
     release = release or host.read_attr("/proc/sys/kernel/osrelease")
     return OsFacts(
-        id=rel.get("ID"),
-        version_id=rel.get("VERSION_ID"),
+        id=rel.get("ID") or None,
+        version_id=rel.get("VERSION_ID") or None,
         kernel=release,
         arch=machine,
         wsl=is_wsl(release, host.read("/proc/version")),
         secure_boot=probe_secure_boot(host),
         session_type=probe_session_type(host),
         id_like=tuple(rel.get("ID_LIKE", "").split()),
-        codename=rel.get("VERSION_CODENAME") or rel.get("UBUNTU_CODENAME"),
-        pretty_name=rel.get("PRETTY_NAME"),
+        codename=rel.get("VERSION_CODENAME") or None,
+        pretty_name=rel.get("PRETTY_NAME") or None,
     )
 
 
-def _release_files(host: Host) -> dict[str, str]:
-    """No usable os-release (very old or stripped systems): lsb-release, then the
-    distribution's own release file (detect/release_files.py), all read through the Host."""
-    from egpu_setup.detect.release_files import (
-        parse_lsb_release,
-        parse_release_line,
-        release_file_names,
-    )
+def _release_files(host: Host, rel: dict[str, str]) -> dict[str, str]:
+    """What os-release leaves out (Debian testing's version, Gentoo's, a system with no
+    os-release at all), from the distribution's other release files as the `distro` package
+    reads them (detect/release_files.py), then /etc/lsb-release; os-release wins for what it
+    says, all read through the Host."""
+    from egpu_setup.detect.release_files import KEYS, distro_release, parse_lsb_release
 
-    lsb = parse_lsb_release(host.read("/etc/lsb-release", 64 * 1024) or "")
-    if lsb.get("ID"):
-        return lsb
-    for name in release_file_names(host.listdir("/etc")):
-        found = parse_release_line(name, host.read(f"/etc/{name}", 64 * 1024) or "")
-        if found.get("ID"):
-            return found
-    return {}
+    found = distro_release(host, rel)
+    lsb: dict[str, str] | None = None
+    merged = dict(rel)
+    for key in KEYS:
+        if merged.get(key):
+            continue
+        if found.get(key):
+            merged[key] = found[key]
+            continue
+        if lsb is None:
+            lsb = parse_lsb_release(host.read("/etc/lsb-release", 64 * 1024) or "")
+        if lsb.get(key):
+            merged[key] = lsb[key]
+    return merged
 
 
 _PYTHON = re.compile(r"python(3\.\d+)$")

@@ -19,17 +19,7 @@ KEY_MAX_BYTES = 1024 * 1024
 
 def fetch_verified_key(url: str, fingerprint: str) -> bytes:
     """Download a repository key and return it as a binary keyring, iff it is exactly the pin."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            data = resp.read(KEY_MAX_BYTES + 1)
-    except OSError as exc:
-        raise EgpuSetupError(
-            f"cannot download the apt key {url}: {exc}", "check the network, then run again"
-        ) from exc
-    if len(data) > KEY_MAX_BYTES:
-        raise EgpuSetupError(f"apt key {url} is larger than 1 MiB", "this is not a key file")
+    data = _download(url)
     want = fingerprint.replace(" ", "").upper()
     with tempfile.TemporaryDirectory(prefix="egpu-setup-gpg-") as home:
         os.chmod(home, 0o700)
@@ -65,3 +55,41 @@ def _gpg(home: str, args: list[str]) -> str:
             "is this a PGP public key?",
         )
     return res.out
+
+
+def _download(url: str) -> bytes:
+    """At most KEY_MAX_BYTES of `url`, through the one HTTP client egpu-setup has: compat/fetch.py's
+    requests session (its retries and User-Agent), its time-outs and its overall deadline."""
+    import time
+
+    import requests
+
+    from egpu_setup.compat import fetch
+
+    hint = "check the network, then run again"
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with fetch._session(fetch.RETRIES, fetch.BACKOFF) as session:
+            resp = session.get(url, timeout=fetch.TIMEOUT, stream=True)
+            if resp.status_code != 200:
+                raise EgpuSetupError(
+                    f"cannot download the apt key {url}: HTTP {resp.status_code}", hint
+                )
+            for chunk in fetch._chunks(resp, time.monotonic() + fetch.DEADLINE_S):
+                size += len(chunk)
+                if size > KEY_MAX_BYTES:
+                    raise EgpuSetupError(
+                        f"apt key {url} is larger than 1 MiB", "this is not a key file"
+                    )
+                chunks.append(chunk)
+    except requests.exceptions.RequestException as exc:
+        raise EgpuSetupError(
+            f"cannot download the apt key {url}: {type(exc).__name__}", hint
+        ) from exc
+    except fetch._Deadline:
+        raise EgpuSetupError(
+            f"cannot download the apt key {url}: no complete answer within {fetch.DEADLINE_S:g} s",
+            hint,
+        ) from None
+    return b"".join(chunks)

@@ -1,18 +1,23 @@
 """The fleet page: one self-contained HTML file, the charts on top, the table below.
 
 Inline CSS and inline SVG only: no script, no external asset of any kind, and a Content Security
-Policy (`default-src 'none'`) that forbids both should anything slip through. Every string from a
-report is escaped.
+Policy (`default-src 'none'`) that forbids both should anything slip through. Drawn by a Jinja2
+template with autoescape on (https://jinja.palletsprojects.com/en/stable/api/#autoescaping): every
+value from a report is escaped where it lands, and only the charts (fleet/svg.py, which escapes
+its own text) and the fixed stylesheet are passed in as markup.
 """
 
 from __future__ import annotations
 
-from html import escape
+from typing import TYPE_CHECKING
 
 from egpu_setup.fleet.rows import FleetReport, MachineRow
 from egpu_setup.fleet.svg import chart, h2d_lanes, tflops_lanes
 from egpu_setup.fleet.text import cells as text_cells
 from egpu_setup.fleet.text import detail_lines, plural, summary_line
+
+if TYPE_CHECKING:
+    import jinja2
 
 COLUMNS = (
     "machine", "status", "device", "GPU", "connection", "link (ceiling)", "H2D GB/s",
@@ -67,33 +72,75 @@ def cells(row: MachineRow) -> tuple[str, ...]:
     return text_cells(row, COLUMNS)
 
 
-def _row(row: MachineRow) -> str:
+_PAGE = """\
+<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>{{ title }}</title>
+<style>{{ css }}</style>
+</head>
+<body>
+<h1>{{ title }}</h1>
+<p class="summary">{{ summary }}</p>
+<p class="meta">{{ when }} · {{ strict }}</p>
+<h2>Host-to-device bandwidth (pinned copy) against the link's ceiling</h2>
+{{ h2d }}
+<h2>Matmul throughput against the profile</h2>
+{{ tflops }}
+<h2>Machines</h2>
+<table>
+<thead><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in rows -%}
+<tr class="{{ row.state }}" title="{{ row.title }}">
+{%- for cls, cell in row.cells %}<td{% if cls %} class="{{ cls }}"{% endif %}>{{ cell }}</td>
+{%- endfor %}</tr>
+{%- if row.lines %}
+<tr class="{{ row.state }} detail"><td colspan="{{ columns|length }}">
+{%- for kind, text in row.lines %}<div class="{{ kind }}">{{ text }}</div>{% endfor -%}
+</td></tr>
+{%- endif %}
+{% endfor -%}
+</tbody>
+</table>
+{% if skipped -%}
+<details><summary>{{ skipped_count }} skipped</summary><ul>
+{%- for path, why in skipped %}<li><code>{{ path }}</code>: {{ why }}</li>{% endfor -%}
+</ul></details>
+{%- endif %}
+</body>
+</html>
+"""
+
+
+def _template() -> jinja2.Template:
+    # Imported here: jinja2 stays off the CLI startup path (tests/test_startup.py).
+    import jinja2
+
+    env = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    )
+    return env.from_string(_PAGE)
+
+
+def _row(row: MachineRow) -> dict[str, object]:
     """The machine's row, then (when there is any) a row below it with every failure, report
     set aside, warning and note, one line each: the message in full, not squeezed in a cell."""
-    tds = []
-    for name, cell in zip(COLUMNS, cells(row), strict=True):
-        cls = ' class="num"' if name in _NUMERIC else ' class="status"' if name == "status" else ""
-        tds.append(f"<td{cls}>{escape(cell)}</td>")
-    state = _ROW_CLASS[row.status]
-    title = escape(f"{row.folder}: {', '.join(row.sources) or 'no reports'}")
-    out = f'<tr class="{state}" title="{title}">{"".join(tds)}</tr>'
-    lines = "".join(f'<div class="{kind}">{escape(text)}</div>' for kind, text in detail_lines(row))
-    if lines:
-        out += f'\n<tr class="{state} detail"><td colspan="{len(COLUMNS)}">{lines}</td></tr>'
-    return out
+    classes = ["num" if n in _NUMERIC else "status" if n == "status" else "" for n in COLUMNS]
+    return {
+        "state": _ROW_CLASS[row.status],
+        "title": f"{row.folder}: {', '.join(row.sources) or 'no reports'}",
+        "cells": list(zip(classes, cells(row), strict=True)),
+        "lines": list(detail_lines(row)),
+    }
 
 
 def render_html(report: FleetReport, title: str = "egpu-setup fleet report") -> str:
     """The page: title and summary, the two charts, the table, the files skipped."""
-    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
-    body = "\n".join(_row(r) for r in report.rows)
-    skipped = ""
-    if report.skipped:
-        items = "".join(
-            f"<li><code>{escape(p)}</code>: {escape(why)}</li>" for p, why in report.skipped
-        )
-        n = plural(len(report.skipped), "file")
-        skipped = f"<details><summary>{n} skipped</summary><ul>{items}</ul></details>"
+    from markupsafe import Markup
+
     when = report.now.strftime("%Y-%m-%d %H:%M UTC") if report.now else ""
     strict = (
         "--strict counts a CPU-only verify as ok (--cpu-ok)"
@@ -114,19 +161,16 @@ def render_html(report: FleetReport, title: str = "egpu-setup fleet report") -> 
         floor_label="profile's rate",
         band=False,
     )
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta http-equiv="Content-Security-Policy" '
-        "content=\"default-src 'none'; style-src 'unsafe-inline'\">\n"
-        f"<title>{escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{escape(title)}</h1>\n"
-        f'<p class="summary">{escape(summary_line(report))}</p>\n'
-        f'<p class="meta">{escape(when)} · {escape(strict)}</p>\n'
-        "<h2>Host-to-device bandwidth (pinned copy) against the link's ceiling</h2>\n"
-        f"{h2d}\n"
-        "<h2>Matmul throughput against the profile</h2>\n"
-        f"{tflops}\n"
-        "<h2>Machines</h2>\n"
-        f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
-        f"{skipped}\n</body>\n</html>\n"
+    return _template().render(
+        title=title,
+        css=Markup(_CSS),  # our own constant stylesheet
+        summary=summary_line(report),
+        when=when,
+        strict=strict,
+        h2d=Markup(h2d),  # fleet/svg.py escapes every string it draws
+        tflops=Markup(tflops),  # the same
+        columns=COLUMNS,
+        rows=[_row(r) for r in report.rows],
+        skipped=list(report.skipped),
+        skipped_count=plural(len(report.skipped), "file"),
     )

@@ -10,9 +10,10 @@ Thunderbolt device is connected with `authorized` = 0 (Documentation/admin-guide
   unauthorized device of that model. Otherwise a person picks one (install, interactively) or
   none is enrolled, and the devices are listed by vendor, name and UUID.
 - `apply_enrolment` authorizes it through the Host: `boltctl enroll --policy P UUID` where bolt
-  runs (stored in boltd's database, undone by `egpu-setup rollback`: the executor records
-  `boltctl forget UUID`), else the sysfs write `authorized` = 1, which lasts until the device is
-  unplugged (the udev rule install renders for that UUID then authorizes it at every plug-in).
+  can enrol (`bolt_can_enrol`, which the render plan asks too; stored in boltd's database,
+  undone by `egpu-setup rollback`: the executor records `boltctl forget UUID`), else the sysfs
+  write `authorized` = 1, which lasts until the device is unplugged (the udev rule install
+  renders for that UUID then authorizes it at every plug-in).
 - `wait_for_egpu` then waits, bounded, for the GPU behind the tunnel to appear.
 
 Never more than the one device chosen, never a blanket rule.
@@ -134,6 +135,21 @@ def notes(facts: HostFacts, policy: EnrolPolicy) -> list[str]:
     ]
 
 
+def bolt_can_enrol(host: Host) -> bool | None:
+    """Whether `boltctl enroll` can authorize the enclosure on `host`; else the one-UUID udev
+    rule does (and, for the enrolment now, the sysfs write). The one place this is decided: the
+    render plan (install/inputs.py) and apply_enrolment ask it.
+
+    An image (--root) cannot enroll: boltd is not running in a chroot, so the rule it carries
+    must authorize the enclosure on first boot, bolt or not. A recording cannot say (None: the
+    render plan infers it from the recorded facts)."""
+    if host.kind == "root":
+        return False
+    if host.kind == "recorded":
+        return None
+    return host.which("boltctl") is not None
+
+
 def apply_enrolment(
     host: Host, paths: StatePaths, dev: TbDevice, facts: HostFacts, hotplug: HotplugOptions
 ) -> str:
@@ -145,7 +161,7 @@ def apply_enrolment(
     domain = domain_of(facts, dev)
     security = domain.security if domain else None
     iommu = domain.iommu_dma_protection if domain else None
-    if host.kind == "live" and host.which("boltctl") is not None:
+    if bolt_can_enrol(host):
         policy, said = bolt_policy(
             hotplug.thunderbolt_policy, iommu, security, hotplug.accept_no_iommu
         )

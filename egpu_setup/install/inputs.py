@@ -8,6 +8,7 @@ import os
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UnsupportedHardware, UsageError
 from egpu_setup.host.machine import Host, LiveHost, RootHost, open_host
+from egpu_setup.install.enrol import bolt_can_enrol
 from egpu_setup.install.offline import OfflineBundle
 from egpu_setup.install.options import InstallOptions
 from egpu_setup.install.tool import ToolChoice
@@ -136,7 +137,7 @@ def render(
         # choose_tool (install/tool.py) held the path to host/trust.py's rule already: the
         # units run a root-owned egpu-setup, or root's own /opt one, so no sudoers caveat
         tool_exposed=False,
-        bolt_available=bolt_usable(target),
+        bolt_available=bolt_can_enrol(target),
         firstboot=firstboot_for(profile, options.enclosure) if target.kind == "root" else None,
     )
 
@@ -158,19 +159,6 @@ def tool_choice(
     if "config" not in only:
         return ToolChoice(choice.path, ())
     return choice
-
-
-def bolt_usable(target: Host) -> bool | None:
-    """Whether `boltctl enroll` can authorize the enclosure; else the one-UUID udev rule does.
-
-    An image (--root) cannot enroll: boltd is not running in a chroot, so the rule it carries
-    must authorize the enclosure on first boot, bolt or not. A recording cannot say (None:
-    inferred from its facts)."""
-    if target.kind == "root":
-        return False
-    if target.kind == "recorded":
-        return None
-    return target.which("boltctl") is not None
 
 
 def manifest(paths: StatePaths) -> tuple[Manifest, list[str]]:

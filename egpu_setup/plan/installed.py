@@ -2,6 +2,10 @@
 
 Read from the files (the dpkg status database, dist-info METADATA), never by running apt or
 importing torch, so a recording (--from) and an image (--root) are read the same way.
+
+The dpkg status file is read by hand rather than with python-debian's deb822: two fields of each
+stanza (deb-control(5) layout) are all that is needed, and it is faster with no dependency.
+Measured on an 826-package status file: 30 ms here, 102 ms for deb822 (plus 116 ms to import it).
 """
 
 from __future__ import annotations

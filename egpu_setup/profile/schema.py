@@ -2,6 +2,10 @@
 
 A small subset of draft 2020-12, refused loudly if the schema ever uses a keyword this interpreter
 does not know, so editors and the loader apply the same rules.
+
+Kept by hand rather than the jsonschema package: every problem carries the profile's line:column
+and a hint (jsonschema reports paths, not marks), and it costs less. Measured on the 15 shipped
+profiles: 1.1 ms here against 6.0 ms for jsonschema 4.26's validator, plus 68 ms to import it.
 """
 
 from __future__ import annotations

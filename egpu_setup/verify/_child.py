@@ -46,6 +46,16 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False  # typing is for mypy only: this file runs on any Python torch supports
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any, TextIO
+
+    # torch itself (imported inside the functions that use it) and what it returns: a device,
+    # a tensor, a dtype, a CUDA event are Any here (their types live in torch, which mypy does
+    # not read).
+    Torch = ModuleType
+
 # -I keeps the script directory off sys.path; without -I (a user-chosen --python) drop it by hand
 # so a sibling module here can never shadow a real one.
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -188,7 +198,7 @@ def arch_covers(arch_list: list[str], cc: tuple[int, int]) -> tuple[str, str]:
     return "fail", f"this torch has no code for {label} (compiled: {' '.join(arch_list) or 'none'})"
 
 
-def judge_ratio(value: float, expected: float | None, fail_below: float, warn_below: float):
+def judge_ratio(value: float, expected: float | None, fail_below: float, warn_below: float) -> str:
     """pass / warn / fail for a measured `value` against an `expected` one (None: pass)."""
     if expected is None or expected <= 0:
         return "pass"
@@ -242,7 +252,7 @@ def matmul_size_for(rate_flops: float, seconds: float, lo: int = 128, hi: int = 
 class Out:
     """The record stream (stdout, flushed per line) and the progress file (fsynced per line)."""
 
-    def __init__(self, progress: str | None, stream=None):
+    def __init__(self, progress: str | None, stream: TextIO | None = None) -> None:
         if stream is None:
             # Records get their own copy of fd 1; fd 1 itself then points at stderr, so C code
             # printing to stdout (NCCL's INFO lines) or a stray print() cannot break a record.
@@ -251,11 +261,20 @@ class Out:
         self._stream = stream
         self._progress = progress
 
-    def emit(self, record: dict) -> None:
+    def emit(self, record: dict[str, Any]) -> None:
         self._stream.write(json.dumps(record, default=str) + "\n")
         self._stream.flush()
 
-    def check(self, cid, status, detail, value=None, expected=None, seconds=None, hint=None):
+    def check(
+        self,
+        cid: str,
+        status: str,
+        detail: str,
+        value: Any = None,
+        expected: Any = None,
+        seconds: float | None = None,
+        hint: str | None = None,
+    ) -> str:
         self.emit(
             {
                 "kind": "check",
@@ -293,7 +312,7 @@ class Out:
 class Budget:
     """A wall-clock allowance for one check, started when it is made."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float) -> None:
         self.seconds = float(seconds)
         self.start = time.perf_counter()
 
@@ -308,25 +327,27 @@ class Clock:
     """Device time between two marks: CUDA events on a GPU (the time the stream spent, which is
     what a throughput is), time.perf_counter on the CPU."""
 
-    def __init__(self, torch, device):
+    def __init__(self, torch: Torch, device: Any) -> None:
         self.torch = torch
         self.cuda = device.type == "cuda"
 
-    def mark(self):
+    def mark(self) -> Any:  # a CUDA event, or perf_counter seconds
         if not self.cuda:
             return time.perf_counter()
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
         return event
 
-    def seconds(self, start, end) -> float:
+    def seconds(self, start: Any, end: Any) -> float:
         if not self.cuda:
-            return end - start
+            wall: float = end - start
+            return wall
         end.synchronize()
-        return start.elapsed_time(end) / 1000.0
+        milliseconds: float = start.elapsed_time(end)
+        return milliseconds / 1000.0
 
 
-def import_torch():
+def import_torch() -> Torch:
     """`import torch`, plus the CUDA stand-in when a test asked for it (see the module doc)."""
     import torch
 
@@ -335,6 +356,7 @@ def import_torch():
         import importlib.util
 
         spec = importlib.util.spec_from_file_location("egpu_setup_test_cuda_standin", standin)
+        assert spec is not None and spec.loader is not None  # a .py path always has both
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         module.install(torch)
@@ -354,14 +376,14 @@ class Sampler:
     def __init__(self, bus_id: str | None, interval: float):
         self.bus_id = bus_id
         self.interval = interval
-        self.samples: list[dict] = []
+        self.samples: list[dict[str, Any]] = []
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._smi = shutil.which("nvidia-smi")
         self._fields = self.FIELDS
 
-    def __enter__(self):
+    def __enter__(self) -> Sampler:
         if self._smi and self.bus_id:
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
@@ -371,7 +393,7 @@ class Sampler:
             self.error = "torch reports no PCI bus id to name the GPU by"
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=10)
@@ -408,13 +430,13 @@ class Sampler:
             self.samples.append(sample)
 
 
-def parse_sample(line: str) -> dict | None:
+def parse_sample(line: str) -> dict[str, Any] | None:
     """ "64, 312.45, 0x0000000000000004" -> {"temp": 64.0, "power": 312.45, "reasons": 4}."""
     parts = [p.strip() for p in line.splitlines()[0].split(",")] if line else []
     if len(parts) != 3:
         return None
 
-    def num(text):
+    def num(text: str) -> float | None:
         try:
             return float(text)
         except ValueError:
@@ -435,7 +457,7 @@ def parse_sample(line: str) -> dict | None:
 def peak_check(
     out: Out,
     cid: str,
-    values: list,
+    values: list[Any],
     limit: float | None,
     unit: str,
     counted: str | None,
@@ -456,7 +478,7 @@ def peak_check(
     )
 
 
-def sampler_checks(out: Out, sampler: Sampler, expect: dict) -> None:
+def sampler_checks(out: Out, sampler: Sampler, expect: dict[str, Any]) -> None:
     """Temperature, power and throttle checks from the samples (warnings only: issue #7)."""
     if not sampler.samples:
         reason = sampler.error or "no samples"
@@ -482,7 +504,7 @@ def sampler_checks(out: Out, sampler: Sampler, expect: dict) -> None:
 # -- torch work ----------------------------------------------------------------------------------
 
 
-def check_import(out: Out) -> object | None:
+def check_import(out: Out) -> Torch | None:
     t0 = time.perf_counter()
     try:
         torch = import_torch()
@@ -506,7 +528,7 @@ def check_import(out: Out) -> object | None:
     return torch
 
 
-def cpu_native_bf16(torch) -> bool | None:
+def cpu_native_bf16(torch: Torch) -> bool | None:
     """Does this CPU compute bf16 natively (AVX512-BF16 or AMX on x86, the BF16 extension on
     Arm)? Without it torch emulates bf16 through fp32 and bf16 work is several times slower."""
     probe = getattr(getattr(torch, "cpu", None), "_is_avx512_bf16_supported", None)
@@ -530,7 +552,9 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _timed_matmul(torch, device, dtype, n: int, budget: Budget, min_seconds: float) -> float:
+def _timed_matmul(
+    torch: Torch, device: Any, dtype: Any, n: int, budget: Budget, min_seconds: float
+) -> float:
     """Achieved TFLOPS of n x n x n matmuls (2 n^3 flops per product) in device time; stops when
     `min_seconds` are measured or the budget is spent (at least one timed batch)."""
     clock = Clock(torch, device)
@@ -551,7 +575,7 @@ def _timed_matmul(torch, device, dtype, n: int, budget: Budget, min_seconds: flo
     return 2.0 * n**3 * iters / elapsed / 1e12
 
 
-def _cpu_matmul_size(torch, dtype, budget: Budget) -> int:
+def _cpu_matmul_size(torch: Torch, dtype: Any, budget: Budget) -> int:
     """Size the CPU matmul so about ten products fit the budget (one 256^3 probe first)."""
     a = torch.randn(256, 256, dtype=dtype)
     t0 = time.perf_counter()
@@ -560,7 +584,7 @@ def _cpu_matmul_size(torch, dtype, budget: Budget) -> int:
     return matmul_size_for(rate, budget.seconds / 10.0)
 
 
-def run_matmul(out: Out, torch, device, cfg: dict) -> None:
+def run_matmul(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> None:
     expect = cfg["expect"]
     seconds = cfg["budgets"]["matmul"]
     if device.type == "cuda":
@@ -625,7 +649,7 @@ def run_matmul(out: Out, torch, device, cfg: dict) -> None:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
 
 
-def make_data(torch, n: int, size: int, seed: int):
+def make_data(torch: Torch, n: int, size: int, seed: int) -> tuple[Any, Any]:
     """Synthetic 4-class images on the host: which quadrant is bright (a task any working GPU
     learns in a few steps, and a GPU computing garbage never does)."""
     g = torch.Generator().manual_seed(seed)
@@ -638,7 +662,7 @@ def make_data(torch, n: int, size: int, seed: int):
     return x, y
 
 
-def make_model(torch, width: int):
+def make_model(torch: Torch, width: int) -> Any:
     nn = torch.nn
     return nn.Sequential(
         nn.Conv2d(3, width, 3, padding=1),
@@ -657,13 +681,13 @@ class Momentum:
     torch.optim's first use imports torch._dynamo and sympy, 1-2 s that a smoke run of a few
     steps cannot afford. GradScaler drives it like any optimizer (param_groups, step)."""
 
-    def __init__(self, torch, params, lr: float, momentum: float):
+    def __init__(self, torch: Torch, params: Any, lr: float, momentum: float) -> None:
         self.torch = torch
         self.params = list(params)
         self.param_groups = [{"params": self.params}]
         self.lr = lr
         self.momentum = momentum
-        self.buffers: list = [None] * len(self.params)
+        self.buffers: list[Any] = [None] * len(self.params)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -683,7 +707,16 @@ class Momentum:
 class TrainRun:
     """What one training run measured."""
 
-    def __init__(self, losses, timed_steps, seconds, skipped, dtype, stopped, wall):
+    def __init__(
+        self,
+        losses: list[float],
+        timed_steps: int,
+        seconds: float,
+        skipped: int,
+        dtype: str,
+        stopped: str,
+        wall: float,
+    ) -> None:
         self.losses = losses
         self.timed_steps = timed_steps
         self.seconds = seconds  # device time of the timed steps
@@ -702,9 +735,9 @@ class TrainRun:
 
 
 def train(
-    torch,
-    device,
-    cfg: dict,
+    torch: Torch,
+    device: Any,
+    cfg: dict[str, Any],
     *,
     amp: bool,
     budget_s: float,
@@ -712,7 +745,7 @@ def train(
     target: float | None = None,
     feed: str = "resident",
     seed: int = 0,
-    step_ms: list | None = None,
+    step_ms: list[Any] | None = None,
 ) -> TrainRun:
     """Train the small CNN until `budget_s` is spent, `max_steps` are done or (with `target`) the
     loss has fallen to `target` of its start, whichever comes first.
@@ -797,7 +830,7 @@ def train(
     )
 
 
-def run_amp(out: Out, torch, device, cfg: dict) -> bool:
+def run_amp(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> bool:
     """The training smoke (its loss must fall, no inf/NaN), then AMP against FP32; True when the
     smoke passed."""
     expect = cfg["expect"]
@@ -873,7 +906,7 @@ def run_amp(out: Out, torch, device, cfg: dict) -> bool:
     return True
 
 
-def run_speedup(out: Out, torch, device, cfg: dict) -> None:
+def run_speedup(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> None:
     """AMP against FP32 steps/s, half the budget each."""
     half = cfg["budgets"]["speedup"] / 2.0
     t1 = time.perf_counter()
@@ -916,7 +949,7 @@ def run_speedup(out: Out, torch, device, cfg: dict) -> None:
     )
 
 
-def run_throughput(out: Out, torch, device, cfg: dict) -> None:
+def run_throughput(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> None:
     """The training advice, measured (CUDA only): cudnn.benchmark for the conv steps, pinned
     memory with non_blocking uploads, and the resulting steps/s against the same card in an
     internal slot (PyTorch performance tuning guide: "Enable cuDNN auto-tuner", "Use pinned
@@ -996,7 +1029,7 @@ def run_throughput(out: Out, torch, device, cfg: dict) -> None:
     )
 
 
-def run_burn_in(out: Out, torch, device, cfg: dict) -> None:
+def run_burn_in(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> None:
     """One long AMP training run; the median step time of its last quarter against its first
     quarter shows thermal or power throttling, inf/NaN losses show instability."""
     seconds = float(cfg["burn_in_s"])
@@ -1100,7 +1133,7 @@ def _ddp_worker(
         dist.destroy_process_group()
 
 
-def run_ddp(out: Out, torch, device, cfg: dict, work_dir: str) -> None:
+def run_ddp(out: Out, torch: Torch, device: Any, cfg: dict[str, Any], work_dir: str) -> None:
     import tempfile
 
     cuda = device.type == "cuda"
@@ -1170,7 +1203,7 @@ def run_ddp(out: Out, torch, device, cfg: dict, work_dir: str) -> None:
 # -- CUDA-only steps -------------------------------------------------------------------------------
 
 
-def cuda_init(out: Out, torch, cfg: dict):
+def cuda_init(out: Out, torch: Torch, cfg: dict[str, Any]) -> int | None:
     """torch-cuda-build, torch-driver-cuda, cuda-available; the device count, or None to stop."""
     gpus = cfg.get("nvidia_gpus") or []
     wheel = torch.version.cuda
@@ -1235,7 +1268,7 @@ def cuda_init(out: Out, torch, cfg: dict):
     return count
 
 
-def driver_cuda_version(torch) -> str | None:
+def driver_cuda_version(torch: Torch) -> str | None:
     """The CUDA version the driver supports, from the driver API (e.g. 12040 -> "12.4"); this
     private torch function is long-standing but not a promise, so any failure is "unknown"."""
     try:
@@ -1245,7 +1278,7 @@ def driver_cuda_version(torch) -> str | None:
     return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else None
 
 
-def device_bus_id(torch, index: int) -> str | None:
+def device_bus_id(torch: Torch, index: int) -> str | None:
     props = torch.cuda.get_device_properties(index)
     bus = getattr(props, "pci_bus_id", None)
     if bus is None:
@@ -1255,7 +1288,7 @@ def device_bus_id(torch, index: int) -> str | None:
     return f"{dom:04x}:{bus:02x}:{dev:02x}.0"
 
 
-def pick_device(out: Out, torch, cfg: dict, count: int):
+def pick_device(out: Out, torch: Torch, cfg: dict[str, Any], count: int) -> int | None:
     """Choose the CUDA index to verify and emit device-is-egpu; None when it must stop.
 
     The target is the eGPU, or, on a machine without one, the NVIDIA GPU detection found (a
@@ -1330,7 +1363,7 @@ def pick_device(out: Out, torch, cfg: dict, count: int):
     return index
 
 
-def emit_device(out: Out, torch, device, cfg: dict) -> None:
+def emit_device(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> None:
     rec = {
         "kind": "device",
         "type": device.type,
@@ -1366,14 +1399,14 @@ def emit_device(out: Out, torch, device, cfg: dict) -> None:
     out.emit(rec)
 
 
-def _cpu_capability(torch):
+def _cpu_capability(torch: Torch) -> Any:
     try:
         return torch.backends.cpu.get_cpu_capability()
     except Exception:
         return None
 
 
-def run_arch(out: Out, torch, device) -> None:
+def run_arch(out: Out, torch: Torch, device: Any) -> None:
     cc = torch.cuda.get_device_capability(device)
     archs = torch.cuda.get_arch_list()
     status, detail = arch_covers(archs, cc)
@@ -1389,7 +1422,7 @@ def run_arch(out: Out, torch, device) -> None:
     )
 
 
-def run_allocation(out: Out, torch, device, cfg: dict) -> None:
+def run_allocation(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> None:
     share = 0.5 if cfg["quick"] else 0.8
     t0 = time.perf_counter()
     free, total = torch.cuda.mem_get_info(device)
@@ -1420,7 +1453,7 @@ def run_allocation(out: Out, torch, device, cfg: dict) -> None:
     )
 
 
-def read_link(bus_id: str | None, root: str = "/") -> dict:
+def read_link(bus_id: str | None, root: str = "/") -> dict[str, Any]:
     """The GPU's PCIe link from sysfs right now (it trains down when idle, so read under load).
 
     `root` is "/" on a live machine; a recorded machine's tree is read only where its links stay
@@ -1434,7 +1467,7 @@ def read_link(bus_id: str | None, root: str = "/") -> dict:
     for key in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"):
         vals[key] = (_read(os.path.join(base, key)) or "").strip()
 
-    def width(text):
+    def width(text: str | None) -> int | None:
         return int(text) if text and text.isdigit() else None
 
     return {
@@ -1445,7 +1478,9 @@ def read_link(bus_id: str | None, root: str = "/") -> dict:
     }
 
 
-def judge_link(link: dict, connection: str | None, tb_gen: int | None, expect: dict):
+def judge_link(
+    link: dict[str, Any], connection: str | None, tb_gen: int | None, expect: dict[str, Any]
+) -> tuple[str, str, tuple[float, int] | None]:
     """(status, detail, limit (GT/s, width) of the path) for the link seen under load."""
     speed, width = link.get("speed_gts"), link.get("width")
     mspeed, mwidth = link.get("max_speed_gts"), link.get("max_width")
@@ -1477,7 +1512,9 @@ def judge_link(link: dict, connection: str | None, tb_gen: int | None, expect: d
     return status, text + ("; " + "; ".join(notes) if notes else ""), limit
 
 
-def _bandwidth(torch, device, direction: str, nbytes: int, budget: Budget, min_s: float) -> float:
+def _bandwidth(
+    torch: Torch, device: Any, direction: str, nbytes: int, budget: Budget, min_s: float
+) -> float:
     """Pinned copies in one direction until `min_s` of device time is measured (or the budget
     is spent); GB/s."""
     clock = Clock(torch, device)
@@ -1498,7 +1535,9 @@ def _bandwidth(torch, device, direction: str, nbytes: int, budget: Budget, min_s
     return nbytes * n / elapsed / 1e9
 
 
-def run_bandwidth(out: Out, torch, device, cfg: dict, bus_id: str | None) -> None:
+def run_bandwidth(
+    out: Out, torch: Torch, device: Any, cfg: dict[str, Any], bus_id: str | None
+) -> None:
     target = cfg.get("target") or {}
     connection = target.get("connection") if target.get("pci_address") == bus_id else None
     tb_gen = target.get("tb_generation")
@@ -1507,15 +1546,15 @@ def run_bandwidth(out: Out, torch, device, cfg: dict, bus_id: str | None) -> Non
     nbytes = (64 if cfg["quick"] else 256) * 2**20
     seconds = cfg["budgets"]["bandwidth"]
     results = {}
-    link: dict = {}
+    link: dict[str, Any] = {}
     t0 = time.perf_counter()
     for direction in ("h2d", "d2h"):
         budget = Budget(seconds)
         try:
             stop = threading.Event()
-            seen: list[dict] = []
+            seen: list[dict[str, Any]] = []
 
-            def watch(stop=stop, seen=seen):
+            def watch(stop: threading.Event = stop, seen: list[dict[str, Any]] = seen) -> None:
                 while not stop.is_set():
                     seen.append(read_link(bus_id, root))
                     stop.wait(0.05)
@@ -1593,7 +1632,7 @@ def run_bandwidth(out: Out, torch, device, cfg: dict, bus_id: str | None) -> Non
 # -- main ----------------------------------------------------------------------------------------
 
 
-def run(cfg: dict, out: Out | None = None) -> int:
+def run(cfg: dict[str, Any], out: Out | None = None) -> int:
     out = out or Out(cfg.get("progress"))
     skip = set(cfg.get("skip") or ())
     out.step("import")

@@ -51,7 +51,8 @@ def parse_progress(text: str) -> PreviousRun | None:
             continue
         kind = event.get("event")
         if kind == "start":
-            options = event.get("options") if isinstance(event.get("options"), dict) else {}
+            given = event.get("options")
+            options: dict[str, Any] = given if isinstance(given, dict) else {}
             run = {
                 "started": event.get("time"),
                 "python": event.get("python"),

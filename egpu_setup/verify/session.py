@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from egpu_setup.detect.facts import HostFacts
+from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.host.identity import machine_id_sha256
 from egpu_setup.host.machine import Host, LiveHost
@@ -196,7 +196,7 @@ def expectations(profile: Any, facts: HostFacts | None) -> dict[str, Any]:
     return out
 
 
-def _target_gpu(facts: HostFacts | None):
+def _target_gpu(facts: HostFacts | None) -> Gpu | None:
     if facts is None:
         return None
     if facts.egpu is not None:

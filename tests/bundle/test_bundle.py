@@ -67,7 +67,10 @@ def _can_bundle_debs() -> str | None:
         return "needs root"
     if shutil.which("debootstrap") is None or shutil.which("dpkg-scanpackages") is None:
         return "needs debootstrap and dpkg-scanpackages"
-    if _host_distro() not in bundle_wheels.GLIBC:
+    from egpu_setup.compat.matrix import load_matrix
+
+    dist_id, _, version = _host_distro().partition("-")
+    if load_matrix().distro(dist_id, version) is None:
         return "host distribution has no driver data"
     return None
 
@@ -85,6 +88,24 @@ def test_platform_tags_stop_at_the_targets_glibc() -> None:
     tags = bundle_wheels.platform_tags("ubuntu-22.04")
     assert tags[0] == "manylinux_2_35_x86_64" and tags[-1] == "manylinux2014_x86_64"
     assert "manylinux_2_36_x86_64" not in tags
+
+
+@pytest.mark.parametrize(
+    ("distro", "minor"),
+    [("debian-12", 36), ("debian-13", 41), ("ubuntu-22.04", 35), ("ubuntu-24.04", 39)],
+)
+def test_a_targets_glibc_comes_from_the_one_table(distro: str, minor: int) -> None:
+    from egpu_setup.compat.glibc import distro_glibc
+
+    dist_id, _, version = distro.partition("-")
+    assert distro_glibc(dist_id, version)[0] == f"2.{minor}"  # type: ignore[index]
+    assert bundle_wheels.glibc_minor(distro) == minor
+    assert bundle_wheels.platform_tags(distro)[0] == f"manylinux_2_{minor}_x86_64"
+
+
+def test_a_target_the_glibc_table_lacks_gets_the_torch_27_floor() -> None:
+    assert bundle_wheels.glibc_minor("plan9-4") == 28
+    assert bundle_wheels.manylinux_minor("manylinux_2_31_x86_64") == 31
 
 
 def test_closure_follows_markers_and_reports_what_is_missing(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ SYSTEM_FILES = {
     "cli.py": "writes the crash log",
     "compat/fetch.py": "caches the index page it read (and its validators) in the state directory",
     "verify/": "its state directory, the progress marker and the child's scratch directory",
+    "detect/release_files.py": "copies of release files the Host read, in a private temporary "
+    "directory, for the distro package (which reads only a directory)",
 }
 # Who may read or write files the user named on the command line (a profile, a report, an
 # output directory) or our own package data, and why: file I/O yes, processes and network no.

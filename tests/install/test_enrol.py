@@ -253,6 +253,29 @@ def test_with_bolt_it_enrols_through_the_executor_and_rollback_knows_the_undo(
     assert [c["undo"] for c in manifest.commands] == [["boltctl", "forget", BOX]]
 
 
+def test_whether_bolt_can_enrol_is_decided_in_one_place(
+    laptop: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image cannot enrol even with bolt installed in it (no boltd in a chroot); a recording
+    cannot say; this machine can when boltctl is on PATH. The render plan asks the same."""
+    from egpu_setup.install import inputs
+
+    (laptop / "usr/bin").mkdir(parents=True, exist_ok=True)
+    (laptop / "usr/bin/boltctl").write_text("#!/bin/sh\n")
+    (laptop / "usr/bin/boltctl").chmod(0o755)
+    assert RootHost(laptop).which("boltctl") == "/usr/bin/boltctl"
+    assert enrol.bolt_can_enrol(RootHost(laptop)) is False
+    assert enrol.bolt_can_enrol(RecordedHost(FRESH)) is None
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", str(bindir))
+    assert enrol.bolt_can_enrol(LiveHost()) is False
+    (bindir / "boltctl").write_text("#!/bin/sh\n")
+    (bindir / "boltctl").chmod(0o755)
+    assert enrol.bolt_can_enrol(LiveHost()) is True
+    assert inputs.bolt_can_enrol is enrol.bolt_can_enrol  # no second copy of the rule
+
+
 def test_firstboot_on_the_fresh_laptop_enrols_the_pinned_box_and_sees_the_gpu(
     laptop: Path, kernel: KernelStandIn
 ) -> None:
