@@ -51,6 +51,7 @@ SMI_ERROR_FINDINGS = {
     "driver-not-loaded": "nvidia-driver-not-loaded",
     "no-devices": "nvidia-driver-not-loaded",
     "driver-library-mismatch": "driver-library-mismatch",
+    "device-handle-error": "nvidia-smi-gpu-unreadable",
 }
 
 

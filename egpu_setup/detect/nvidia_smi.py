@@ -16,7 +16,9 @@ The layout is detected from the text itself:
 Failures set `error` (the line as printed) and `error_kind`: "driver-not-loaded" ("couldn't
 communicate with the NVIDIA driver", whatever apostrophe, wrapped or quoted), "no-devices" ("No
 devices were found" / "No devices found"), "driver-library-mismatch" ("Driver/library version
-mismatch"), "gpu-lost", "not-installed".
+mismatch"), "gpu-lost" ("GPU is lost"), "device-handle-error" ("Unable to determine the device
+handle for GPU ...: Unknown Error": a GPU nvidia-smi could not read, cause not stated),
+"not-installed".
 "[N/A]", "N/A", "[Not Supported]" and other bracketed placeholders become None.
 """
 
@@ -74,6 +76,10 @@ class SmiReport:
     nvml_version: str | None = None  # "NVML library version: 550.107" after a mismatch
     layout: str | None = None  # "table" / "query" / "csv" / None
     error_kind: str | None = None  # "driver-not-loaded" / "no-devices" / ... (module docstring)
+    # Notes printed after a version number, kept apart from it: R610's `-q` prints
+    # "Driver Version : 610.47 [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]"
+    # (https://docs.nvidia.com/deploy/nvidia-smi/index.html, "Modified version information").
+    version_notes: tuple[str, ...] = ()
 
 
 # --- failures -------------------------------------------------------------------------------
@@ -94,7 +100,11 @@ _ERROR_KINDS = (
     ),
     ("not-installed", re.compile(r"NVIDIA-SMI couldn't find libnvidia-ml\.so", re.I)),
     ("no-devices", re.compile(r"(?:^|\n)\s*No devices (?:were )?found\b", re.I)),
-    ("gpu-lost", re.compile(r"Unable to determine the device handle for GPU|GPU is lost", re.I)),
+    # NVML_ERROR_GPU_IS_LOST is the only reason that says the GPU left the bus; "Unknown Error"
+    # (or any other reason) after "Unable to determine the device handle" says nothing about why
+    # (NVML API reference, nvmlReturn_t).
+    ("gpu-lost", re.compile(r"GPU is lost", re.I)),
+    ("device-handle-error", re.compile(r"Unable to determine the device handle for GPU", re.I)),
     ("nvml-failed", re.compile(r"Failed to initialize NVML", re.I)),
     (
         "not-installed",
@@ -248,8 +258,25 @@ def _looks_like_query(lines: list[str]) -> bool:
     )
 
 
-def _parse_query(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu, ...]]:
+_VERSION_NOTE_RE = re.compile(r"^(?P<number>[0-9][0-9.]*)\s*(?:\[(?P<note>[^\]]*)\]?)?\s*$")
+
+
+def _version(value: str, notes: list[str]) -> str | None:
+    """The version number of a `-q` version line; a bracketed note after it goes to `notes`."""
+    m = _VERSION_NOTE_RE.match(value.strip())
+    if m is None:
+        return _none_if_na(value)
+    if m.group("note"):
+        notes.append(m.group("note").strip())
+    return m.group("number")
+
+
+def _parse_query(
+    lines: list[str], notes: list[str] | None = None
+) -> tuple[str | None, str | None, tuple[SmiGpu, ...]]:
+    notes = [] if notes is None else notes
     driver = cuda = None
+    kmd = umd = None
     blocks: list[tuple[str | None, list[tuple[tuple[str, ...], str]]]] = []
     stack: list[tuple[int, str]] = []  # (indent, section name)
     for line in lines:
@@ -273,9 +300,13 @@ def _parse_query(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu
         value = (kv.group("value") or "").strip()
         if not blocks:
             if key == "Driver Version":
-                driver = _none_if_na(value)
+                driver = _version(value, notes)
             elif key == "CUDA Version":
-                cuda = _none_if_na(value)
+                cuda = _version(value, notes)
+            elif key == "KMD Version":
+                kmd = _version(value, notes)
+            elif key == "CUDA UMD Version":
+                umd = _version(value, notes)
             continue
         path = tuple(name for _, name in stack)
         if not value:
@@ -284,6 +315,8 @@ def _parse_query(lines: list[str]) -> tuple[str | None, str | None, tuple[SmiGpu
             continue
         blocks[-1][1].append(((*path, key), value))
 
+    # R610 names the same numbers twice; the new names are the ones NVIDIA keeps.
+    driver, cuda = kmd or driver, umd or cuda
     gpus = []
     for index, (bus, items) in enumerate(blocks):
         gpus.append(_gpu_from_query(index, bus, items, driver))
@@ -486,10 +519,11 @@ def parse_nvidia_smi(text: str, columns: Sequence[str] | str | None = None) -> S
     driver = cuda = None
     gpus: tuple[SmiGpu, ...] = ()
     layout = None
+    notes: list[str] = []
     if columns:
         gpus, layout = _parse_csv(content, columns), "csv"
     elif _looks_like_query(content):
-        driver, cuda, gpus = _parse_query(content)
+        driver, cuda, gpus = _parse_query(content, notes)
         layout = "query"
     elif any(_HEADER_DRIVER_RE.search(line) for line in content) or any(
         _ROW1_RE.match(line.strip()) for line in content
@@ -518,6 +552,7 @@ def parse_nvidia_smi(text: str, columns: Sequence[str] | str | None = None) -> S
         nvml_version=nvml,
         layout=layout,
         error_kind=kind,
+        version_notes=tuple(dict.fromkeys(notes)),
     )
 
 

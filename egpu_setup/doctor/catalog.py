@@ -76,6 +76,16 @@ CATALOG: tuple[Spec, ...] = (
         ),
     ),
     Spec(
+        "nvidia-smi-gpu-unreadable",
+        "warning",
+        'nvidia-smi could not read a GPU and gave no cause ("Unable to determine the device '
+        'handle ... Unknown Error"); the evidence does not say whether it fell off the bus.',
+        (
+            "NVML API reference (nvmlReturn_t: NVML_ERROR_UNKNOWN vs NVML_ERROR_GPU_IS_LOST)",
+            "NVIDIA/open-gpu-kernel-modules#387, NVIDIA/nvidia-docker#1553",
+        ),
+    ),
+    Spec(
         "secure-boot-unsigned-module",
         "error",
         "Secure Boot is on and the kernel refuses the NVIDIA module because its signing key is "

@@ -446,12 +446,29 @@ def check_mismatch(ctx: _Context) -> list[Finding]:
 
 def check_fallen_off(ctx: _Context) -> list[Finding]:
     smi = ctx.inputs.nvidia_smi or ""
-    smi_lines = [
-        ln.strip()
-        for ln in smi.splitlines()
-        if "Unable to determine the device handle" in ln or "GPU is lost" in ln
+    handle = [
+        ln.strip() for ln in smi.splitlines() if "Unable to determine the device handle" in ln
     ]
-    lines = _hit_lines(ctx.dmesg.fallen_off) + smi_lines
+    lost = [ln for ln in handle if "GPU is lost" in ln]
+    # "Unknown Error" is NVML saying it does not know why: only the kernel log (Xid 79, "fallen
+    # off the bus") or NVML's own "GPU is lost" make it a lost GPU. Otherwise say what was seen.
+    if not ctx.dmesg.fallen_off and not lost:
+        if not handle:
+            return []
+        return [
+            Finding(
+                "nvidia-smi-gpu-unreadable",
+                "warning",
+                "nvidia-smi could not read a GPU and gave no cause; nothing here shows whether it "
+                "fell off the bus or failed otherwise",
+                _evidence(handle),
+                "Look at the kernel log from the same boot (sudo dmesg | grep -E 'NVRM|Xid') and "
+                "run `egpu-setup doctor` with it: an Xid line there names the cause. A reboot "
+                "usually brings the GPU back; if it recurs, reseat the card or cable and check the "
+                "enclosure's power and cooling.",
+            )
+        ]
+    lines = _hit_lines(ctx.dmesg.fallen_off) + handle
     if not lines:
         return []
     where = next((a for h in ctx.dmesg.fallen_off if (a := nvrm_address(h))), None)

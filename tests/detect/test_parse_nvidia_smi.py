@@ -276,7 +276,7 @@ def test_csv_noheader_needs_columns() -> None:
             "Unable to determine the device handle for GPU0000:3C:00.0: Unknown Error\n",
             "Unable to determine the device handle for GPU0000:3C:00.0: Unknown Error",
             None,
-            id="smi-gpu-fallen-off-bus",
+            id="smi-device-handle-unknown-error",
         ),
         pytest.param(
             "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA Display Driver is properly installed and present in your system.\nPlease also try adding directory that contains libnvidia-ml.so to your system PATH.\n",
@@ -361,7 +361,15 @@ def test_r610_header_kmd_and_cuda_umd_versions() -> None:
         ),
         ("No devices were found  ", "no-devices"),
         ("$ nvidia-smi\nNo devices found\n", "no-devices"),
-        ("Unable to determine the device handle for GPU0000:3C:00.0: Unknown Error", "gpu-lost"),
+        (
+            "Unable to determine the device handle for GPU0000:3C:00.0: Unknown Error",
+            "device-handle-error",
+        ),
+        (
+            "Unable to determine the device handle for GPU 0000:3C:00.0: GPU is lost.  Reboot the "
+            "system to recover this GPU",
+            "gpu-lost",
+        ),
         ("bash: nvidia-smi: command not found", "not-installed"),
         ("| NVIDIA-SMI 550.40.07   Driver Version: 550.40.07   CUDA Version: 12.4 |", None),
     ],
@@ -404,3 +412,27 @@ def test_query_excerpt_without_its_gpu_header() -> None:
     )
     (g,) = parse_nvidia_smi(text).gpus
     assert (g.pci_bus, g.device_id, g.pci_bus_id) == ("0x01", "1401", "0000:01:00.0")
+
+
+def test_r610_query_version_notes_are_kept_apart_from_the_numbers() -> None:
+    """R610 `-q` appends "[Deprecated; ...]" to the old version lines: the number is the version,
+    the note is kept beside it; the new KMD / CUDA UMD lines win where both are printed."""
+    text = (
+        "==============NVSMI LOG==============\n\n"
+        "Driver Version      : 610.47 [Deprecated; will be removed in CUDA 14.0. Use KMD Version "
+        "instead]\n"
+        "CUDA Version        : 13.3 [Deprecated; will be removed in CUDA 14.0. Use CUDA UMD "
+        "Version instead]\n"
+        "KMD Version         : 610.47\n"
+        "CUDA UMD Version    : 13.3\n\n"
+        "Attached GPUs       : 1\n"
+    )
+    r = parse_nvidia_smi(text)
+    assert (r.driver_version, r.cuda_version) == ("610.47", "13.3")
+    assert r.version_notes == (
+        "Deprecated; will be removed in CUDA 14.0. Use KMD Version instead",
+        "Deprecated; will be removed in CUDA 14.0. Use CUDA UMD Version instead",
+    )
+    only_old = parse_nvidia_smi(text.replace("KMD Version   ", "Other   ").replace("UMD", "X"))
+    assert only_old.driver_version == "610.47"
+    assert parse_nvidia_smi("Driver Version : 550.54.15\nProduct Name : X\n").version_notes == ()

@@ -263,6 +263,28 @@ def test_gpu_fallen_off_bus():
     assert "eject" in fb.fix
 
 
+def test_unknown_error_alone_is_not_a_lost_gpu():
+    """nvidia-smi's "Unknown Error" with no kernel log line behind it: an honest "cannot read the
+    GPU", with the line, and no Xid 79 guess (its fix, eject and runtime PM, may be wrong)."""
+    line = "Unable to determine the device handle for GPU0000:3C:00.0: Unknown Error"
+    found = diagnose(facts(), DoctorInput(nvidia_smi=line + "\n"))
+    assert "gpu-fallen-off-bus" not in {f.id for f in found}
+    unread = only(found, "nvidia-smi-gpu-unreadable")
+    assert unread.severity == "warning"
+    assert unread.evidence == (line,)
+    assert "dmesg" in unread.fix
+
+
+def test_gpu_is_lost_in_nvidia_smi_alone_is_a_lost_gpu():
+    line = (
+        "Unable to determine the device handle for GPU 0000:3C:00.0: GPU is lost.  Reboot the "
+        "system to recover this GPU"
+    )
+    found = diagnose(facts(), DoctorInput(nvidia_smi=line + "\n"))
+    assert line in only(found, "gpu-fallen-off-bus").evidence
+    assert "nvidia-smi-gpu-unreadable" not in {f.id for f in found}
+
+
 def test_secure_boot_unsigned_module():
     f = facts(
         gpus=(egpu(driver=None),),
