@@ -339,7 +339,7 @@ def test_yes_refuses_a_plan_for_another_card_unless_forced(tmp_path: Path) -> No
 def test_render_generic_uses_the_only_nvidia_gpu_when_its_placement_is_undecided(
     tmp_path: Path,
 ) -> None:
-    """README "How decisions are made": otherwise the only NVIDIA GPU (lspci text only here)."""
+    """docs/decisions.md, "How egpu-setup decides": otherwise the only NVIDIA GPU (lspci text only here)."""
     from egpu_setup.detect.probe import detect_host
 
     (gpu,) = detect_host(RecordedHost(PASTE)).nvidia_gpus
@@ -349,8 +349,8 @@ def test_render_generic_uses_the_only_nvidia_gpu_when_its_placement_is_undecided
     assert res.returncode == 0, res.stderr
     rules = (out / "etc/udev/rules.d/71-egpu-setup.rules").read_text()
     assert 'ATTR{device}=="0x2206"' in rules
-    readme = (FIXTURES.parent.parent.parent / "README.md").read_text()
-    assert "Otherwise the only NVIDIA GPU" in readme
+    page = (FIXTURES.parent.parent.parent / "docs" / "decisions.md").read_text()
+    assert "Otherwise the only NVIDIA GPU" in page
 
 
 def test_two_identical_egpus_get_one_consistent_message() -> None:
