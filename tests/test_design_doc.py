@@ -1,0 +1,63 @@
+"""docs/design.md holds the contracts: every command, long option, schema id, finding id and exit
+code the code has must be named there, so a change that adds one without documenting it fails."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import REPO
+from egpu_setup import errors
+from egpu_setup.cli import COMMANDS, cli
+from egpu_setup.commands import _cli as kit
+from egpu_setup.doctor.catalog import CATALOG
+
+DESIGN = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+
+
+def _commands() -> list[tuple[str, kit.Command]]:
+    found = []
+    for name in COMMANDS:
+        command = cli.get_command(name)
+        assert command is not None, name
+        found.append((name, command))
+        if isinstance(command, kit.Group):
+            found += [(f"{name} {sub}", command.commands[sub]) for sub in command.commands]
+    return found
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_has_a_row(name: str) -> None:
+    assert re.search(rf"\| `{name}\b", DESIGN), name
+
+
+def test_every_long_option_of_every_command_is_named() -> None:
+    missing = []
+    for name, command in _commands():
+        for param in command.params:
+            if not isinstance(param, kit.Option):
+                continue
+            longs = [o for o in [*param.on, *param.off] if o.startswith("--") and o != "--help"]
+            if longs and not any(
+                f"`{o}" in DESIGN or f"[{o}" in DESIGN or f" {o}" in DESIGN for o in longs
+            ):
+                missing.append(f"{name}: {longs}")
+    assert missing == []
+
+
+def test_every_schema_id_is_named() -> None:
+    ids = set()
+    for path in (REPO / "egpu_setup").rglob("*.py"):
+        ids |= set(re.findall(r'"(egpu-setup/[a-z-]+/\d+)"', path.read_text(encoding="utf-8")))
+    assert ids, "no schema id found in the package"
+    assert sorted(i for i in ids if f"`{i}`" not in DESIGN) == []
+
+
+def test_every_finding_id_is_named() -> None:
+    assert [s.id for s in CATALOG if f"`{s.id}`" not in DESIGN] == []
+
+
+def test_every_exit_code_is_in_the_table() -> None:
+    codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    assert sorted(c for c in codes if not re.search(rf"^\| {c} \|", DESIGN, re.M)) == []
