@@ -49,7 +49,7 @@ GPU_ROUTES = {
 # nvidia-smi's three failures and the doctor finding each one must raise.
 SMI_ERROR_FINDINGS = {
     "driver-not-loaded": "nvidia-driver-not-loaded",
-    "no-devices": "nvidia-driver-not-loaded",
+    "no-devices": "nvidia-no-gpu-found",
     "driver-library-mismatch": "driver-library-mismatch",
     "device-handle-error": "nvidia-smi-gpu-unreadable",
 }

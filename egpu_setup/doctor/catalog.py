@@ -52,6 +52,23 @@ CATALOG: tuple[Spec, ...] = (
         ("NVIDIA README: Installing the NVIDIA Driver", "pop-os/pop#3168"),
     ),
     Spec(
+        "nvidia-gpu-init-failed",
+        "error",
+        "The nvidia kernel module is loaded but could not initialise the GPU (RmInitAdapter "
+        "failed, or the open module refused a GPU without a GSP).",
+        (
+            "NVIDIA/open-gpu-kernel-modules#1151 (RmInitAdapter failed, osInitNvMapping), #862",
+            "NVIDIA open-gpu-kernel-modules README (supported GPUs: Turing and newer)",
+        ),
+    ),
+    Spec(
+        "nvidia-no-gpu-found",
+        "error",
+        'The nvidia kernel module is loaded but drives no GPU: nvidia-smi says "No devices were '
+        'found".',
+        ("NVIDIA nvidia-smi(1) manual", "NVIDIA README: Installing the NVIDIA Driver"),
+    ),
+    Spec(
         "nouveau-bound",
         "error",
         "The open-source nouveau driver owns the GPU, so the NVIDIA driver cannot.",

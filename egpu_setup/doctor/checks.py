@@ -307,55 +307,96 @@ def _nouveau_bound(ctx: _Context) -> list[str]:
     return lines
 
 
+# A line of nouveau at a device: "nouveau 0000:01:00.0: DRM: ..." or, before Linux 4.x,
+# "nouveau  [  DEVICE][0000:01:00.0] ...". "unknown chipset" is nouveau giving the device up
+# (its probe then fails with -19), so such an address was never driven.
+_NOUVEAU_AT_RE = re.compile(
+    r"nouveau (?:\s*\[\s*\w+\]\[)?(?P<addr>(?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.\d)"
+)
+
+
+def _nouveau_driving(ctx: _Context) -> list[Hit]:
+    at = [(h, m["addr"]) for h in ctx.dmesg.nouveau if (m := _NOUVEAU_AT_RE.search(h.message))]
+    given_up = {addr for h, addr in at if "unknown chipset" in h.message}
+    return [h for h, addr in at if addr not in given_up]
+
+
+_NOUVEAU_FIX = (
+    "Blacklist nouveau: write /etc/modprobe.d/egpu-setup-nouveau.conf with `blacklist nouveau` "
+    "and `options nouveau modeset=0` (egpu-setup install does this), run sudo update-initramfs "
+    "-u, and reboot; do not rmmod it under a running session."
+)
+
+
 def check_nouveau(ctx: _Context) -> list[Finding]:
     lines = _nouveau_bound(ctx)
-    if not lines:
-        return []
-    lines += _hit_lines(ctx.dmesg.nouveau[:3])
-    return [
-        Finding(
-            "nouveau-bound",
-            "error",
-            "The nouveau driver owns the NVIDIA GPU, so the NVIDIA driver cannot bind to it",
-            _evidence(lines),
-            "Blacklist nouveau: write /etc/modprobe.d/egpu-setup-nouveau.conf with `blacklist "
-            "nouveau` and "
-            "`options nouveau modeset=0` (egpu-setup install does this), run sudo "
-            "update-initramfs -u, "
-            "and reboot; do not rmmod it under a running session.",
+    log = _nouveau_driving(ctx)
+    if lines:
+        summary = "The nouveau driver owns the NVIDIA GPU, so the NVIDIA driver cannot bind to it"
+    elif log and not _nvidia_bound(ctx):
+        # A pasted kernel log, or a host whose GPU has no driver bound now: the log is the
+        # evidence, and the summary says no more than the log does.
+        summary = (
+            "The kernel log shows the nouveau driver driving an NVIDIA GPU, so the NVIDIA driver "
+            "cannot bind to it while nouveau is loaded"
         )
-    ]
+    else:
+        return []
+    lines += _hit_lines(log[:3])
+    return [Finding("nouveau-bound", "error", summary, _evidence(lines), _NOUVEAU_FIX)]
 
 
-# nvidia-smi failures that mean the driver drives no GPU (detect.nvidia_smi error kinds): it
-# cannot talk to the driver, or the driver initialised no GPU ("No devices were found").
-_SMI_NO_DRIVER = frozenset({"driver-not-loaded", "no-devices"})
+def _nvidia_bound(ctx: _Context) -> bool:
+    return any(g.driver in ("nvidia", "nvidia-current") for g in ctx.facts.nvidia_gpus)
+
+
+_RM_INIT_FIX = (
+    "The driver is loaded but could not initialise the GPU (RmInitAdapter failed): check the "
+    "kernel log for a BAR or Xid message just before it, use a driver branch that supports the "
+    "GPU (Blackwell needs the open modules of 570 or newer), and on an eGPU reseat the cable and "
+    "power the enclosure before boot."
+)
+_OPEN_NO_GSP_FIX = (
+    "The open kernel module drives only GPUs with a GSP (Turing and newer): install the "
+    "proprietary module of a branch that still supports this GPU (the 580 branch for "
+    "Maxwell/Pascal/Volta), e.g. egpu-setup install --profile NAME --only driver."
+)
+_LEGACY_FIX = (
+    "This driver branch no longer supports the GPU (NVRM says it will ignore it): install the "
+    "legacy branch it names, e.g. the 580 branch for Maxwell/Pascal/Volta "
+    "(egpu-setup install --profile gtx1080ti --only driver)."
+)
 
 
 def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
-    """The driver is not loaded, or drives no GPU. `suppressed` (a BAR failure, nouveau, Secure
-    Boot, a lost GPU, a GPU manager that disables NVIDIA explains it) silences what is only
-    inferred (a module absent, a device with no driver); what the driver or nvidia-smi say
-    outright is still reported, with the cause."""
+    """What the NVIDIA driver does with the GPU, as far as the evidence goes: not loaded or not
+    bound (`nvidia-driver-not-loaded`), loaded but unable to initialise it (RmInitAdapter,
+    `nvidia-gpu-init-failed`), or loaded and finding no GPU at all (nvidia-smi's "No devices were
+    found", `nvidia-no-gpu-found`). `suppressed` (a BAR failure, nouveau, Secure Boot, a lost
+    GPU, a GPU manager that disables NVIDIA explains it) silences what is only inferred (a module
+    absent, a device with no driver); what the driver or nvidia-smi say outright is still
+    reported, with the cause."""
     # Under WSL2 the Windows host owns the driver: there is no nvidia kernel module to load.
     if ctx.facts.os.wsl:
         return []
+    if suppressed and ctx.dmesg.fallen_off:
+        return []  # the GPU is gone: nothing else about its driver is worth saying
     nv = ctx.facts.nvidia
     smi_kind = getattr(ctx.smi, "error_kind", None)
-    said: list[str] = []
     # nvidia-smi's word counts with an NVIDIA GPU present, or with no GPU known at all (a paste);
     # with the host's GPUs known and none NVIDIA (the eGPU unplugged) it is expected, not a fault.
     # A root cause found elsewhere (BAR, nouveau, Secure Boot) explains it.
     smi_counts = ctx.nvidia_present or ctx.blind
-    if (
-        smi_kind in _SMI_NO_DRIVER
-        and ctx.smi is not None
-        and ctx.smi.error
-        and not suppressed
-        and smi_counts
-    ):
-        said.append(f"nvidia-smi: {ctx.smi.error}")
-    said += _hit_lines(ctx.dmesg.driver_unbound)
+    smi_line = (
+        [f"nvidia-smi: {ctx.smi.error}"]
+        if ctx.smi is not None and ctx.smi.error and smi_counts and not suppressed
+        else []
+    )
+    not_loaded = smi_line if smi_kind == "driver-not-loaded" else []
+    no_devices = smi_line if smi_kind == "no-devices" else []
+    no_gsp_hits = [h for h in ctx.dmesg.driver_unbound if "not supported by open" in h.message]
+    gone_hits = [h for h in ctx.dmesg.driver_unbound if h not in no_gsp_hits]
+    not_loaded += _hit_lines(gone_hits)
     rm_init = _hit_lines(ctx.dmesg.rm_init_failed)
     inferred: list[str] = []
     if ctx.nvidia_present and nv.module_loaded is False:
@@ -369,51 +410,60 @@ def check_driver_loaded(ctx: _Context, suppressed: bool) -> list[Finding]:
         inferred += [
             f"sysfs {g.pci_address}: no driver bound ({g.name or 'NVIDIA GPU'})" for g in unbound
         ]
-    if suppressed and ctx.dmesg.fallen_off:
-        return []  # the GPU is gone: nothing else about its driver is worth saying
-    lines = said + rm_init + ([] if suppressed else inferred)
+    if not suppressed:
+        not_loaded += inferred
+    legacy = _hit_lines(ctx.dmesg.legacy_ignored)
+    no_gsp = bool(no_gsp_hits)
+    # Only a loaded module prints RmInitAdapter, and the open module that refuses a GPU without a
+    # GSP stays loaded: then the GPU, not the driver, is what failed, unless nvidia-smi or the
+    # kernel says outright that the driver is gone or bound nothing.
+    gone = not_loaded
+    not_loaded = not_loaded + _hit_lines(no_gsp_hits)
+    if (rm_init or no_gsp) and not gone:
+        fix = _CAUSE_FIX if suppressed else _OPEN_NO_GSP_FIX if no_gsp else _RM_INIT_FIX
+        summary = "The NVIDIA driver is loaded but could not initialise the GPU"
+        summary += " (the open module needs a GSP)" if no_gsp else " (RmInitAdapter failed)"
+        lines = no_devices + not_loaded + rm_init + legacy
+        return [Finding("nvidia-gpu-init-failed", "error", summary, _evidence(lines), fix)]
+    if no_devices and not gone:
+        return [
+            Finding(
+                "nvidia-no-gpu-found",
+                "error",
+                "The NVIDIA driver is loaded but found no GPU it drives",
+                _evidence(no_devices + legacy),
+                _LEGACY_FIX if legacy else _NO_GPU_FIX,
+            )
+        ]
+    lines = not_loaded + no_devices + rm_init
     if not lines:
         return []
-    lines += _hit_lines(ctx.dmesg.legacy_ignored)
-    if ctx.dmesg.legacy_ignored:
-        fix = (
-            "This driver branch no longer supports the GPU (NVRM says it will ignore it): install "
-            "the "
-            "legacy branch it names, e.g. the 580 branch for Maxwell/Pascal/Volta "
-            "(egpu-setup install --profile gtx1080ti --only driver)."
-        )
-    elif any("not supported by open" in line for line in lines):
-        fix = (
-            "The open kernel module drives only GPUs with a GSP (Turing and newer): install the "
-            "proprietary module of a branch that still supports this GPU (the 580 branch for "
-            "Maxwell/Pascal/Volta), e.g. egpu-setup install --profile NAME --only driver."
-        )
+    lines += legacy
+    if legacy:
+        fix = _LEGACY_FIX
+    elif no_gsp:
+        fix = _OPEN_NO_GSP_FIX
     elif suppressed:
-        fix = (
-            "The driver is installed but could not take the GPU; fix the cause reported with it "
-            "(the BAR, nouveau, Secure Boot or GPU manager finding), then reload the module or "
-            "reboot."
-        )
-    elif rm_init and not said:
-        fix = (
-            "The driver is loaded but could not initialise the GPU (RmInitAdapter failed): check "
-            "the kernel log for a BAR or Xid message just before it, use a driver branch that "
-            "supports the GPU (Blackwell needs the open modules of 570 or newer), and on an eGPU "
-            "reseat the cable and power the enclosure before boot."
-        )
+        fix = _CAUSE_FIX
     else:
         fix = (
             "Load it with sudo modprobe nvidia (Debian packages name it nvidia-current); if that "
-            "fails, "
-            "check `dkms status` and that linux-headers-$(uname -r) is installed, or let "
+            "fails, check `dkms status` and that linux-headers-$(uname -r) is installed, or let "
             "`egpu-setup install --profile NAME --only driver` install a matching driver."
         )
-    summary = (
-        "The NVIDIA driver is loaded but could not initialise the GPU (RmInitAdapter failed)"
-        if rm_init and not said and not inferred
-        else "An NVIDIA GPU is present but the NVIDIA driver is not loaded or not bound to it"
-    )
+    summary = "An NVIDIA GPU is present but the NVIDIA driver is not loaded or not bound to it"
     return [Finding("nvidia-driver-not-loaded", "error", summary, _evidence(lines), fix)]
+
+
+_CAUSE_FIX = (
+    "The driver is installed but could not take the GPU; fix the cause reported with it (the "
+    "BAR, nouveau, Secure Boot or GPU manager finding), then reload the module or reboot."
+)
+_NO_GPU_FIX = (
+    "The driver sees no GPU: check that `lspci -d 10de:` lists the card; on an eGPU, authorize "
+    "the enclosure (boltctl list), reseat the cable and power the enclosure; if lspci lists it, "
+    "read the kernel log's NVRM lines (a branch that does not support the card, a BAR failure)."
+)
 
 
 def check_mismatch(ctx: _Context) -> list[Finding]:

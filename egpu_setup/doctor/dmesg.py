@@ -287,6 +287,8 @@ _NEEDLES: dict[str, tuple[str, int]] = {
     "restricted": ("unsigned module loading is restricted", MAX_HITS),
     "unsigned": ("module verification failed: signature and/or required key missing", MAX_HITS),
     "nouveau": ("nouveau 0000:", 20),
+    # Kernels before 4.x tagged nouveau's lines by subsystem: "nouveau  [  DEVICE][0000:01:00.0]".
+    "nouveau_old": ("nouveau  [", 20),
 }
 # Enumeration and bridge lines are many (every PCI function, at every boot and hot-plug): of
 # those only what they say is kept, not the records.
@@ -482,7 +484,7 @@ def _scan(found: _Found) -> DmesgScan:
         ),
         unsigned_tainted=tuple(h["unsigned"]),
         legacy_ignored=tuple(nvrm["legacy"]),
-        nouveau=tuple(h["nouveau"]),
+        nouveau=_merge_hits(iter(h["nouveau"]), iter(h["nouveau_old"])),
         xids=tuple(xids),
         driver_unbound=tuple(nvrm["unbound"]),
         lockdown_callers=tuple(dict.fromkeys(lockdown)),

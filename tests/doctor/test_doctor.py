@@ -181,7 +181,8 @@ def test_rm_init_adapter_failed_alone_is_the_driver_not_the_bars():
     # lost GPU), not mostly BARs: the real pastes in tests/data/real/kernel-log say so.
     found = diagnose(facts(), DoctorInput(dmesg=noisy("rm-init-failed.txt")))
     assert "pci-bar-allocation-failed" not in ids(found)
-    nd = only(found, "nvidia-driver-not-loaded")
+    nd = only(found, "nvidia-gpu-init-failed")
+    assert "nvidia-driver-not-loaded" not in ids(found)  # only a loaded module says RmInitAdapter
     assert "RmInitAdapter failed! (0x22:0x56:884)" in " ".join(nd.evidence)
     assert "could not initialise" in nd.summary
 
@@ -1023,5 +1024,7 @@ def test_nvidia_smi_alone_says_the_driver_is_not_loaded():
     smi = "NVIDIA-SMI has failed because it couldn‘t communicate with the NVIDIA driver.\n"
     nd = only(diagnose(facts(gpus=()), DoctorInput(nvidia_smi=smi)), "nvidia-driver-not-loaded")
     assert nd.evidence[0].startswith("nvidia-smi: NVIDIA-SMI has failed")
+    # "No devices were found" comes from a loaded module that drives no GPU: its own finding.
     found = diagnose(facts(gpus=()), DoctorInput(nvidia_smi="No devices were found\n"))
-    assert "nvidia-driver-not-loaded" in ids(found)
+    assert "nvidia-driver-not-loaded" not in ids(found)
+    assert "lspci -d 10de:" in only(found, "nvidia-no-gpu-found").fix
