@@ -212,10 +212,16 @@ def check_nvidia_smi(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
                 else:
                     facts.append(_fact(f"gpus[{i}].{key}", value, g.get(key)))
     # What detect and doctor make of it as a pasted commands/nvidia-smi.txt.
-    nvidia = detect_json(tmp / "detect", nvidia_smi=text)["nvidia"]
+    host = detect_json(tmp / "detect", nvidia_smi=text)
+    nvidia = host["nvidia"]
     for key in ("driver_version", "cuda_version"):
         if key in want:
             facts.append(_fact(f"detect.{key}", want[key], nvidia[key]))
+    # GPUs printed with no PCI address are listed by detect, counted and named as printed.
+    unplaced = [w for w in want.get("gpus") or () if "bus_id" not in w]
+    if unplaced and not host["gpus"]:
+        listed = [g["name"] for g in host["listed_gpus"]]
+        facts.append(_fact("detect.listed_gpus", [w.get("name") for w in unplaced], listed))
     finding = SMI_ERROR_FINDINGS.get(want.get("error") or "")
     ids = doctor_ids(tmp / "doctor", nvidia_smi=text)
     facts.append(_fact("doctor.finding", finding, finding if finding in ids else None))

@@ -80,7 +80,26 @@ def format_facts(facts: HostFacts) -> str:
         lines.append(f"          nvidia-smi: {nv.smi_error}")
     lines.append("")
     if not facts.gpus:
-        lines.append("GPUs      none found")
+        lines.append(
+            "GPUs      none found" if not facts.listed_gpus else "GPUs      none found on PCI"
+        )
+    for i, lg in enumerate(facts.listed_gpus):
+        if i == 0:
+            lines.append(
+                f"{lg.source} lists {len(facts.listed_gpus)} GPU(s) without a PCI address:"
+            )
+        index = "?" if lg.index is None else str(lg.index)
+        what = ", ".join(
+            x
+            for x in (
+                lg.architecture,
+                lg.compute_capability and f"compute capability {lg.compute_capability}",
+                lg.memory_total_mib and f"{lg.memory_total_mib} MiB",
+                lg.pci_bus and f"bus {lg.pci_bus}",
+            )
+            if x
+        )
+        lines.append(f"    [{index}] {_v(lg.name)}" + (f" ({what})" if what else ""))
     gpus = sorted(facts.gpus, key=lambda g: (g.external is not True, g.pci_address))
     for g in gpus:
         where = {True: "EXTERNAL", False: "internal", None: "placement unknown"}[g.external]

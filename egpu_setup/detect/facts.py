@@ -81,6 +81,23 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class ListedGpu:
+    """A GPU a tool lists without a PCI address to tie it to (an `nvidia-smi --query-gpu` CSV
+    without `pci.bus_id`): counted and kept as the tool printed it, never one of `gpus`, whose
+    placement and link come from the PCI device."""
+
+    source: str  # "nvidia-smi"
+    index: int | None = None
+    name: str | None = None  # as printed
+    uuid: str | None = None
+    memory_total_mib: int | None = None
+    compute_capability: str | None = None  # as printed, else from egpu-setup's GPU table
+    architecture: str | None = None  # from egpu-setup's GPU table, by name or device id
+    pci_bus: str | None = None  # the bus number alone ("0x01"), when that is what was printed
+    pci_device_id: str | None = None  # "0x1DF010DE" as printed
+
+
+@dataclass(frozen=True)
 class NvidiaFacts:
     """NVIDIA's kernel module and driver: loaded or not, which flavour, which version."""
 
@@ -138,6 +155,7 @@ class HostFacts:
     thunderbolt: ThunderboltFacts = field(default_factory=ThunderboltFacts)
     source: str = "live"  # live / recorded / root
     numa_nodes: tuple[int, ...] = ()  # /sys/devices/system/node/online; () when not known
+    listed_gpus: tuple[ListedGpu, ...] = ()  # GPUs a tool names with no PCI address
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from egpu_setup.detect.facts import Gpu, HostFacts, Link, ThunderboltFacts
+from egpu_setup.detect.facts import Gpu, HostFacts, Link, ListedGpu, ThunderboltFacts
 from egpu_setup.detect.sysfs import pcie_speed
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
@@ -45,7 +45,43 @@ def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
         thunderbolt=tb,
         source=host.kind,
         numa_nodes=probe_numa_nodes(host),
+        listed_gpus=listed_gpus(smi),
     )
+
+
+def _smi_identity(g: Any) -> Identity:
+    """An nvidia-smi GPU identified by its device id, else by the name it printed."""
+    from egpu_setup.compat import gpus
+
+    who = _identify(NVIDIA, g.device_id, g.name, "NVIDIA")
+    model = gpus.gpu_by_name(g.name) if g.name and not g.device_id else None
+    if model is not None:
+        who = Identity(model.name, model.codename, model.architecture, model.compute_capability)
+    return who
+
+
+def listed_gpus(smi: object | None) -> tuple[ListedGpu, ...]:
+    """The GPUs nvidia-smi printed without their PCI address (`--query-gpu` without
+    `pci.bus_id`), identified by name or device id where egpu-setup's GPU table knows them."""
+    out = []
+    for g in getattr(smi, "gpus", ()) or ():
+        if g.pci_bus_id:
+            continue
+        who = _smi_identity(g)
+        out.append(
+            ListedGpu(
+                "nvidia-smi",
+                index=g.index,
+                name=g.name,
+                uuid=g.uuid,
+                memory_total_mib=g.memory_total_mib,
+                compute_capability=g.compute_capability or who.compute_capability,
+                architecture=who.architecture,
+                pci_bus=g.pci_bus,
+                pci_device_id=g.pci_device_id,
+            )
+        )
+    return tuple(out)
 
 
 def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gpu, ...]:
@@ -330,12 +366,7 @@ def _gpus_from_text(
     for g in getattr(smi, "gpus", ()) or ():
         if not g.pci_bus_id or g.pci_bus_id in out:
             continue
-        from egpu_setup.compat import gpus
-
-        who = _identify(NVIDIA, g.device_id, g.name, "NVIDIA")
-        model = gpus.gpu_by_name(g.name) if g.name and not g.device_id else None
-        if model is not None:
-            who = Identity(model.name, model.codename, model.architecture, model.compute_capability)
+        who = _smi_identity(g)
         out[g.pci_bus_id] = _text_gpu(
             g.pci_bus_id,
             vendor="nvidia",
