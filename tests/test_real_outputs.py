@@ -29,6 +29,7 @@ REAL = Path(__file__).parent / "data" / "real"
 KINDS = (
     "lspci-names",
     "lspci-wrapped",
+    "lspci-tree",
     "gpu-ids",
     "nvidia-smi",
     "boltctl",
@@ -129,6 +130,7 @@ def compare_gpus(want: list[dict], got: list[dict], prefix: str = "gpus") -> lis
         for key, value in w.items():
             label = f"{prefix}[{i}].{key}"
             have = None if g is None else g.get(key)
+            have = list(have) if isinstance(have, tuple) else have  # JSON reads a tuple as a list
             if key == "pci_address":
                 facts.append(_fact(label, _address(value), _address(have)))
             elif key == "name":
@@ -328,6 +330,7 @@ def check_glibc(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
 CHECKS: dict[str, Callable[[str, str, dict, Path], list[Fact]]] = {
     "lspci-names": check_gpus,
     "lspci-wrapped": check_gpus,
+    "lspci-tree": check_gpus,
     "gpu-ids": check_gpus,
     "nvidia-smi": check_nvidia_smi,
     "boltctl": check_boltctl,

@@ -246,6 +246,7 @@ class PastedGpu:
     architecture: str | None
     compute_capability: str | None
     driver: str | None = None
+    bridges: tuple[str, ...] = ()  # upstream bridges, root port first, where the text draws them
 
 
 def _vendor_key(vendor_id: str | None, vendor_name: str | None, nvidia: bool) -> str | None:
@@ -289,6 +290,9 @@ def gpus_in_text(text: str | None) -> tuple[PastedGpu, ...]:
         out.append(_pasted(g.pci_bus_id, NVIDIA, device, who, None, "NVIDIA", True))
     if out:
         return tuple(out)
+    out = _tree_gpus(text)
+    if out:
+        return tuple(out)
     for m in parse_gpu_mentions(text):
         nvidia = is_nvidia(m.vendor_id, m.vendor_name, m.device_name)
         who = _identify(
@@ -298,6 +302,55 @@ def gpus_in_text(text: str | None) -> tuple[PastedGpu, ...]:
             _pasted(m.address, m.vendor_id, m.device_id, who, m.driver, m.vendor_name, nvidia)
         )
     return tuple(out)
+
+
+# Functions of a graphics card that are not its GPU (an `lspci -tv` tree names no class): the
+# HDMI audio, USB-C and UCSI functions NVIDIA and AMD cards carry beside the GPU.
+_COMPANION_RE = re.compile(r"\b(?:Audio|USB|UCSI|Serial bus|SMBus)\b", re.I)
+# A non-NVIDIA device in a tree is a GPU only when its name says so.
+_DISPLAY_NAME_RE = re.compile(r"\b(?:Graphics|VGA|Radeon|GeForce|Quadro|Arc)\b")
+
+
+def _tree_gpus(text: str) -> list[PastedGpu]:
+    """GPUs of an `lspci -tv` tree: known by name only (the tree prints no ids or classes)."""
+    from egpu_setup.detect.lspci_tree import looks_like_tree, parse_lspci_tree
+
+    if not looks_like_tree(text):
+        return []
+    out = []
+    for d in parse_lspci_tree(text):
+        name = d.device_name
+        if d.is_bridge or not name or _COMPANION_RE.search(name):
+            continue
+        nvidia = is_nvidia(None, d.vendor_name, name)
+        # pci.ids without the model prints "Device 2b85" (or "Device" with no id at all): the
+        # id is all there is, and it counts only where the GPU table knows it as a GPU.
+        unnamed = re.fullmatch(r"Device(?: (?P<id>[0-9a-fA-F]{4}))?", name)
+        device_id = unnamed["id"].lower() if unnamed and unnamed["id"] else None
+        if unnamed:
+            who = _identify(NVIDIA if nvidia else None, device_id, None, d.vendor_name)
+            if who.architecture is None:
+                continue
+        elif not nvidia and not _DISPLAY_NAME_RE.search(name):
+            continue
+        elif nvidia:
+            who = _smi_identity_by_name(name)
+        else:
+            who = _identify(None, None, name, d.vendor_name)
+        vendor_id = NVIDIA if nvidia and device_id else None
+        p = _pasted(d.address, vendor_id, device_id, who, None, d.vendor_name, nvidia)
+        out.append(replace(p, bridges=d.bridges))
+    return out
+
+
+def _smi_identity_by_name(name: str) -> Identity:
+    who = _identify(NVIDIA, None, name, "NVIDIA")
+    from egpu_setup.compat import gpus
+
+    model = gpus.gpu_by_name(name)
+    if model is not None and who.architecture is None:
+        who = Identity(who.name, model.codename, model.architecture, model.compute_capability)
+    return who
 
 
 def _pasted(
@@ -391,6 +444,7 @@ def _gpus_from_text(
                         device_id=p.device_id,
                         who=Identity(p.name, p.codename, p.architecture, p.compute_capability),
                         driver=p.driver,
+                        bridges=p.bridges,
                     )
     return tuple(out[k] for k in sorted(out))
 
