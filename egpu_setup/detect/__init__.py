@@ -4,7 +4,8 @@ through a Host; the result is one frozen HostFacts. Soft: a missing source gives
 Modules: `facts` (HostFacts and its parts), `probe` (detect_host: everything merged), `system`
 (OS, kernel, WSL, Secure Boot, Python), `osrelease`, `release_files` (what os-release leaves
 out: the other release files through the `distro` package, and lsb-release), `pci` (the PCI
-tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`, `nvidia` and
+tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`, `lspci_tree`
+(`lspci -t`/`-tv` trees as pasted), `nvidia` and
 `nvidia_smi` (the driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa`
 (nodes, each GPU's node), `kernel_log` (a recording's kernel log, bounded however big it is).
 """

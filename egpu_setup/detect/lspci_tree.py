@@ -1,4 +1,4 @@
-"""`lspci -t` / `lspci -tv` trees, as people paste them: every device, its bus and the bridges above it.
+"""`lspci -t` and `lspci -tv` trees as people paste them: each device, its bus, its bridges.
 
 lspci draws the tree in ls-tree.c (pciutils): a root bus opens with `[DDDD:BB]`, a device is
 `DD.F`, a bridge is followed by its secondary bus range `-[BB]` or `-[BB-SS]`, and the devices
