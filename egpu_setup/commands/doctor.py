@@ -140,12 +140,15 @@ def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
 
     from egpu_setup.text import plain
 
+    # summary and fix name files and devices of the machine or the bundle (a udev rule's file
+    # name, a GPU's name): they pass the sanitizer as the evidence does
     for f in findings:
         cli.echo(f"{f.severity.upper():8} {f.id}")
-        cli.echo(textwrap.fill(f.summary, 100, initial_indent="  ", subsequent_indent="  "))
+        cli.echo(textwrap.fill(plain(f.summary), 100, initial_indent="  ", subsequent_indent="  "))
         for line in f.evidence:
             cli.echo(f"  | {plain(line)}")
-        cli.echo(textwrap.fill(f.fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
+        fix = plain(f.fix)
+        cli.echo(textwrap.fill(fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
         cli.echo("")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = ", ".join(name for name, ok in sources.items() if ok) or "host facts only"
