@@ -132,6 +132,11 @@ def _with_verify_report(inputs: DoctorInput, path: Path) -> DoctorInput:
         return inputs
     if not isinstance(data, dict) or data.get("schema") != "egpu-setup/verify/1":
         return inputs
+    from egpu_setup.doctor.collect import older_report_note
+    from egpu_setup.text import plain
+
+    if (note := older_report_note(LiveHost(), str(path))) is not None:
+        cli.echo(f"note: {plain(note)}", err=True)
     return dataclasses.replace(inputs, verify_report=data, verify_report_path=str(path))
 
 
