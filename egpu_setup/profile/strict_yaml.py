@@ -91,7 +91,7 @@ def _safe_loader() -> type[yaml.SafeLoader]:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-# Control characters YAML does not allow in a document (YAML 1.2 §5.1, c-printable: C0 but for
+# Control characters YAML does not allow (https://yaml.org/spec/1.2.2/#51-character-set: C0 but for
 # TAB, LF and CR; DEL; C1 but for NEL), and NEL too: profile values reach udev rules and shell
 # helpers, where a line break of any kind is a new line. Checked here with the exact place, the
 # same for libyaml and the Python reader (whose own messages name only an offset).
