@@ -64,6 +64,12 @@ def _remove_cache(cache: Path) -> None:
         print(f"egpu-setup tests: {cache} was not removed (a mount below it?)", file=sys.stderr)
 
 
+# pytest-xdist hands out whole files (--dist loadfile) in the order they were collected. The
+# lab-image file alone runs about 9 minutes and is collected 64th of 80 (root files after the
+# folders); started first, it overlaps the rest of the suite instead of risking a lone tail.
+LONGEST_FIRST = ("test_image_boot.py",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("quick"):
         slow = [item for item in items if item.get_closest_marker("slow")]
@@ -98,13 +104,6 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped under --no-skip (CI installs what this needs): {reason}"
-
-
-# pytest-xdist hands out whole files (--dist loadfile) in the order they were collected. The
-# lab-image file alone runs about 9 minutes and is collected 64th of 80 (root files after the
-# folders); started first, it overlaps the rest of the suite instead of risking a lone tail.
-LONGEST_FIRST = ("test_image_boot.py",)
-
 
 
 @pytest.fixture(autouse=True)
