@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import from_option
+import click
+
+from egpu_setup.commands._options import from_option, root_option, yes_option
 from egpu_setup.errors import UsageError
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   sudo egpu-setup eject              # shows what it will do, asks first
@@ -17,14 +18,8 @@ Examples:
   egpu-setup eject --from ./bundle   # what eject would do on a recorded host
 """
 )
-@cli.option("--yes", "-y", "assume_yes", is_flag=True, help="Do it without asking.")
-@cli.option(
-    "--root",
-    "root",
-    type=cli.Path(file_okay=False, exists=True),
-    default=None,
-    help="Act on a system image under DIR (sysfs writes land inside DIR).",
-)
+@yes_option("Do it without asking.", "assume_yes")
+@root_option("Act on a system image under DIR (sysfs writes land inside DIR).", "root", exists=True)
 @from_option
 def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     """Stop GPU users, unload the driver, remove the PCI device and de-authorize the
@@ -41,22 +36,22 @@ def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     plan = plan_eject(host, facts)
     gpu = f"{plan.gpu.name or 'eGPU'} ({plan.gpu.pci_address})"
     for note in plan.notes:
-        cli.echo(f"note: {note}", err=True)
+        click.echo(f"note: {note}", err=True)
     if host.kind == "recorded":
-        cli.echo(f"eject plan for {gpu} on a recorded host (nothing done):")
+        click.echo(f"eject plan for {gpu} on a recorded host (nothing done):")
         for b in plan.blockers:
-            cli.echo(f"  blocked: {b}")
+            click.echo(f"  blocked: {b}")
         for s in plan.steps:
-            cli.echo(f"  {s.description}")
+            click.echo(f"  {s.description}")
         return
     if not plan.blockers and not assume_yes:
-        cli.echo(f"eject {gpu}:", err=True)
+        click.echo(f"eject {gpu}:", err=True)
         for s in plan.steps:
-            cli.echo(f"  {s.description}", err=True)
+            click.echo(f"  {s.description}", err=True)
         if not sys.stdin.isatty():
             raise UsageError(
                 "eject changes the running system and needs confirmation", "re-run with --yes"
             )
-        cli.confirm("go ahead?", abort=True, err=True)
-    run_eject(host, plan, say=lambda line: cli.echo(line, err=True))
-    cli.echo(f"now safe to unplug {gpu}")
+        click.confirm("go ahead?", abort=True, err=True)
+    run_eject(host, plan, say=lambda line: click.echo(line, err=True))
+    click.echo(f"now safe to unplug {gpu}")
