@@ -10,13 +10,14 @@ Nothing heavy (torch, requests, jinja2) is on any command's startup path.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from egpu_setup import __version__
-from egpu_setup.errors import EXIT_INTERRUPTED, EXIT_USAGE, Aborted, EgpuSetupError
+from egpu_setup.errors import EXIT_INTERRUPTED, EXIT_USAGE, Aborted, EgpuSetupError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -146,6 +147,21 @@ def _usage_error(exc: click.UsageError) -> EgpuSetupError:
     return EgpuSetupError(message, f"see `{path} --help`", exit_code=EXIT_USAGE)
 
 
+def _check_completion_request(request: str) -> None:
+    """Click exits 1 without a word for a shell it does not complete for; say what it takes."""
+    from click.shell_completion import get_completion_class
+
+    shell, _, action = request.partition("_")
+    if get_completion_class(shell) is None or action not in ("source", "complete"):
+        fail(
+            UsageError(
+                f"_EGPU_SETUP_COMPLETE={request!r} is not a completion request",
+                "bash_source, zsh_source or fish_source prints the shell's script; "
+                "unset the variable to run egpu-setup",
+            )
+        )
+
+
 def _crash_log(exc: BaseException) -> str | None:
     """Write a Markdown crash log (versions, platform, traceback); return its path."""
     import platform
@@ -171,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point. Click runs with standalone_mode=False so that every failure, Click's
     own usage errors included, is printed as `error:` + `hint:` with the exit codes of
     docs/design.md; `_EGPU_SETUP_COMPLETE` (shell completion) is answered by Click before that."""
+    request = os.environ.get("_EGPU_SETUP_COMPLETE")
+    if request:
+        _check_completion_request(request)
     try:
         rc = cli.main(
             list(sys.argv[1:] if argv is None else argv),
