@@ -1,4 +1,4 @@
-"""Startup and live detection, side by side in one run, against their goals (issue 16).
+"""Startup and live detection, side by side in one run, against their goals (docs/testing.md).
 
 Goals, each against the interpreter egpu-setup runs on:
 - `egpu-setup --help` takes at most 3x `python -c pass`;
