@@ -2,8 +2,9 @@
 docs/design.md, never a traceback), the options shared by declaration, and tab completion in
 real bash, zsh and fish.
 
-In-process tests run `egpu_setup.cli.main` inside Click's CliRunner isolation (its stdin,
-stdout and stderr); the completion tests run the installed `egpu-setup` from the shells."""
+In-process tests run `egpu_setup.cli.main` inside Click's CliRunner isolation
+(tests/helpers/cli_runner.py); the completion tests run the installed `egpu-setup` from the
+shells."""
 
 from __future__ import annotations
 
@@ -17,11 +18,17 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from conftest import REPO
-from egpu_setup.cli import COMMANDS, cli, main
+from egpu_setup.cli import COMMANDS, cli
 from egpu_setup.commands import _options
+from helpers.cli_runner import invoke
+
+
+def run(*args: str, stdin: str | None = None) -> Result:
+    """`egpu-setup ARGS` in this process, through main(): the error handling under test."""
+    done = invoke(*args, stdin=stdin)
+    return Result(done.returncode, done.stdout, done.stderr)
 
 
 @dataclass
@@ -29,19 +36,6 @@ class Result:
     code: int
     out: str
     err: str
-
-
-def run(*args: str, stdin: str | None = None) -> Result:
-    """`egpu-setup ARGS` in this process, through main(): the error handling under test."""
-    runner = CliRunner()
-    with runner.isolation(input=stdin) as streams:
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = streams[0].getvalue(), streams[1].getvalue()
-    return Result(code, out.decode(), err.decode())
 
 
 def _all_commands() -> list[tuple[str, click.Command]]:
@@ -254,3 +248,19 @@ def test_an_unknown_completion_request_is_refused_by_click() -> None:
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("error: _EGPU_SETUP_COMPLETE='tcsh_source' is not a completion")
     assert "\nhint: bash_source, zsh_source or fish_source" in res.stderr
+
+
+def test_the_installed_command_keeps_the_error_contract() -> None:
+    """The console script pip wrote, as a person runs it: Click's usage error, the house's way."""
+    res = subprocess.run(
+        [_installed(), "install", "--mode", "gaming"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.splitlines() == [
+        "error: Invalid value for '--mode': 'gaming' is not one of 'compute', 'display'.",
+        "hint: see `egpu-setup install --help`",
+    ]
