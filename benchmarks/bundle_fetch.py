@@ -10,8 +10,8 @@ measured the same way:
 
 Then one offline install from the bundle with pip and with uv (fresh venv each, no cache, both
 compiling bytecode as the installer does, `unshare -n` when we are root), timed side by side.
-The bundle is built by the installed egpu-setup, started from an empty directory. No goal of
-issue 16: figures only.
+The bundle is built by the installed egpu-setup, started from an empty directory. No goal:
+figures only.
 
     python benchmarks/bundle_fetch.py [--targets N] [--smoke]
 

@@ -1,9 +1,10 @@
-"""Startup and live detection, side by side in one run, against their goals (issue 16).
+"""Startup and live detection, side by side in one run, against their goals (docs/testing.md).
 
-Goals, each against the interpreter egpu-setup runs on:
-- `egpu-setup --help` takes at most 3x `python -c pass`;
-- `egpu-setup detect --json` (this machine) is at least 25x faster than `python -m
+Goals, on the installed tool of an idle machine:
+- `egpu-setup --help` under 100 ms;
+- `egpu-setup detect --json` (this machine) under 150 ms, and at least 15x faster than `python -m
   torch.utils.collect_env` (what PyTorch asks for in bug reports).
+`python -c pass` is shown beside them: the part of each figure no code of ours can remove.
 Also shown: the peak memory of detect and collect_env, and `detect --json --from` a recorded
 host.
 
@@ -21,8 +22,9 @@ import sys
 
 import _bench as b
 
-HELP_GOAL = 3.0  # x python -c pass
-DETECT_GOAL = 25.0  # x faster than collect_env
+HELP_MS = 100.0  # egpu-setup --help
+DETECT_MS = 150.0  # egpu-setup detect --json
+DETECT_GOAL = 15.0  # x faster than collect_env
 
 
 def main() -> int:
@@ -61,15 +63,16 @@ def main() -> int:
         print(f"{name:<48} {seconds * 1000:>10.1f}")
     _, detect_mib, _ = b.peak_rss([*tool, "detect", "--json"])
     print(f"peak memory: egpu-setup detect --json {detect_mib:.0f} MiB", end="")
-    anchor = med["python -c pass"]
-    help_ratio = med["egpu-setup --help"] / anchor
+    help_ms = med["egpu-setup --help"] * 1000
+    detect_ms = med["egpu-setup detect --json"] * 1000
     goals = [
+        b.Goal("egpu-setup --help", f"{help_ms:.1f} ms", f"< {HELP_MS:g} ms", help_ms < HELP_MS),
         b.Goal(
-            "egpu-setup --help vs python -c pass",
-            f"{help_ratio:.2f}x",
-            f"<= {HELP_GOAL:g}x",
-            help_ratio <= HELP_GOAL,
-        )
+            "egpu-setup detect --json",
+            f"{detect_ms:.1f} ms",
+            f"< {DETECT_MS:g} ms",
+            detect_ms < DETECT_MS,
+        ),
     ]
     if have_torch:
         _, env_mib, _ = b.peak_rss(collect_env)

@@ -1,4 +1,4 @@
-"""`egpu-setup doctor --from` on kernel logs of growing size: memory stays flat (issue 16).
+"""`egpu-setup doctor --from` on kernel logs of growing size: memory stays flat.
 
 Generates a realistic dmesg (a laptop up for days: USB, Wi-Fi, audit, AER noise, Thunderbolt
 hot-plug cycles, NVRM loading lines) with a handful of eGPU failure signatures buried in it,

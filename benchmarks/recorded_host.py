@@ -1,4 +1,4 @@
-"""The planning commands on a recorded host, side by side, against their goal (issue 16).
+"""The planning commands on a recorded host, side by side, against their goal.
 
 Goal: `install --dry-run`, `doctor` and `render`, each read from a recorded host (`--from`, the
 Thunderbolt 4 + RTX 4090 bundle in tests/fixtures/hosts), take at most 0.3 s each, the whole

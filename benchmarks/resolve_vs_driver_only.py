@@ -1,4 +1,4 @@
-"""Compare egpu-setup's resolver with a driver-only rule, and time `egpu-setup resolve` (issue 16).
+"""Compare egpu-setup's resolver with a driver-only rule, and time `egpu-setup resolve`.
 
 The driver-only rule is what uv's `--torch-backend=auto` does (astral-sh/uv
 `crates/uv-torch/src/backend.rs`): read the driver version, keep every CUDA backend whose minimum

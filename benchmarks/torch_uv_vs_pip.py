@@ -1,5 +1,5 @@
 """torch 2.13.0 CPU from a PEP 503 index on 127.0.0.1 into a fresh venv: uv vs pip doing the same
-work, side by side, and what an uncompiled venv costs later (issue 16).
+work, side by side, and what an uncompiled venv costs later.
 
 Every install goes through the executor's own PipInstall step (the argv the installer runs: both
 compile bytecode, pip by default and uv with --compile-bytecode), from the same local index, into

@@ -1,6 +1,6 @@
 """Benchmark: the CPU verify against its goals, measured side by side, printed as ratios.
 
-Goals (issue 15):
+Goals:
 1. `egpu-setup verify --device cpu --quick` takes at most 3x `python -c 'import torch'` in the
    same Python (the rest of a quick verify must cost less than two more torch imports).
 2. The full `egpu-setup verify --device cpu` finishes inside its default timeout, and passes,

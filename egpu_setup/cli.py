@@ -1,9 +1,10 @@
 """Command line: parse options, call one core function, print, map errors to exit codes.
 
-Commands are imported only when invoked, so `egpu-setup --help` and `detect` stay fast:
-`--help` imports this module's command table and the command-line kit (commands/_cli.py),
-nothing else (tests/test_startup.py), and nothing heavy (torch, requests, jinja2) is on any
-command's startup path.
+Built on Click (https://click.palletsprojects.com/). Subcommands load lazily, Click's documented
+pattern (https://click.palletsprojects.com/en/stable/complex/#lazily-loading-subcommands): the
+table below names each command's module and its one-line help, so `egpu-setup --help` lists them
+all without importing any, and `detect` imports only commands/detect.py (tests/test_startup.py).
+Nothing heavy (torch, requests, jinja2) is on any command's startup path.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
+
+import click
 
 from egpu_setup import __version__
-from egpu_setup.commands import _cli as cli_kit
-from egpu_setup.errors import EXIT_INTERRUPTED, Aborted, EgpuSetupError
+from egpu_setup.errors import EXIT_INTERRUPTED, EXIT_USAGE, Aborted, EgpuSetupError, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # name -> (module under egpu_setup.commands, one-line help shown by `egpu-setup --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,22 +58,24 @@ Examples:
 """
 
 
-class LazyGroup(cli_kit.Group):
-    """The top-level group: its subcommands are imported on first use (the table above lists
-    them all; tests/test_startup.py checks that each names a module with a `command`)."""
+class LazyGroup(click.Group):
+    """The top-level group: a subcommand's module is imported when that command is asked for
+    (tests/test_startup.py checks that each name in the table has a module with a `command`)."""
 
-    def list_commands(self) -> list[str]:
-        return list(COMMANDS)
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)  # the table's order, most used first
 
-    def get_command(self, name: str) -> cli_kit.Command | None:
-        if name not in COMMANDS:
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
             return None
-        module = importlib.import_module(f"egpu_setup.commands.{COMMANDS[name][0]}")
-        command: cli_kit.Command = module.command
+        module = importlib.import_module(f"egpu_setup.commands.{COMMANDS[cmd_name][0]}")
+        command: click.Command = module.command
         return command
 
-    def short_helps(self) -> list[tuple[str, str]]:
-        return [(name, help_text) for name, (_module, help_text) in COMMANDS.items()]
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' one-line helps from the table: `--help` imports none of them."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, (_module, text) in COMMANDS.items()])
 
 
 def _setup_logging(verbose: int, quiet: int) -> None:
@@ -88,31 +96,70 @@ def _setup_logging(verbose: int, quiet: int) -> None:
     root.setLevel(max(logging.DEBUG, min(level, logging.CRITICAL)))
 
 
-@cli_kit.option("--version", is_flag=True, help="Show the version and exit.")
-@cli_kit.option("-v", "--verbose", count=True, help="More detail on stderr (repeat for debug).")
-@cli_kit.option("-q", "--quiet", count=True, help="Less on stderr.")
-def _options(verbose: int, quiet: int, version: bool) -> None:
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"egpu-setup, version {__version__}")
+        ctx.exit(0)
+
+
+@click.group(
+    "egpu-setup",
+    cls=LazyGroup,
+    epilog=EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
+@click.option("-v", "--verbose", count=True, help="More detail on stderr (repeat for debug).")
+@click.option("-q", "--quiet", count=True, help="Less on stderr.")
+def cli(verbose: int, quiet: int) -> None:
     """Turn a Linux laptop plus an NVIDIA eGPU into a verified PyTorch machine."""
-    if version:  # as Click's version option: it wins over any command after it
-        cli_kit.echo(f"egpu-setup, version {__version__}")
-        raise SystemExit(0)
     _setup_logging(verbose, quiet)
-
-
-cli = LazyGroup("egpu-setup", _options, EPILOG)
 
 
 def fail(exc: EgpuSetupError) -> None:
     """Print an expected error the house way and exit with its code."""
     from egpu_setup.text import plain
 
-    echo = cli_kit.echo
-    echo(f"error: {plain(exc.message)}", err=True)
+    click.echo(f"error: {plain(exc.message)}", err=True)
     for line in (getattr(exc, "stderr_tail", "") or "").splitlines()[-15:]:
-        echo(f"  | {plain(line)}", err=True)  # what the failed command said
+        click.echo(f"  | {plain(line)}", err=True)  # what the failed command said
     if exc.hint:
-        echo(f"hint: {plain(exc.hint)}", err=True)
+        click.echo(f"hint: {plain(exc.hint)}", err=True)
     sys.exit(exc.exit_code)
+
+
+def _usage_error(exc: click.UsageError) -> EgpuSetupError:
+    """Click's message for bad usage, as the house's error and hint (exit 2): the hint names
+    the help of the command that refused it."""
+    path = exc.ctx.command_path if exc.ctx is not None else "egpu-setup"
+    message = exc.format_message()
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError) or message == "Missing command.":
+        names = ", ".join(COMMANDS) if exc.ctx is None or exc.ctx.parent is None else None
+        hint = f"one of {names}; see `{path} --help`" if names else f"see `{path} --help`"
+        return EgpuSetupError("Missing command.", hint, exit_code=EXIT_USAGE)
+    return EgpuSetupError(message, f"see `{path} --help`", exit_code=EXIT_USAGE)
+
+
+def _check_completion_request(request: str) -> None:
+    """Click exits 1 without a word for a shell it does not complete for; say what it takes."""
+    from click.shell_completion import get_completion_class
+
+    shell, _, action = request.partition("_")
+    if get_completion_class(shell) is None or action not in ("source", "complete"):
+        fail(
+            UsageError(
+                f"_EGPU_SETUP_COMPLETE={request!r} is not a completion request",
+                "bash_source, zsh_source or fish_source prints the shell's script; "
+                "unset the variable to run egpu-setup",
+            )
+        )
 
 
 def _crash_log(exc: BaseException) -> str | None:
@@ -136,28 +183,37 @@ def _crash_log(exc: BaseException) -> str | None:
         return None
 
 
-def main() -> None:
-    """Console entry point."""
-    echo = cli_kit.echo
-    if os.environ.get("_EGPU_SETUP_COMPLETE"):  # bash asking what to complete (scripts/install.sh)
-        from egpu_setup.commands._complete import answer
-
-        sys.exit(answer(cli, os.environ))
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point. Click runs with standalone_mode=False so that every failure, Click's
+    own usage errors included, is printed as `error:` + `hint:` with the exit codes of
+    docs/design.md; `_EGPU_SETUP_COMPLETE` (shell completion) is answered by Click before that."""
+    request = os.environ.get("_EGPU_SETUP_COMPLETE")
+    if request:
+        _check_completion_request(request)
     try:
-        rc = cli.main(sys.argv[1:], "egpu-setup")
+        rc = cli.main(
+            list(sys.argv[1:] if argv is None else argv),
+            prog_name="egpu-setup",
+            complete_var="_EGPU_SETUP_COMPLETE",
+            standalone_mode=False,
+        )
         if isinstance(rc, int) and not isinstance(rc, bool):
             sys.exit(rc)
     except EgpuSetupError as exc:
         fail(exc)
-    except (KeyboardInterrupt, Aborted):
-        echo("interrupted", err=True)
+    except click.UsageError as exc:
+        fail(_usage_error(exc))
+    except click.ClickException as exc:  # a file Click could not open: bad input
+        fail(EgpuSetupError(exc.format_message(), "see `egpu-setup --help`", exit_code=EXIT_USAGE))
+    except (KeyboardInterrupt, Aborted, click.Abort):
+        click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # a bug: say where the details are, never a bare traceback
         path = _crash_log(exc)
-        echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
-        echo(
+        click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo(
             f"hint: please report it with the crash log {path}"
             if path
             else "hint: please report it",

@@ -6,7 +6,7 @@ TYPE_CHECKING = False  # `--help` imports this module; collections.abc is 1 ms i
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-# Exit codes are a contract (DESIGN.md, "Command surface").
+# Exit codes are a contract (docs/design.md, "Exit codes").
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -37,7 +37,7 @@ if [[ " $* " != *" --profile "* && " $* " != *" --profile="* ]]; then
     profile=(--profile "${EGPU_SETUP_PROFILE:-generic-nvidia}")
 fi
 
-deps='import yaml, jinja2, packaging, requests'
+deps='import click, distro, yaml, jinja2, packaging, requests'
 tool_py=${EGPU_SETUP_TOOL_PYTHON:-python3}
 if ! "$tool_py" -c "$deps" 2>/dev/null; then
     if "$python" -c "$deps" 2>/dev/null; then
@@ -45,9 +45,9 @@ if ! "$tool_py" -c "$deps" 2>/dev/null; then
     else
         tool_venv=$(mktemp -d)/venv
         python3 -m venv "$tool_venv"
-        if ! "$tool_venv/bin/pip" install -q pyyaml jinja2 packaging requests; then
+        if ! "$tool_venv/bin/pip" install -q click distro pyyaml jinja2 packaging requests; then
             echo "error: no Python here has egpu-setup's dependencies, and pip cannot fetch them" >&2
-            echo "hint: set EGPU_SETUP_TOOL_PYTHON to a python3 with pyyaml, jinja2, packaging, requests" >&2
+            echo "hint: set EGPU_SETUP_TOOL_PYTHON to a python3 with click, distro, pyyaml, jinja2, packaging, requests" >&2
             exit 2
         fi
         tool_py=$tool_venv/bin/python

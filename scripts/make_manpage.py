@@ -1,4 +1,4 @@
-"""Write the man page egpu-setup(1) from the command line's own help, so the two never differ.
+"""Write the man page egpu-setup(1) from Click's own command objects, so page and help never differ.
 
     python scripts/make_manpage.py             # writes docs/egpu-setup.1
     python scripts/make_manpage.py --check     # exit 1 when docs/egpu-setup.1 is out of date
@@ -10,10 +10,11 @@ is regenerated.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
-from egpu_setup.commands._cli import Command, Group, option_records
+import click
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "egpu-setup.1"
@@ -27,18 +28,27 @@ def _roff(text: str) -> str:
     return "\n".join(lines)
 
 
-def _options(cmd: Command) -> list[str]:
+def _options(cmd: click.Command, ctx: click.Context) -> list[str]:
+    """One tagged paragraph per option: the names and metavar, the help with Click's own extras
+    ([default: ...], [env var: ...], [required]), as get_help_record builds them for --help."""
     out: list[str] = []
-    for names, help_text in option_records(cmd):
-        out += [".TP", f"\\fB{_roff(names)}\\fR", _roff(help_text)]
+    for param in cmd.get_params(ctx):
+        record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
+        if record is not None:
+            names, help_text = record
+            out += [".TP", f"\\fB{_roff(names)}\\fR", _roff(help_text)]
     return out
 
 
-def _help(cmd: Command) -> str:
-    return _roff(cmd.help.replace("\b\n", "").strip())
+def _help(cmd: click.Command) -> str:
+    return _roff(inspect.cleandoc(cmd.help or "").replace("\b\n", "").strip())
 
 
-def _epilog(cmd: Command) -> list[str]:
+def _usage(cmd: click.Command, ctx: click.Context) -> str:
+    return _roff(" ".join(cmd.collect_usage_pieces(ctx)))
+
+
+def _epilog(cmd: click.Command) -> list[str]:
     if not cmd.epilog:
         return []
     body = cmd.epilog.replace("\b\n", "").strip("\n")
@@ -48,6 +58,7 @@ def _epilog(cmd: Command) -> list[str]:
 def render(version: str) -> str:
     from egpu_setup.cli import cli
 
+    root = click.Context(cli, info_name="egpu-setup", **cli.context_settings)
     lines = [
         f'.TH EGPU-SETUP 1 "" "egpu-setup {version}" "User Commands"',
         ".SH NAME",
@@ -57,25 +68,27 @@ def render(version: str) -> str:
         ".SH DESCRIPTION",
         _help(cli),
         ".SH GLOBAL OPTIONS",
-        *_options(cli),
+        *_options(cli, root),
         ".SH COMMANDS",
     ]
-    for name in cli.list_commands():
-        cmd = cli.get_command(name)
+    for name in cli.list_commands(root):
+        cmd = cli.get_command(root, name)
         if cmd is None:
             continue
-        lines += [".SS", f"\\fBegpu-setup {name}\\fR {_roff(cmd.usage())}", _help(cmd)]
-        if isinstance(cmd, Group):
-            for sub_name in cmd.list_commands():
-                sub = cmd.get_command(sub_name)
+        ctx = click.Context(cmd, info_name=name, parent=root)
+        lines += [".SS", f"\\fBegpu-setup {name}\\fR {_usage(cmd, ctx)}", _help(cmd)]
+        if isinstance(cmd, click.Group):
+            for sub_name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, sub_name)
                 if sub is not None:
+                    sub_ctx = click.Context(sub, info_name=sub_name, parent=ctx)
                     lines += [
                         ".PP",
-                        f"\\fBegpu-setup {name} {sub_name}\\fR {_roff(sub.usage())}",
+                        f"\\fBegpu-setup {name} {sub_name}\\fR {_usage(sub, sub_ctx)}",
                         _help(sub),
-                        *_options(sub),
+                        *_options(sub, sub_ctx),
                     ]
-        lines += _options(cmd) + _epilog(cmd)
+        lines += _options(cmd, ctx) + _epilog(cmd)
     lines += [
         ".SH EXIT STATUS",
         "0 success; 1 a check or step failed; 2 bad usage or input; 3 done, but a reboot is "

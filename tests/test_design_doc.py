@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import re
 
+import click
 import pytest
 
 from conftest import REPO
 from egpu_setup import errors
 from egpu_setup.cli import COMMANDS, cli
-from egpu_setup.commands import _cli as kit
 from egpu_setup.doctor.catalog import CATALOG
 
 DESIGN = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
 
 
-def _commands() -> list[tuple[str, kit.Command]]:
-    found = []
+def _commands() -> list[tuple[str, click.Command]]:
+    ctx = click.Context(cli, info_name="egpu-setup")
+    found: list[tuple[str, click.Command]] = []
     for name in COMMANDS:
-        command = cli.get_command(name)
+        command = cli.get_command(ctx, name)
         assert command is not None, name
         found.append((name, command))
-        if isinstance(command, kit.Group):
+        if isinstance(command, click.Group):
             found += [(f"{name} {sub}", command.commands[sub]) for sub in command.commands]
     return found
 
@@ -36,9 +37,10 @@ def test_every_long_option_of_every_command_is_named() -> None:
     missing = []
     for name, command in _commands():
         for param in command.params:
-            if not isinstance(param, kit.Option):
+            if not isinstance(param, click.Option):
                 continue
-            longs = [o for o in [*param.on, *param.off] if o.startswith("--") and o != "--help"]
+            names = [*param.opts, *param.secondary_opts]
+            longs = [o for o in names if o.startswith("--") and o != "--help"]
             if longs and not any(
                 f"`{o}" in DESIGN or f"[{o}" in DESIGN or f" {o}" in DESIGN for o in longs
             ):

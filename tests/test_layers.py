@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("execute", "verify"),  # what changes the machine; proving the eGPU trains
     ("bundle",),  # offline bundles (apt sources as plan reads them, pip's environment)
     ("install", "fleet"),  # the pipeline around plan/execute/verify; many machines' reports
-    ("commands",),  # commands/_cli.py: options -> one core call -> print -> exit code
+    ("commands",),  # Click options -> one core call -> print -> exit code
     ("cli",),  # the entry point: errors become `error:`/`hint:` and an exit code
     ("__main__",),  # `python -m egpu_setup`
 )

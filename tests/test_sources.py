@@ -1,6 +1,8 @@
 """Sources a reader of the repository can follow: public documents (an upstream file, a manual
-page, a vendor page, an issue), or an entry of docs/sources.md; never a note that lives outside
-the repository ("§3.1 of some reference", "[K2]", "the brief").
+page, a vendor page, an upstream project's issue), docs/ (docs/design.md holds the contracts), or
+an entry of docs/sources.md; never a note that lives outside the repository ("§3.1 of some
+reference", "[K2]", "the brief", a design document that is not in it) nor this project's own
+issue tracker ("issue 20"): the reader has neither.
 
 Recorded data is what the world printed (tests/fixtures, tests/data) and is left as it is.
 """
@@ -20,6 +22,10 @@ OUTSIDE = re.compile(
     r"|/tmp/brief|\(brief[,:]|\bthe brief\b"
     r"|\b(?:matrix-facts|hotplug-security|fleet-and-testing|egpu-tools|aesthetics)(?:\.md)?\b"
 )
+# A design document outside the repository, or an issue of this project's tracker by number. An
+# upstream project's issue is cited with its repository and a hash ("pytorch/pytorch#150733",
+# "NVIDIA/open-gpu-kernel-modules issue #842"), which this leaves alone.
+PRIVATE = re.compile(r"\bDESIGN\.md\b|\b[Ii]ssues? \d+\b|\bissue-\d+\b")
 # A key into a note's source list: [K2], [N1], [R11]. pci.ids names read the same ("GA102GL [A10]"),
 # so the GPU table, what it is built from and its compiled form are not searched for them.
 NOTE_KEY = re.compile(r"\[[A-Z]{1,2}\d+[a-z]?\]")
@@ -56,7 +62,9 @@ def _hits(rel: str) -> list[str]:
     return [
         f"{rel}:{n}: {line.strip()[:120]}"
         for n, line in enumerate(text.splitlines(), 1)
-        if OUTSIDE.search(line) or (not rel.startswith(PCI_NAMES) and NOTE_KEY.search(line))
+        if OUTSIDE.search(line)
+        or PRIVATE.search(line)
+        or (not rel.startswith(PCI_NAMES) and NOTE_KEY.search(line))
     ]
 
 
@@ -103,10 +111,19 @@ def test_every_citation_of_docs_sources_names_an_entry_there() -> None:
         ("# Linux Documentation/ABI/testing/sysfs-bus-thunderbolt", False),
         ("# NVIDIA H100 product brief PB-11133-001 (mirror)", False),
         ("# [unverified] [3rd-party] [inferred]", False),
+        ("# Exit codes are a contract (DESIGN.md)", True),
+        ("# 2.5-5 min on 2 cores (issue 20)", True),
+        ('"""Issue 19: the situations a fresh laptop meets', True),
+        ("Goals (issue-16):", True),
+        ("# Exit codes are a contract (docs/design.md)", False),
+        ("# NVIDIA/open-gpu-kernel-modules issue #842 (fallen off the bus)", False),
+        ("# pytorch/pytorch issues #150733 and #167244", False),
+        ("# the Issue Tracker of the kernel", False),
     ],
 )
 def test_the_pattern(line: str, outside: bool) -> None:
-    assert bool(OUTSIDE.search(line) or NOTE_KEY.search(line)) is outside
+    found = OUTSIDE.search(line) or PRIVATE.search(line) or NOTE_KEY.search(line)
+    assert bool(found) is outside
 
 
 def test_pci_ids_names_are_not_note_keys_in_the_gpu_table() -> None:

@@ -1,6 +1,7 @@
 """Nothing heavy on the startup path: --help and detect never import torch, requests or jinja2;
-`--help` imports nothing beyond the command table and the command-line kit; the shipped data is read once, from
-its compiled form; `resolve` with every fact given reads nothing of this machine."""
+`--help` imports the command table and Click, no command's module; `detect` imports its own
+module and no other command's; the shipped data is read once, from its compiled form; `resolve`
+with every fact given reads nothing of this machine."""
 
 from __future__ import annotations
 
@@ -80,35 +81,38 @@ def _modules_after(code: str) -> set[str]:
     return set(line[-1].removeprefix("MODULES=").split(","))
 
 
-def test_help_imports_the_command_table_and_the_kit_only() -> None:
-    """Not even the standard library's heavier parts (typing, re, collections, pathlib): the
-    interpreter starts in about 9 ms and `--help` may take at most 3x that (issue 16)."""
+def _ours_after(*args: str) -> list[str]:
+    """The egpu_setup modules imported by running the command line with `args`."""
     quiet = "import contextlib, io, sys\nout = io.StringIO()\n"
-    bare = _modules_after(quiet)
-    ours = _modules_after(
-        quiet + "sys.argv = ['egpu-setup', '--help']\nfrom egpu_setup.cli import main\n"
+    loaded = _modules_after(
+        quiet + f"sys.argv = ['egpu-setup', *{list(args)!r}]\nfrom egpu_setup.cli import main\n"
         "with contextlib.redirect_stdout(out):\n"
         "    try:\n        main()\n    except SystemExit:\n        pass\n"
     )
-    assert sorted(ours - bare) == [
-        "egpu_setup",
-        "egpu_setup.cli",
-        "egpu_setup.commands",
-        "egpu_setup.commands._cli",
-        "egpu_setup.errors",
-    ]
+    return sorted(m for m in loaded if m == "egpu_setup" or m.startswith("egpu_setup."))
+
+
+def test_help_imports_the_command_table_and_no_command() -> None:
+    assert _ours_after("--help") == ["egpu_setup", "egpu_setup.cli", "egpu_setup.errors"]
+
+
+def test_detect_imports_no_other_command() -> None:
+    commands = [m for m in _ours_after("detect", "--json") if m.startswith("egpu_setup.commands.")]
+    assert commands == ["egpu_setup.commands._options", "egpu_setup.commands.detect"]
 
 
 def test_every_command_in_the_table_has_its_module() -> None:
-    from egpu_setup.cli import COMMANDS, cli
-    from egpu_setup.commands._cli import Command
+    import click
 
-    assert cli.list_commands() == list(COMMANDS)
+    from egpu_setup.cli import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == list(COMMANDS)
     for name, (module, help_text) in COMMANDS.items():
         command = importlib.import_module(f"egpu_setup.commands.{module}").command
-        assert isinstance(command, Command) and cli.get_command(name) is command
+        assert isinstance(command, click.Command) and cli.get_command(ctx, name) is command
         assert help_text  # what `egpu-setup --help` lists without importing the module
-    assert cli.get_command("no-such-command") is None
+    assert cli.get_command(ctx, "no-such-command") is None
 
 
 # Runs the command line in this process, recording every file opened and directory listed.

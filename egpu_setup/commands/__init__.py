@@ -1,8 +1,9 @@
 """commands: the command-line layer, one module per command; each turns its flags into one typed
 options value, makes one core call, prints the result and maps it to an exit code.
 
-Modules: `_cli` (the kit commands are declared with: options, parsing, help), `_complete` (bash
-completion from the same declarations), `_options` (shared flags, JSON printing), `detect`,
-`record`, `doctor`, `resolve`, `install`, `verify`, `render`, `rollback`, `eject`, `profiles`,
-`matrix`, `bundle`, `report`, `firstboot` (a lab image's first boot).
+Each command is a Click command (https://click.palletsprojects.com/) named `command` in its
+module, which egpu_setup/cli.py imports only when that command runs. Modules: `_options` (every
+option more than one command takes, declared once; JSON printing), `detect`, `record`, `doctor`,
+`resolve`, `install`, `verify`, `render`, `rollback`, `eject`, `profiles`, `matrix`, `bundle`,
+`report`, `firstboot` (a lab image's first boot).
 """

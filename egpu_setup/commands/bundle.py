@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import complete_profile, echo_json, json_option, matrix_option
+import click
+
+from egpu_setup.commands._options import (
+    cuda_option,
+    echo_json,
+    index_url_option,
+    json_option,
+    matrix_option,
+    only_option,
+    profile_option,
+    python_option,
+    torch_option,
+)
 from egpu_setup.log import get_logger
 
 log = get_logger("egpu_setup.bundle")
@@ -34,32 +45,24 @@ def _parts_of(text: str | None) -> frozenset[str]:
     return parse_only(text, PARTS)
 
 
-@cli.command(epilog=EPILOG)
-@cli.option(
-    "--profile",
-    "profile_name",
-    shell_complete=complete_profile,
-    required=True,
-    help="Profile name or path to a YAML file.",
-)
-@cli.option(
+@click.command(epilog=EPILOG)
+@profile_option("Profile name or path to a YAML file.", required=True)
+@click.option(
     "--out", "out", required=True, metavar="DIR", help="Bundle directory (created or updated)."
 )
-@cli.option("--python", "pythons", multiple=True, metavar="X.Y", help="Target Python (repeatable).")
-@cli.option(
+@python_option("Target Python (repeatable).", "pythons", multiple=True)
+@click.option(
     "--distro",
     "distros",
     multiple=True,
     metavar="ID-VER",
     help="Target distribution, e.g. debian-12 (repeatable; default: this machine's).",
 )
-@cli.option("--cuda", default=None, metavar="VARIANT", help="torch variant: cu128, ... or cpu.")
-@cli.option("--torch", "torch_spec", default=None, metavar="SPEC", help="torch version, 2.9.1.")
-@cli.option(
-    "--index-url", default=None, metavar="URL", help="Lab mirror of the torch variant index."
-)
-@cli.option("--only", default=None, metavar="PARTS", help="Comma list of torch,driver,tool.")
-@cli.option("--refresh", is_flag=True, help="Download again even when the inputs are unchanged.")
+@cuda_option("torch variant: cu128, ... or cpu.")
+@torch_option("torch version, 2.9.1.")
+@index_url_option("Lab mirror of the torch variant index.")
+@only_option("torch,driver,tool")
+@click.option("--refresh", is_flag=True, help="Download again even when the inputs are unchanged.")
 @json_option
 @matrix_option
 def command(
@@ -122,15 +125,15 @@ def command(
             {"schema": "egpu-setup/bundle-build/1", "out": str(target_dir), **report.to_json()}
         )
         return
-    cli.echo(
+    click.echo(
         f"Bundle {target_dir}: {', '.join(report.targets)}; {report.files} files, "
         f"{report.total_bytes / 1e6:.1f} MB ({report.seconds:.1f} s)"
     )
     if report.downloaded:
-        cli.echo(f"  downloaded: {', '.join(report.downloaded)}")
+        click.echo(f"  downloaded: {', '.join(report.downloaded)}")
     if report.reused:
-        cli.echo(f"  up to date: {', '.join(report.reused)}")
-    cli.echo(
+        click.echo(f"  up to date: {', '.join(report.reused)}")
+    click.echo(
         f"  pin: {report.manifest_sha256}  (the sha256 of manifest.json, also in "
         f"{target_dir / 'manifest.sha256'}; install with --bundle-sha256 {report.manifest_sha256})"
     )

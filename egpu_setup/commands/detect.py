@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from egpu_setup.commands import _cli as cli
+import click
+
 from egpu_setup.commands._options import echo_json, from_option, json_option
 from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.text import plain
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   egpu-setup detect
@@ -19,7 +20,7 @@ Examples:
 )
 @json_option
 @from_option
-@cli.option(
+@click.option(
     "--nvidia-smi",
     "run_smi",
     is_flag=True,
@@ -35,9 +36,9 @@ def command(as_json: bool, from_dir: str | None, run_smi: bool) -> None:
         echo_json(facts.to_json())
         # the JSON is a contract; the known problems are said beside it, on stderr
         for line in known_problem_lines(facts):
-            cli.echo(f"warning: {line}", err=True)
+            click.echo(f"warning: {line}", err=True)
     else:
-        cli.echo(format_facts(facts))
+        click.echo(format_facts(facts))
 
 
 def known_problem_lines(facts: HostFacts) -> list[str]:

@@ -7,8 +7,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import echo_json, from_option, json_option
+import click
+
+from egpu_setup.commands._options import (
+    NonEmptyPath,
+    echo_json,
+    from_option,
+    json_option,
+    venv_option,
+)
 from egpu_setup.errors import EXIT_FAILED, UsageError
 from egpu_setup.log import get_logger
 
@@ -43,7 +50,7 @@ def load_torch_info(path: Path, text: str | None = None) -> TorchInfo:
     return parse_torch_info(data, str(path))
 
 
-@cli.command(
+@click.command(
     "doctor",
     epilog="""\b
 Examples:
@@ -56,20 +63,19 @@ Examples:
 )
 @json_option
 @from_option
-@cli.option(
+@click.option(
     "--torch-info",
     "torch_info_path",
-    type=cli.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     default=None,
     help="A verify report (<state>/reports/verify-*.json) or JSON with torch_version/cuda/"
     "arch_list/cuda_available of the target venv (default with --from: DIR/commands/torch.json "
     "when present).",
 )
-@cli.option(
-    "--venv",
-    type=cli.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Check the torch build in this venv (runs its Python; this machine only).",
+@venv_option(
+    "Check the torch build in this venv (runs its Python; this machine only).",
+    path_type=Path,
+    must_be_dir=True,
 )
 def command(
     as_json: bool, from_dir: str | None, torch_info_path: Path | None, venv: Path | None
@@ -136,7 +142,7 @@ def _with_verify_report(inputs: DoctorInput, path: Path) -> DoctorInput:
     from egpu_setup.text import plain
 
     if (note := older_report_note(LiveHost(), str(path))) is not None:
-        cli.echo(f"note: {plain(note)}", err=True)
+        click.echo(f"note: {plain(note)}", err=True)
     return dataclasses.replace(inputs, verify_report=data, verify_report_path=str(path))
 
 
@@ -148,19 +154,19 @@ def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
     # summary and fix name files and devices of the machine or the bundle (a udev rule's file
     # name, a GPU's name): they pass the sanitizer as the evidence does
     for f in findings:
-        cli.echo(f"{f.severity.upper():8} {f.id}")
-        cli.echo(textwrap.fill(plain(f.summary), 100, initial_indent="  ", subsequent_indent="  "))
+        click.echo(f"{f.severity.upper():8} {f.id}")
+        click.echo(textwrap.fill(plain(f.summary), 100, initial_indent="  ", subsequent_indent="  "))
         for line in f.evidence:
-            cli.echo(f"  | {plain(line)}")
+            click.echo(f"  | {plain(line)}")
         fix = plain(f.fix)
-        cli.echo(textwrap.fill(fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
-        cli.echo("")
+        click.echo(textwrap.fill(fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
+        click.echo("")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = ", ".join(name for name, ok in sources.items() if ok) or "host facts only"
     if not findings:
-        cli.echo(f"no known problems found (read: {checked})")
+        click.echo(f"no known problems found (read: {checked})")
     else:
-        cli.echo(
+        click.echo(
             f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info "
             f"(read: {checked})"
         )

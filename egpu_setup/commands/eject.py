@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import from_option
+import click
+
+from egpu_setup.commands._options import from_option, root_option, yes_option
 from egpu_setup.errors import UsageError
 from egpu_setup.text import plain
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   sudo egpu-setup eject              # shows what it will do, asks first
@@ -18,14 +19,8 @@ Examples:
   egpu-setup eject --from ./bundle   # what eject would do on a recorded host
 """
 )
-@cli.option("--yes", "-y", "assume_yes", is_flag=True, help="Do it without asking.")
-@cli.option(
-    "--root",
-    "root",
-    type=cli.Path(file_okay=False, exists=True),
-    default=None,
-    help="Act on a system image under DIR (sysfs writes land inside DIR).",
-)
+@yes_option("Do it without asking.", "assume_yes")
+@root_option("Act on a system image under DIR (sysfs writes land inside DIR).", "root", exists=True)
 @from_option
 def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     """Stop GPU users, unload the driver, remove the PCI device and de-authorize the
@@ -43,22 +38,22 @@ def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     # every line names what the machine says (process names, the enclosure's firmware name)
     gpu = plain(f"{plan.gpu.name or 'eGPU'} ({plan.gpu.pci_address})")
     for note in plan.notes:
-        cli.echo(f"note: {plain(note)}", err=True)
+        click.echo(f"note: {plain(note)}", err=True)
     if host.kind == "recorded":
-        cli.echo(f"eject plan for {gpu} on a recorded host (nothing done):")
+        click.echo(f"eject plan for {gpu} on a recorded host (nothing done):")
         for b in plan.blockers:
-            cli.echo(f"  blocked: {plain(b)}")
+            click.echo(f"  blocked: {plain(b)}")
         for s in plan.steps:
-            cli.echo(f"  {plain(s.description)}")
+            click.echo(f"  {plain(s.description)}")
         return
     if not plan.blockers and not assume_yes:
-        cli.echo(f"eject {gpu}:", err=True)
+        click.echo(f"eject {gpu}:", err=True)
         for s in plan.steps:
-            cli.echo(f"  {plain(s.description)}", err=True)
+            click.echo(f"  {plain(s.description)}", err=True)
         if not sys.stdin.isatty():
             raise UsageError(
                 "eject changes the running system and needs confirmation", "re-run with --yes"
             )
-        cli.confirm("go ahead?", abort=True, err=True)
-    run_eject(host, plan, say=lambda line: cli.echo(plain(line), err=True))
-    cli.echo(f"now safe to unplug {gpu}")
+        click.confirm("go ahead?", abort=True, err=True)
+    run_eject(host, plan, say=lambda line: click.echo(plain(line), err=True))
+    click.echo(f"now safe to unplug {gpu}")

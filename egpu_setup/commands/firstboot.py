@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import complete_profile, echo_json, json_option
+import click
+
+from egpu_setup.commands._options import (
+    echo_json,
+    enclosure_option,
+    json_option,
+    profile_option,
+    root_option,
+    venv_option,
+)
 
 EPILOG = """\b
 Examples:
@@ -18,41 +26,27 @@ Exit codes: 0 done, or nothing to do yet (no eGPU: it runs again at the next boo
 """
 
 
-@cli.command(epilog=EPILOG)
-@cli.option(
-    "--profile", required=True, shell_complete=complete_profile, help="Profile name or file."
-)
-@cli.option(
-    "--venv",
-    default="/opt/egpu-setup/venv",
-    show_default=True,
-    metavar="PATH",
-    help="The torch venv verify runs.",
-)
-@cli.option(
-    "--enclosure",
+@click.command(epilog=EPILOG)
+@profile_option("Profile name or file.", "profile", required=True)
+@venv_option("The torch venv verify runs.", default="/opt/egpu-setup/venv")
+@enclosure_option(
+    "A Thunderbolt unique_id that may be enrolled (besides the profile's; repeatable).",
     "enclosures",
     multiple=True,
-    metavar="UUID",
-    help="A Thunderbolt unique_id that may be enrolled (besides the profile's; repeatable).",
 )
-@cli.option(
+@click.option(
     "--wait",
     "wait_s",
-    type=cli.IntRange(1, 600),
+    type=click.IntRange(1, 600),
     default=60,
     show_default=True,
     metavar="S",
     help="Seconds to wait for the GPU after enrolling, and for its driver.",
 )
-@cli.option(
-    "--root",
-    "root_dir",
-    type=cli.Path(file_okay=False, exists=True),
-    default=None,
-    help="Act on a root-prefixed tree (sysfs writes land inside DIR; nothing is verified).",
+@root_option(
+    "Act on a root-prefixed tree (sysfs writes land inside DIR; nothing is verified).", exists=True
 )
-@cli.option("--no-verify", "no_verify", is_flag=True, help="Enrol and configure, no verify.")
+@click.option("--no-verify", "no_verify", is_flag=True, help="Enrol and configure, no verify.")
 @json_option
 def command(
     profile: str,
@@ -81,13 +75,13 @@ def command(
         root_dir=root_dir,
         run_verify=not no_verify,
     )
-    outcome = run_firstboot(options, say=lambda text: cli.echo(text, err=True))
+    outcome = run_firstboot(options, say=lambda text: click.echo(text, err=True))
     if as_json:
         echo_json({"outcome": outcome.outcome, "message": outcome.message,
                    "report": outcome.report_path, "enrolled": outcome.enrolled})  # fmt: skip
     else:
-        cli.echo(f"{outcome.outcome}: {outcome.message}")
+        click.echo(f"{outcome.outcome}: {outcome.message}")
         if outcome.report_path:
-            cli.echo(f"report: {outcome.report_path}")
+            click.echo(f"report: {outcome.report_path}")
     if outcome.exit_code:
         sys.exit(outcome.exit_code)

@@ -7,13 +7,24 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from egpu_setup.commands import _cli as cli
+import click
+
 from egpu_setup.commands._options import (
-    complete_profile,
+    cuda_option,
+    driver_branch_option,
     echo_json,
+    enclosure_option,
     from_option,
+    index_url_option,
     json_option,
     matrix_option,
+    mode_option,
+    only_option,
+    profile_option,
+    root_option,
+    torch_option,
+    venv_option,
+    yes_option,
 )
 
 if TYPE_CHECKING:
@@ -39,59 +50,31 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
 """
 
 
-@cli.command(epilog=EPILOG)
-@cli.option(
-    "--profile",
-    "profile_name",
-    shell_complete=complete_profile,
-    default=None,
-    help="Profile name or path to a YAML file (default with --bundle: the bundle's).",
-)
-@cli.option(
+@click.command(epilog=EPILOG)
+@profile_option("Profile name or path to a YAML file (default with --bundle: the bundle's).")
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Show the resolution, what a person must do, every step and a summary; change nothing.",
 )
-@cli.option("--diff", "show_diff", is_flag=True, help="Also show each file's unified diff.")
-@cli.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--diff", "show_diff", is_flag=True, help="Also show each file's unified diff.")
+@yes_option("Do not ask for confirmation.")
 @json_option
-@cli.option("--only", default=None, metavar="PARTS", help="Comma list of driver,torch,config.")
-@cli.option(
-    "--venv", default=None, metavar="PATH", help="torch venv (default /opt/egpu-setup/venv)."
-)
-@cli.option(
-    "--torch",
-    "torch_spec",
-    default=None,
-    metavar="SPEC",
-    help="torch version, e.g. 2.9.1 or '>=2.8'.",
-)
-@cli.option(
-    "--cuda", default=None, metavar="VARIANT", help="torch variant: cu128, cu126, ... or cpu."
-)
-@cli.option(
-    "--driver-branch", type=int, default=None, metavar="N", help="NVIDIA driver branch, e.g. 550."
-)
-@cli.option(
-    "--mode",
-    type=cli.Choice(["compute", "display"]),
-    default=None,
-    help="Override the profile's mode.",
-)
-@cli.option(
-    "--index-url",
-    default=None,
-    metavar="URL",
-    help="Lab mirror of the torch variant index (replaces it).",
-)
-@cli.option(
+@only_option("driver,torch,config")
+@venv_option("torch venv (default /opt/egpu-setup/venv).")
+@torch_option("torch version, e.g. 2.9.1 or '>=2.8'.")
+@cuda_option("torch variant: cu128, cu126, ... or cpu.")
+@driver_branch_option("NVIDIA driver branch, e.g. 550.")
+@mode_option("Override the profile's mode.")
+@index_url_option("Lab mirror of the torch variant index (replaces it).")
+@click.option(
     "--bundle",
     "bundle_dir",
     default=None,
     metavar="DIR",
     help="Install offline from a bundle written by `egpu-setup bundle`.",
 )
-@cli.option(
+@click.option(
     "--bundle-sha256",
     "bundle_sha256",
     default=None,
@@ -101,30 +84,23 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     help="The sha256 of the bundle's manifest.json that `egpu-setup bundle` printed: nothing "
     "in the bundle is trusted until it matches.",
 )
-@cli.option(
-    "--root", "root_dir", default=None, metavar="DIR", help="Install into the system image at DIR."
-)
+@root_option("Install into the system image at DIR.")
 @from_option
-@cli.option(
+@click.option(
     "--force",
     is_flag=True,
     help="Replace files edited since egpu-setup wrote them (backed up); go ahead despite another "
     "GPU manager or a profile for another card.",
 )
-@cli.option(
+@click.option(
     "--lock-timeout",
-    type=cli.IntRange(0, 86400),
+    type=click.IntRange(0, 86400),
     default=600,
     show_default=True,
     help="Seconds to wait for the package manager's lock.",
 )
-@cli.option(
-    "--enclosure",
-    default=None,
-    metavar="UUID",
-    help="The Thunderbolt enclosure to enrol (and pin) when the eGPU is not yet visible.",
-)
-@cli.option(
+@enclosure_option("The Thunderbolt enclosure to enrol (and pin) when the eGPU is not yet visible.")
+@click.option(
     "--verify/--no-verify",
     "run_verify",
     default=True,
@@ -200,13 +176,13 @@ def command(
     if as_json:
         echo_json(outcome_json(outcome))
     else:
-        cli.echo(outcome_text(outcome))
+        click.echo(outcome_text(outcome))
     if outcome.exit_code:
         sys.exit(outcome.exit_code)
 
 
 def _warn(text: str) -> None:
-    cli.echo(f"warning: {text}", err=True)
+    click.echo(f"warning: {text}", err=True)
 
 
 def _show(run: Prepared, show_diff: bool = False) -> None:
@@ -214,7 +190,7 @@ def _show(run: Prepared, show_diff: bool = False) -> None:
 
     for w in run.warnings:
         _warn(w)
-    cli.echo(plan_text(run, diff=show_diff))
+    click.echo(plan_text(run, diff=show_diff))
 
 
 def _confirm(run: Prepared, show_diff: bool = False) -> None:
@@ -224,18 +200,18 @@ def _confirm(run: Prepared, show_diff: bool = False) -> None:
     _show(run, show_diff)
     if not sys.stdin.isatty():
         raise UsageError("confirmation needed and stdin is not a terminal", "pass --yes")
-    cli.confirm("Apply this plan?", abort=True, err=True)
+    click.confirm("Apply this plan?", abort=True, err=True)
 
 
 def _ask_enclosure(devices: Sequence[TbDevice]) -> TbDevice | None:
     """Which waiting Thunderbolt device is the enclosure: a person picks one, or none."""
     from egpu_setup.install.enrol import describe
 
-    cli.echo("No eGPU is visible. These Thunderbolt devices wait for authorization:", err=True)
+    click.echo("No eGPU is visible. These Thunderbolt devices wait for authorization:", err=True)
     for i, dev in enumerate(devices, 1):
-        cli.echo(f"  {i}. {describe(dev)}", err=True)
-    cli.echo("Enrol only your eGPU enclosure: it gets a PCIe tunnel (DMA) from now on.", err=True)
-    answer = cli.prompt(
+        click.echo(f"  {i}. {describe(dev)}", err=True)
+    click.echo("Enrol only your eGPU enclosure: it gets a PCIe tunnel (DMA) from now on.", err=True)
+    answer = click.prompt(
         f"Enrol which? [1-{len(devices)}, Enter: none]",
         default="",
         show_default=False,

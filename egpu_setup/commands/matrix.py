@@ -5,11 +5,17 @@ from __future__ import annotations
 from datetime import date, datetime, timezone
 from typing import Any
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import complete_profile, echo_json, json_option
+import click
+
+from egpu_setup.commands._options import (
+    echo_json,
+    index_url_option,
+    json_option,
+    profile_option,
+)
 
 
-@cli.group(
+@click.group(
     epilog="""\b
 Examples:
   egpu-setup matrix show
@@ -42,7 +48,7 @@ def show(as_json: bool) -> None:
     if as_json:
         echo_json(data)
         return
-    cli.echo(format_matrix(data))
+    click.echo(format_matrix(data))
 
 
 @command.command(
@@ -56,20 +62,16 @@ Examples:
 """,
 )
 @json_option
-@cli.option(
-    "--index-url",
-    metavar="URL",
-    help="PyTorch wheel index root (default: the official one; env EGPU_SETUP_TORCH_INDEX).",
+@index_url_option(
+    "PyTorch wheel index root (default: the official one; env EGPU_SETUP_TORCH_INDEX)."
 )
-@cli.option("--timeout", type=float, default=30.0, show_default=True, help="Read timeout, s.")
-@cli.option("--retries", type=cli.IntRange(0, 10), default=3, show_default=True)
-@cli.option(
-    "--profile",
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Read timeout, s.")
+@click.option("--retries", type=click.IntRange(0, 10), default=3, show_default=True)
+@profile_option(
+    "Show the drift for this profile on this machine (repeatable; default: no profile).",
     "profiles",
     multiple=True,
-    shell_complete=complete_profile,
     metavar="NAME",
-    help="Show the drift for this profile on this machine (repeatable; default: no profile).",
 )
 def update(
     as_json: bool,
@@ -107,18 +109,18 @@ def update(
         )
         return
     verb = "unchanged (HTTP 304)" if result.status == "not-modified" else "updated"
-    cli.echo(f"matrix {verb}: {result.versions} torch releases from {result.url}")
+    click.echo(f"matrix {verb}: {result.versions} torch releases from {result.url}")
     if result.new_versions:
-        cli.echo(f"new releases: {', '.join(result.new_versions)}")
+        click.echo(f"new releases: {', '.join(result.new_versions)}")
     for change in result.changes:
-        cli.echo(f"  {change}")
-    cli.echo(f"cached in {result.path}")
-    cli.echo(
+        click.echo(f"  {change}")
+    click.echo(f"cached in {result.path}")
+    click.echo(
         "installs still decide with the shipped snapshot; with --matrix updated they would "
         "choose (this machine):"
     )
     for d in drifts:
-        cli.echo(f"  {d.text()}")
+        click.echo(f"  {d.text()}")
 
 
 def _drifts(profiles: list[Any]) -> list[Any]:

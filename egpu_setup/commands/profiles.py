@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import echo_json, json_option
+import click
+
+from egpu_setup.commands._options import NonEmptyPath, echo_json, json_option
 from egpu_setup.errors import UsageError
 from egpu_setup.log import get_logger
 
@@ -14,7 +15,7 @@ log = get_logger("egpu_setup.profiles")
 SCHEMA_LIST = "egpu-setup/profiles/1"
 
 
-@cli.group(
+@click.group(
     "profiles",
     epilog="""\b
 Examples:
@@ -86,9 +87,9 @@ def list_profiles(as_json: bool) -> None:
         _print_table(rows)
     if errors:
         for err in errors[:-1]:
-            cli.echo(f"error: {err.message}", err=True)
+            click.echo(f"error: {err.message}", err=True)
             if err.hint:
-                cli.echo(f"hint: {err.hint}", err=True)
+                click.echo(f"hint: {err.hint}", err=True)
         raise errors[-1]
 
 
@@ -114,7 +115,7 @@ def _print_table(rows: list[dict]) -> None:
         )
     widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
     for row in table:
-        cli.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 @command.command(
@@ -125,7 +126,7 @@ Examples:
   egpu-setup profiles show ./lab-4090.yaml --json
 """,
 )
-@cli.argument("name")
+@click.argument("name")
 @json_option
 def show(name: str, as_json: bool) -> None:
     """Print one profile with every default filled in and `extends:` merged."""
@@ -139,10 +140,10 @@ def show(name: str, as_json: bool) -> None:
     import yaml
 
     body = {k: v for k, v in data.items() if k not in ("origin", "path", "chain", "extends")}
-    cli.echo(f"# {profile.name}: {profile.path} ({profile.origin})")
+    click.echo(f"# {profile.name}: {profile.path} ({profile.origin})")
     if profile.extends:
-        cli.echo(f"# merged from: {' <- '.join(profile.chain)}")
-    cli.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100).rstrip())
+        click.echo(f"# merged from: {' <- '.join(profile.chain)}")
+    click.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=100).rstrip())
 
 
 @command.command(
@@ -153,7 +154,7 @@ Examples:
   egpu-setup profiles check /etc/egpu-setup/profiles/*.yaml
 """,
 )
-@cli.argument("files", nargs=-1, required=True, type=cli.Path(dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=NonEmptyPath(dir_okay=False, path_type=Path))
 def check(files: tuple[Path, ...]) -> None:
     """Validate profiles (`name:` = file name): exit 0 when all are valid, 2 with file:line:col."""
     from egpu_setup.profile.load import load_file
@@ -170,15 +171,15 @@ def check(files: tuple[Path, ...]) -> None:
         except UsageError as exc:
             failures.append(exc)
             continue
-        cli.echo(f"ok: {path} ({profile.name}: {profile.gpu.name})")
+        click.echo(f"ok: {path} ({profile.name}: {profile.gpu.name})")
     if not failures:
         return
     if len(failures) == 1:
         raise failures[0]
     for err in failures:
-        cli.echo(f"error: {err.message}", err=True)
+        click.echo(f"error: {err.message}", err=True)
         if err.hint:
-            cli.echo(f"hint: {err.hint}", err=True)
+            click.echo(f"hint: {err.hint}", err=True)
     raise UsageError(
         f"{len(failures)} of {len(files)} profiles are invalid", "fix the errors listed above"
     )

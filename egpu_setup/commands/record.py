@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egpu_setup.commands import _cli as cli
+import click
+
+from egpu_setup.commands._options import NonEmptyPath, venv_option
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   sudo egpu-setup record ./egpu-report      # root sees dmesg and lspci capabilities
@@ -16,13 +18,12 @@ Examples:
   tar czf egpu-report.tgz egpu-report       # attach to a bug report
 """
 )
-@cli.argument("directory", type=cli.Path(path_type=Path))
-@cli.option("--no-redact", is_flag=True, help="Keep unique ids, UUIDs and serial numbers.")
-@cli.option(
-    "--venv",
-    type=cli.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Also record the torch build of this venv (commands/torch.json; runs its Python).",
+@click.argument("directory", type=NonEmptyPath(path_type=Path))
+@click.option("--no-redact", is_flag=True, help="Keep unique ids, UUIDs and serial numbers.")
+@venv_option(
+    "Also record the torch build of this venv (commands/torch.json; runs its Python).",
+    path_type=Path,
+    must_be_dir=True,
 )
 def command(directory: Path, no_redact: bool, venv: Path | None) -> None:
     """Record this machine's GPU-related state into DIRECTORY (redacted by default)."""
@@ -30,4 +31,4 @@ def command(directory: Path, no_redact: bool, venv: Path | None) -> None:
     from egpu_setup.host.machine import LiveHost
 
     out = record(LiveHost(), directory, redact=not no_redact, venv=venv)
-    cli.echo(str(out))
+    click.echo(str(out))

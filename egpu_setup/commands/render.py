@@ -5,14 +5,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import complete_profile, echo_json, from_option, json_option
+import click
+
+from egpu_setup.commands._options import (
+    NonEmptyPath,
+    echo_json,
+    from_option,
+    json_option,
+    mode_option,
+    profile_option,
+)
 from egpu_setup.log import get_logger
 
 log = get_logger("egpu_setup.render")
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   egpu-setup render --profile rtx4090 --out ./egpu-config
@@ -21,29 +29,19 @@ Examples:
   diff -r ./cfg/etc /etc                    # what install would change
 """
 )
-@cli.option(
-    "--profile",
-    "profile_name",
-    shell_complete=complete_profile,
-    required=True,
-    metavar="NAME|FILE",
-    help="A shipped profile name or a path to a profile YAML file.",
-)
-@cli.option(
+@profile_option("A shipped profile name or a path to a profile YAML file.", required=True)
+@click.option(
     "--out",
     "out_dir",
     required=True,
-    type=cli.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Directory to write into; files land at their host paths below it.",
 )
-@cli.option(
-    "--mode",
-    type=cli.Choice(["compute", "display"]),
-    default=None,
-    help="compute: leave the display stack alone (default for lab laptops); "
-    "display: the eGPU drives the desktop. Default: the profile's mode.",
+@mode_option(
+    "compute: leave the display stack alone (default for lab laptops); "
+    "display: the eGPU drives the desktop. Default: the profile's mode."
 )
-@cli.option(
+@click.option(
     "--pci-realloc",
     is_flag=True,
     help="Add the GRUB drop-in with pci=realloc (doctor's pci-bar-allocation-failed fix).",
@@ -118,9 +116,9 @@ def command(
         )
         return
     for f, p in zip(result.files, written, strict=False):
-        cli.echo(f"{p}  ({f.purpose})")
+        click.echo(f"{p}  ({f.purpose})")
     for ln, p in zip(result.links, linked, strict=True):
-        cli.echo(f"{p} -> {ln.target}  ({ln.purpose})")
-    cli.echo("\nAn install runs afterwards:")
+        click.echo(f"{p} -> {ln.target}  ({ln.purpose})")
+    click.echo("\nAn install runs afterwards:")
     for c in result.commands:
-        cli.echo(f"  {' '.join(c.argv)}    # {c.purpose}")
+        click.echo(f"  {' '.join(c.argv)}    # {c.purpose}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import echo_json, json_option
+import click
+
+from egpu_setup.commands._options import NonEmptyPath, echo_json, json_option
 from egpu_setup.errors import EXIT_FAILED, EgpuSetupError, UsageError
 from egpu_setup.text import plain
 
@@ -19,23 +20,23 @@ Examples:
 """
 
 
-@cli.command(epilog=EPILOG)
-@cli.argument("paths", nargs=-1, required=True, type=cli.Path(path_type=str))
-@cli.option(
+@click.command(epilog=EPILOG)
+@click.argument("paths", nargs=-1, required=True, type=NonEmptyPath(path_type=str))
+@click.option(
     "--html",
     "html_out",
-    type=cli.Path(dir_okay=False, path_type=str),
+    type=NonEmptyPath(dir_okay=False, path_type=str),
     default=None,
     help="Also write a self-contained HTML page to this file.",
 )
-@cli.option("--title", default="egpu-setup fleet report", show_default=True, help="HTML title.")
-@cli.option(
+@click.option("--title", default="egpu-setup fleet report", show_default=True, help="HTML title.")
+@click.option(
     "--strict",
     is_flag=True,
     help="Exit 1 unless every machine is ok: verified on its eGPU, nothing failed, no report "
     "claiming another machine.",
 )
-@cli.option(
+@click.option(
     "--cpu-ok",
     is_flag=True,
     help="Count a machine verified on the CPU only (`verify --device cpu`) as ok: for CI "
@@ -70,7 +71,7 @@ def command(
     if as_json:
         echo_json(report.to_json())
     else:
-        cli.echo(render_text(report), nl=False)
+        click.echo(render_text(report), nl=False)
     bad = report.not_ok
     if strict and bad:
         names = ", ".join(r.machine for r in bad[:5]) + (" …" if len(bad) > 5 else "")

@@ -9,20 +9,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from egpu_setup.commands import _cli as cli
+import click
+
 from egpu_setup.commands._options import (
-    complete_profile,
+    cuda_option,
+    driver_branch_option,
     echo_json,
     from_option,
     json_option,
     matrix_option,
+    profile_option,
+    python_option,
+    torch_option,
 )
 
 if TYPE_CHECKING:
     from egpu_setup.detect.facts import HostFacts
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   egpu-setup resolve                                   # this machine
@@ -36,27 +41,21 @@ Examples:
 )
 @json_option
 @from_option
-@cli.option("--gpu", help="The eGPU: PCI id (10de:2b85 or 2b85) or a name ('RTX 5090').")
-@cli.option("--driver", "driver", metavar="VER", help="Installed NVIDIA driver, e.g. 550.163.01.")
-@cli.option("--distro", metavar="ID-VER", help="Distribution, e.g. ubuntu-24.04, debian-12.")
-@cli.option("--python", "python", metavar="X.Y", help="Target Python for the torch venv.")
-@cli.option(
+@click.option("--gpu", help="The eGPU: PCI id (10de:2b85 or 2b85) or a name ('RTX 5090').")
+@click.option("--driver", "driver", metavar="VER", help="Installed NVIDIA driver, e.g. 550.163.01.")
+@click.option("--distro", metavar="ID-VER", help="Distribution, e.g. ubuntu-24.04, debian-12.")
+@python_option(
+    "Target Python for the torch venv.",
+)
+@click.option(
     "--platform",
-    type=cli.Choice(["linux", "wsl"]),
+    type=click.Choice(["linux", "wsl"]),
     help="linux, or wsl (Windows owns the driver).",
 )
-@cli.option(
-    "--torch", "torch_spec", metavar="SPEC", help="torch version or specifier: 2.9.1, '>=2.7'."
-)
-@cli.option("--cuda", metavar="VARIANT", help="Wheel variant: cu126, cu128, cu130, ... or cpu.")
-@cli.option("--driver-branch", type=int, metavar="N", help="Use exactly this driver branch (580).")
-@cli.option(
-    "--profile",
-    "profile_name",
-    shell_complete=complete_profile,
-    metavar="NAME",
-    help="A GPU profile (name or YAML file).",
-)
+@torch_option("torch version or specifier: 2.9.1, '>=2.7'.")
+@cuda_option("Wheel variant: cu126, cu128, cu130, ... or cpu.")
+@driver_branch_option("Use exactly this driver branch (580).")
+@profile_option("A GPU profile (name or YAML file).")
 @matrix_option
 def command(
     as_json: bool,
@@ -106,7 +105,7 @@ def command(
     if as_json:
         echo_json(resolution.to_json())
     else:
-        cli.echo(format_resolution(resolution))
+        click.echo(format_resolution(resolution))
 
 
 def _facts(from_dir: str | None) -> HostFacts:

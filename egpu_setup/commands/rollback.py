@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import echo_json, json_option
+import click
+
+from egpu_setup.commands._options import echo_json, json_option, root_option, yes_option
 
 EPILOG = """\b
 Examples:
@@ -16,19 +17,19 @@ Examples:
 """
 
 
-@cli.command(epilog=EPILOG)
-@cli.option("--yes", "-y", is_flag=True, help="Do it; without --yes only show what would happen.")
-@cli.option(
-    "--root", "root_dir", default=None, metavar="DIR", help="Roll back the system image at DIR."
-)
+@click.command(epilog=EPILOG)
+@yes_option("Do it; without --yes only show what would happen.")
+@root_option("Roll back the system image at DIR.")
 @json_option
-@cli.option(
+@click.option(
     "--packages",
     is_flag=True,
     help="Also purge the apt packages (and the dependencies they brought) and venvs egpu-setup "
     "installed.",
 )
-@cli.option("--force", is_flag=True, help="Also restore files edited after egpu-setup wrote them.")
+@click.option(
+    "--force", is_flag=True, help="Also restore files edited after egpu-setup wrote them."
+)
 def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, force: bool) -> None:
     """Restore every file egpu-setup replaced, byte for byte; remove the ones it created.
 
@@ -59,13 +60,13 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
         if outcome.failed:
             sys.exit(1)
         return
-    cli.echo(rollback_text(outcome))
+    click.echo(rollback_text(outcome))
     error = outcome.error()
     if error is not None:
         raise error  # after the table: which files were undone, and the one that was not
     if plan.empty:
         return
     if not outcome.applied:
-        cli.echo("Nothing changed; run with --yes to do this.", err=True)
+        click.echo("Nothing changed; run with --yes to do this.", err=True)
     elif outcome.kept_edits or outcome.failed:
         sys.exit(1)  # the table says which file was kept, or which command failed

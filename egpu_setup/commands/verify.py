@@ -6,8 +6,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from egpu_setup.commands import _cli as cli
-from egpu_setup.commands._options import complete_profile, echo_json, json_option
+import click
+
+from egpu_setup.commands._options import (
+    echo_json,
+    json_option,
+    profile_option,
+    python_option,
+    venv_option,
+)
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.log import get_logger
 
@@ -28,35 +35,32 @@ Examples:
 """
 
 
-def _split_skip(values: tuple[str, ...]) -> tuple[str, ...]:
+def _split_skip(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
     return tuple(s.strip() for v in values for s in v.split(",") if s.strip())
 
 
-@cli.command("verify", epilog=EPILOG)
+@click.command("verify", epilog=EPILOG)
 @json_option
-@cli.option("--venv", "venv", metavar="PATH", help="Venv to verify (default /opt/egpu-setup/venv).")
-@cli.option("--python", "python", metavar="PATH", help="Interpreter to verify instead of a venv.")
-@cli.option(
+@venv_option("Venv to verify (default /opt/egpu-setup/venv).")
+@python_option("Interpreter to verify instead of a venv.", metavar="PATH")
+@click.option(
     "--device",
     default="auto",
     show_default=True,
     metavar="auto|cuda|cuda:N|cpu",
     help="auto: the eGPU; cuda: any CUDA GPU; cpu: the CPU path (bf16 autocast).",
 )
-@cli.option("--quick", is_flag=True, help="Shorter budgets, smaller sizes.")
-@cli.option(
+@click.option("--quick", is_flag=True, help="Shorter budgets, smaller sizes.")
+@click.option(
     "--timeout", "timeout_s", type=float, metavar="S", help="Hard limit for the torch child."
 )
-@cli.option(
+@click.option(
     "--burn-in", "burn_in", type=float, default=0.0, metavar="MINUTES", help="Add a stability run."
 )
-@cli.option(
-    "--profile",
-    metavar="NAME|FILE",
-    shell_complete=complete_profile,
-    help="Take expectations from this GPU profile.",
-)
-@cli.option(
+@profile_option("Take expectations from this GPU profile.", "profile")
+@click.option(
     "--skip",
     multiple=True,
     callback=_split_skip,
@@ -113,7 +117,7 @@ def command(
     else:
         echo_json(report.to_json())
     if path is not None:
-        cli.echo(f"report: {path}", err=True)
+        click.echo(f"report: {path}", err=True)
     if not report.ok:
         fails = report.failures
         what = "; ".join(f"{c.id}: {c.detail}" for c in fails[:3]) or f"the run {report.outcome}"

@@ -1,6 +1,7 @@
 """HostFacts: everything detection learned, as frozen values. Unknown is None, never a guess.
 
-`HostFacts.to_json()` is the `detect --json` contract (DESIGN.md): keys may be added, never renamed.
+`HostFacts.to_json()` is the `detect --json` contract (docs/design.md): keys may be added, never
+renamed.
 """
 
 from __future__ import annotations

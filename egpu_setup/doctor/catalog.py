@@ -1,4 +1,4 @@
-"""The finding catalog: stable ids (a contract, DESIGN.md "doctor --json"), default severity,
+"""The finding catalog: stable ids (a contract, docs/design.md), default severity,
 what each one means, and the sources behind the diagnosis.
 
 Ids are never renamed; new ones may be added. Severity: `error` blocks the eGPU from working

@@ -21,7 +21,7 @@ def diagnose(
 
 
 def report_json(findings: tuple[Finding, ...], inputs: DoctorInput | None = None) -> dict[str, Any]:
-    """The `doctor --json` contract (DESIGN.md):
+    """The `doctor --json` contract (docs/design.md):
     {"schema", "findings": [{id, severity, summary, evidence, fix}]}, plus counts and sources."""
     counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}
     data: dict[str, Any] = {

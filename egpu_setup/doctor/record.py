@@ -1,6 +1,6 @@
 """`egpu-setup record DIR`: a redacted bundle of what detection and doctor read.
 
-The bundle is the `--from` format (DESIGN.md): DIR/meta.json, DIR/root/... (a partial
+The bundle is the `--from` format (docs/design.md): DIR/meta.json, DIR/root/... (a partial
 filesystem, sysfs kept as directories and relative symlinks so bridge chains survive) and
 DIR/commands/<name>.txt. Reads go through the Host; writes go only into DIR. With a venv,
 DIR/commands/torch.json holds its torch build (what `doctor --from DIR` checks; the same probe as

@@ -1,7 +1,7 @@
 """egpu-setup itself into a root-owned venv on the target (plan step InstallTool).
 
 The units and helpers egpu-setup writes run the tool as root, so it must live where only root can
-change it, and inside an image it must exist at all (issue 20: the units pointed at the build
+change it, and inside an image it must exist at all (the units pointed at the build
 host's path). The recipe, measured on Debian 12 (about 15 s):
 
 1. wheels for the target's Python: a bundle's tool/ directory as it is, or egpu-setup's wheel

@@ -1,6 +1,6 @@
 """Reading what a lab collected: report files and the identity.json beside them, per folder.
 
-Every `egpu-setup install` and `verify` saves a JSON report under <state>/reports/ (DESIGN.md,
+Every `egpu-setup install` and `verify` saves a JSON report under <state>/reports/ (docs/design.md,
 "Files on a provisioned machine"). The Ansible role fetches them to the controller as
 `<dest>/<inventory_hostname>/`, with an identity.json it writes itself (ansible/roles/egpu_setup/
 tasks/fetch.yml). This module finds those files, says which folder each belongs to, and parses

@@ -1,7 +1,7 @@
 """Entering an image (`--root DIR`): each command in private namespaces with its API filesystems.
 
 A bare `chroot DIR cmd` gives the image no /proc, /sys, /dev or /dev/pts: dkms then fails with
-"/dev/fd/63: No such file or directory" and leaves dpkg half-configured (issue 20). Instead every
+"/dev/fd/63: No such file or directory" and leaves dpkg half-configured. Instead every
 command runs as
 
     setpriv --pdeathsig KILL -- unshare --mount --propagation private --pid --fork --kill-child \\

@@ -1,6 +1,6 @@
 """The one gateway to the machine: every file read and every command goes through a Host.
 
-Three kinds, one interface (DESIGN.md, "host access"):
+Three kinds, one interface (docs/design.md, "The pipeline"):
 - LiveHost: this machine, `/`.
 - RecordedHost (`--from DIR`): a bundle written by `egpu-setup record`; files come from DIR/root,
   command output from DIR/commands/<name>.txt, and nothing is ever executed.

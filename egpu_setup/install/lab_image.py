@@ -1,7 +1,7 @@
 """What `install --root IMAGE` adds to the plan so that the image finishes the job by itself.
 
-An image is built on one machine and booted, as copies, on many, with nobody at the keyboard
-(issue 20). Besides the driver, torch and configuration:
+An image is built on one machine and booted, as copies, on many, with nobody at the keyboard.
+Besides the driver, torch and configuration:
 
 - egpu-setup itself in the image (install/tool.py), and Python with venv for it and for torch;
 - the first-boot unit's marker /var/lib/egpu-setup/firstboot-pending (egpu-setup firstboot

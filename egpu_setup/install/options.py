@@ -10,7 +10,7 @@ from egpu_setup.plan.options import DEFAULT_VENV
 
 @dataclass(frozen=True)
 class InstallOptions:
-    """The install flags, read by every stage and changed by none (DESIGN.md: the flags).
+    """The install flags, read by every stage and changed by none (docs/design.md: the flags).
 
     profile None means the bundle's profile (`--bundle DIR`); `only` is the raw `--only` text,
     parsed (and refused when wrong) by prepare, so errors come in the order the flags are checked.

@@ -1,7 +1,7 @@
 """How a prepared plan and an outcome read: the dry run's text and JSON, and the summary after.
 
 Pure: values in, text or a JSON-ready dict out; the command prints them. The JSON is a contract
-(DESIGN.md): the `resolve --json` keys, `steps`, and `plan_warnings` or `result`.
+(docs/design.md): the `resolve --json` keys, `steps`, and `plan_warnings` or `result`.
 """
 
 from __future__ import annotations

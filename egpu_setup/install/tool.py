@@ -1,7 +1,7 @@
 """Which egpu-setup the units and helpers run, and the steps that put it there.
 
-They run it as root, at boot and on every plug-in, so (issue 13, rule 1) never a path a user can
-change, and (issue 20) in an image never the build host's:
+They run it as root, at boot and on every plug-in, so never a path a user can change
+(docs/design.md, "Root safety", rule 1), and in an image never the build host's:
 
 - `--root IMAGE`: always /opt/egpu-setup/tool/bin/egpu-setup inside the image, installed there
   from wheels for the image's own Python (plan step InstallTool), with /usr/local/bin/egpu-setup

@@ -16,7 +16,7 @@ from egpu_setup.plan.steps import CreateLink, EnableUnit, RunCommand, Step, Writ
 from egpu_setup.render.files import HostCommand, RenderedFile, RenderedLink
 from egpu_setup.state.manifest import Manifest
 
-_OUR_MARK = "egpu-setup"  # rendered files carry a header naming us (DESIGN.md, "render")
+_OUR_MARK = "egpu-setup"  # rendered files carry a header naming us (docs/design.md, "The pipeline")
 
 
 def unified_diff(path: str, old: str | None, new: str) -> str:

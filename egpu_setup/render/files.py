@@ -3,7 +3,7 @@
 `render_set()` validates everything first (render_context.build_context), renders every file in
 memory, and returns files plus the commands an installer runs after writing them. Nothing here
 writes to disk: `egpu-setup render` writes the set under a directory, the executor writes it to
-the host (render everything before writing anything: DESIGN.md "render").
+the host (render everything before writing anything: docs/design.md, "The pipeline").
 
 Every file carries a header naming egpu-setup, the profile and the sha256 of its body, so that
 rollback removes only our files and notices a hand edit (`classify_generated`).

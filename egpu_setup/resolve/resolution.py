@@ -90,7 +90,7 @@ class Resolution:
     driver_pin: str | None = None  # the exact driver version a profile pinned (driver.pin)
 
     def to_json(self) -> dict[str, Any]:
-        """The `resolve --json` contract (DESIGN.md, schema egpu-setup/resolution/1)."""
+        """The `resolve --json` contract (docs/design.md, schema egpu-setup/resolution/1)."""
         d = self.driver
         repo = None
         if d.repo is not None:

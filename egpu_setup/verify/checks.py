@@ -1,4 +1,4 @@
-"""One verify check: the `checks[]` entry of the verify JSON contract (DESIGN.md)."""
+"""One verify check: the `checks[]` entry of the verify JSON contract (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ class ThroughputReference:
         return {"name": self.name, "slot": self.slot, "steps_per_s": rate, "source": self.source}
 
 
-# None measured yet: issue 18's H200 run (PCIe 5.0 x16 server slot) is the first.
+# None measured yet: a first H200 run (PCIe 5.0 x16 server slot) is the first.
 REFERENCES: tuple[ThroughputReference, ...] = ()
 
 

@@ -32,7 +32,7 @@ from egpu_setup.verify.runner import ChildOutcome, run_child
 
 log = get_logger("egpu_setup.verify")
 
-DEFAULT_VENV = "/opt/egpu-setup/venv"  # DESIGN.md, "Files on a provisioned machine"
+DEFAULT_VENV = "/opt/egpu-setup/venv"  # docs/design.md, "Files on a provisioned machine"
 SKIPPABLE = ("allocation", "bandwidth", "matmul", "amp", "throughput", "burn-in", "ddp")
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
 

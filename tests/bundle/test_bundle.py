@@ -230,7 +230,7 @@ def test_bundle_holds_hashed_wheels_from_the_loopback_index(built) -> None:
     assert any(r.startswith("/files/torch-2.13.0") for r in built["served_first"])
     assert {r.split("/")[2] for r in built["served_first"] if r.startswith("/simple/")} == {"torch"}
     tool = {p.name.split("-")[0] for p in (b / "tool").glob("*.whl")}
-    assert {"egpu_setup", "jinja2", "pyyaml", "requests", "packaging"} <= tool
+    assert {"egpu_setup", "click", "distro", "jinja2", "pyyaml", "requests", "packaging"} <= tool
 
 
 @pytest.mark.slow

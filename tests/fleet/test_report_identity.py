@@ -1,4 +1,4 @@
-"""Which machine a report is from (issue 13 item 4, issue 17 item 1): the folder the Ansible role
+"""Which machine a report is from: the folder the Ansible role
 collected it into and the machine id every report records, never the claimed hostname alone.
 
 Each hostile case builds its lab in a temp dir, laid out as the role fetches it

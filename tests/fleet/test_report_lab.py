@@ -1,4 +1,4 @@
-"""The lab table from real reports of this machine plus the recorded ones (issue 17, done when).
+"""The lab table from real reports of this machine plus the recorded ones.
 
 A real `install` of a pinned CPU torch into a temp venv (from a PEP 503 index on 127.0.0.1) and a
 real CPU `verify` of that venv leave their reports; they are laid out as the Ansible role

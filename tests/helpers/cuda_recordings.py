@@ -171,7 +171,7 @@ def write_sysfs(root: Path, address: str, link: dict[str, Any]) -> Path:
 
 def from_report(report: dict[str, Any], title: str) -> Scenario:
     """The scenario a verify report of a real GPU gives: its device record, its measured
-    bandwidth, TFLOPS and sensor peaks (a report of issue 18's H200 drops in here)."""
+    bandwidth, TFLOPS and sensor peaks (a real H200 report drops in here)."""
     dev = report["device"]
     checks = {c["id"]: c for c in report["checks"]}
     major, minor = (int(x) for x in dev["compute_capability"].split("."))

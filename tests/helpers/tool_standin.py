@@ -8,7 +8,7 @@ reboot and then boot into it. Everything else is the real tool, run by this scri
 - `install` is the real `egpu-setup install ... --root ROOT --from DIR` into a per-host folder
   (its JSON, its report, moved from build-reports/ to ROOT/var/lib/egpu-setup/reports as a
   live run files it, its idempotence are real); the
-  stand-in then answers exit 3 ("done, reboot required", DESIGN.md) while the host has not booted
+  stand-in then answers exit 3 ("done, reboot required", docs/design.md) while the host has not booted
   since it asked for a reboot, as the real tool does from its journal's boot id;
 - `verify` is the real `egpu-setup verify` (the role passes `--device cpu`);
 - `standin-boot` is the test's reboot: it writes a new boot id, as booting does.

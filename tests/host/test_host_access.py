@@ -1,4 +1,4 @@
-"""The host-access rule (DESIGN.md): only the gateway touches the machine.
+"""The host-access rule (docs/design.md): only the gateway touches the machine.
 
 Everything else receives a Host and calls its methods, which is what makes every command
 replayable from a recorded bundle. This walks the package's syntax trees and fails on a forbidden

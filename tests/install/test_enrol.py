@@ -1,4 +1,4 @@
-"""Enrolling the enclosure (issue 19 item 1, issue 20 item 4): one core for install and firstboot.
+"""Enrolling the enclosure: one core for install and firstboot.
 
 The host is tests/fixtures/hosts/tb4-unauthorized-fresh-ubuntu2404: the tb4-rtx4090 notebook on
 its first day, the Sonnet box connected with `authorized` 0 and no GPU on the bus. The sysfs

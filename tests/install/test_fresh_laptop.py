@@ -1,4 +1,4 @@
-"""Issue 19: the situations a fresh laptop meets, each run as a new user would run it (the real
+"""The situations a fresh laptop meets, each run as a new user would run it (the real
 command line on a recorded host), ending in a working plan or in one `error:`/`hint:` before any
 change: python3-venv missing, Secure Boot with a DKMS driver, another GPU manager, the wrong
 profile, the only NVIDIA GPU with an undecided placement, two identical eGPUs, a plan that fits a

@@ -1,6 +1,6 @@
 """An image left by a killed or failed package run: the next install finishes dpkg's work first.
 
-Two shapes of an interrupted dpkg (both reproduced in a Debian 12 image, issue 20): killed
+Two shapes of an interrupted dpkg (both reproduced in a Debian 12 image): killed
 mid-unpack, dpkg's journal files are left in /var/lib/dpkg/updates/ and apt refuses everything
 ("dpkg was interrupted, you must manually run 'dpkg --configure -a'"); or a maintainer script
 failed, leaving packages half-configured or unpacked, which `dpkg --audit` lists but exits 0

@@ -37,7 +37,7 @@ def test_config_install_into_an_image_writes_a_report(cli, tmp_path: Path) -> No
     # Without bolt in the image, the enclosure is authorized by its UUID alone, never blanket.
     rule = (img / "etc/udev/rules.d/61-egpu-setup-tb-authorize.rules").read_text()
     assert 'ATTR{unique_id}=="00e8d1a4-3c2b-0e01-ffff-ffffffffffff"' in rule
-    # a second run finds nothing to do and saves its own report of that (issue 19: the day
+    # a second run finds nothing to do and saves its own report of that (the day
     # after, a fleet report shows the run)
     time.sleep(1.1)  # reports are named by the second
     again = cli(*args, env=env)

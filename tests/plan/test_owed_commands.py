@@ -1,5 +1,5 @@
 """A run killed after writing a trigger file but before its follow-up command owes that command:
-the next run plans it again and clears the debt only when it ran (issue 6: converges)."""
+the next run plans it again and clears the debt only when it ran (it converges)."""
 
 from __future__ import annotations
 

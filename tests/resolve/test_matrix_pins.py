@@ -1,4 +1,4 @@
-"""Reproducible labs (issue 17 item 5): a profile pins torch and the driver exactly; the shipped
+"""Reproducible labs: a profile pins torch and the driver exactly; the shipped
 snapshot decides unless a run asks for `--matrix updated`; `matrix update` shows the drift and
 never changes a pinned choice; the plan, `resolve --json` and the install report say which
 matrix decided.

@@ -214,7 +214,7 @@ def test_host_checks_without_gpu_stop_at_presence():
 
 
 def test_host_checks_from_a_recorded_host(tmp_path):
-    """The same probe code a live host runs, fed from a bundle (DESIGN.md bundle format)."""
+    """The same probe code a live host runs, fed from a bundle (docs/design.md bundle format)."""
     (tmp_path / "root/sys/module/nvidia").mkdir(parents=True)
     (tmp_path / "root/sys/module/nvidia/version").write_text("570.133.07\n")
     (tmp_path / "commands").mkdir()

@@ -883,7 +883,7 @@ def test_a_committed_report_replays(runs: Scenarios, path: Path) -> None:
 
 
 def test_from_report_makes_a_scenario() -> None:
-    """A verify report of a real GPU (issue 18 commits one) becomes a stand-in scenario."""
+    """A verify report of a real GPU (a real run commits one) becomes a stand-in scenario."""
     report = {
         "device": {
             "name": "NVIDIA H200",
