@@ -155,7 +155,9 @@ def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
     # name, a GPU's name): they pass the sanitizer as the evidence does
     for f in findings:
         click.echo(f"{f.severity.upper():8} {f.id}")
-        click.echo(textwrap.fill(plain(f.summary), 100, initial_indent="  ", subsequent_indent="  "))
+        click.echo(
+            textwrap.fill(plain(f.summary), 100, initial_indent="  ", subsequent_indent="  ")
+        )
         for line in f.evidence:
             click.echo(f"  | {plain(line)}")
         fix = plain(f.fix)
