@@ -61,6 +61,11 @@ def main() -> int:
     print(f"\n{'command':<48} {'median ms':>10}  ({rounds} interleaved rounds)")
     for name, seconds in med.items():
         print(f"{name:<48} {seconds * 1000:>10.1f}")
+    bare = med["python -c pass"]
+    print(
+        f"side by side: --help {med['egpu-setup --help'] / bare:.1f}x and detect --json "
+        f"{med['egpu-setup detect --json'] / bare:.1f}x a bare python -c pass"
+    )
     _, detect_mib, _ = b.peak_rss([*tool, "detect", "--json"])
     print(f"peak memory: egpu-setup detect --json {detect_mib:.0f} MiB", end="")
     help_ms = med["egpu-setup --help"] * 1000

@@ -180,6 +180,6 @@ def test_a_failed_command_shows_what_it_said(capsys: pytest.CaptureFixture[str])
     assert err == [
         "error: pip download failed",
         "  | Looking in indexes: http://127.0.0.1:9/",
-        "  | ERROR: No matching distribution?[31m",
+        "  | ERROR: No matching distribution\\x1b[31m",
         "hint: check the index",
     ]

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests  # noqa: F401  (pip's step asks the index first; see as_nobody)
 
 import egpu_setup.commands.rollback
 import egpu_setup.detect.osrelease
