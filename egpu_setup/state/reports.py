@@ -15,9 +15,16 @@ _SAVED_NAME = re.compile(r"(?P<base>.+?)(?:-(?P<n>\d+))?\.json")
 
 
 def save_report(
-    state_dir: Path, kind: str, data: dict[str, Any], when: float, folder: str = REPORTS
+    state_dir: Path,
+    kind: str,
+    data: dict[str, Any],
+    when: float,
+    folder: str = REPORTS,
+    *,
+    anchor: Path = Path("/"),
 ) -> Path:
-    """Write <state>/<folder>/<kind>-<UTC time>.json atomically (never over an older one)."""
+    """Write <state>/<folder>/<kind>-<UTC time>.json atomically (never over an older one),
+    walking from `anchor` (the image root under `--root`) with no link followed."""
     from egpu_setup.state.atomic import atomic_write
     from egpu_setup.state.paths import refuse_link
 
@@ -29,7 +36,7 @@ def save_report(
     while os.path.lexists(path):
         n += 1
         path = reports / f"{kind}-{stamp}-{n}.json"
-    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o644)
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o644, anchor=anchor)
     return path
 
 
