@@ -66,10 +66,18 @@ def _refused(where: Path, exc: OSError) -> LinkInPath:
     )
 
 
-def open_dir(path: Path, *, anchor: Path = ROOT, create: bool = False, mode: int = 0o755) -> int:
+def open_dir(
+    path: Path,
+    *,
+    anchor: Path = ROOT,
+    create: bool = False,
+    mode: int = 0o755,
+    owner: tuple[int, int] | None = None,
+) -> int:
     """A descriptor of the directory `path`, reached from `anchor` with no link followed below
     it (the anchor itself is the caller's: `/`, an image root, a folder it checked). create:
-    make the missing directories on the way (`mode`, less the umask). LinkInPath for a link or
+    make the missing directories on the way (`mode`, less the umask; `owner`'s, set on the new
+    directory's descriptor, when we are root). LinkInPath for a link or
     a non-directory on the way; FileNotFoundError/PermissionError as the kernel says."""
     fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     where = Path(anchor)
@@ -81,9 +89,14 @@ def open_dir(path: Path, *, anchor: Path = ROOT, create: bool = False, mode: int
             except FileNotFoundError:
                 if not create:
                     raise
-                with contextlib.suppress(FileExistsError):
+                made = True
+                try:
                     os.mkdir(part, mode, dir_fd=fd)
+                except FileExistsError:
+                    made = False
                 nxt = _open_below(part, fd, where)
+                if made and owner is not None and os.geteuid() == 0:
+                    os.fchown(nxt, *owner)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise _refused(where, exc) from None
@@ -106,9 +119,15 @@ def _open_below(part: str, fd: int, where: Path) -> int:
 
 
 @contextlib.contextmanager
-def directory(path: Path, *, anchor: Path = ROOT, create: bool = False) -> Iterator[int]:
+def directory(
+    path: Path,
+    *,
+    anchor: Path = ROOT,
+    create: bool = False,
+    owner: tuple[int, int] | None = None,
+) -> Iterator[int]:
     """`open_dir` as a context manager: the descriptor is closed on the way out."""
-    fd = open_dir(path, anchor=anchor, create=create)
+    fd = open_dir(path, anchor=anchor, create=create, owner=owner)
     try:
         yield fd
     finally:
@@ -137,9 +156,11 @@ def remove_dir(path: Path, *, anchor: Path = ROOT) -> None:
         os.rmdir(path.name, dir_fd=dfd)
 
 
-def make_dirs(path: Path, *, anchor: Path = ROOT, mode: int = 0o755) -> None:
-    """`mkdir -p path` below `anchor`, no link followed."""
-    os.close(open_dir(path, anchor=anchor, create=True, mode=mode))
+def make_dirs(
+    path: Path, *, anchor: Path = ROOT, mode: int = 0o755, owner: tuple[int, int] | None = None
+) -> None:
+    """`mkdir -p path` below `anchor`, no link followed; new directories get `owner`."""
+    os.close(open_dir(path, anchor=anchor, create=True, mode=mode, owner=owner))
 
 
 def fsync_dir(path: Path, *, anchor: Path = ROOT) -> None:
@@ -280,7 +301,7 @@ def _replace(
     before_rename: Callable[[Path], None] | None,
 ) -> None:
     name = path.name
-    with directory(path.parent, anchor=anchor, create=True) as dfd:
+    with directory(path.parent, anchor=anchor, create=True, owner=owner) as dfd:
         old = _lstat_at(name, dfd)
         if old is not None and not stat.S_ISREG(old.st_mode):
             old = None  # a link in the way is replaced: its target's mode and owner are not ours
