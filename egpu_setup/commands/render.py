@@ -63,7 +63,7 @@ def command(
     from egpu_setup.profile.load import load_profile
     from egpu_setup.render.context import detected_cards, profile_card_mismatch
     from egpu_setup.render.files import entry_point_path, render_set, tool_path_exposed
-    from egpu_setup.render.tree import write_links, write_tree
+    from egpu_setup.render.tree import open_out, write_links, write_tree
 
     profile = load_profile(profile_name)
     host = open_host(from_dir)
@@ -81,8 +81,9 @@ def command(
         tool_path=tool_path,
         tool_exposed=tool_path_exposed(host, tool_path) if host.kind == "live" else None,
     )
-    written = write_tree(out_dir, result.files)
-    linked = write_links(out_dir, result.links)
+    out = open_out(out_dir)
+    written = write_tree(out, result.files)
+    linked = write_links(out, result.links)
     mismatch = profile_card_mismatch(profile, detected_cards(facts))
     notes = [f"{mismatch}: the rules match the detected card only"] if mismatch else []
     notes += result.notes

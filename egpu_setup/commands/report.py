@@ -87,13 +87,16 @@ def command(
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder, so a reader never sees half a page."""
-    from egpu_setup.state.atomic import atomic_write
+    """Write via a temp file in the same folder, so a reader never sees half a page; through
+    the one writer (state/output.py): the folder's owner gets the page, a link at it is
+    refused."""
+    from egpu_setup.state.output import OutputTree
 
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise UsageError(f"--html {path}: folder {folder} does not exist", "create it first")
     try:
-        atomic_write(path, text.encode("utf-8"), 0o644)
+        out = OutputTree.open(folder, what="--html")
+        out.write(out.path / path.name, text.encode("utf-8"), 0o644)
     except OSError as exc:
         raise UsageError(f"--html {path}: {exc.strerror or exc}", "choose a writable path") from exc

@@ -24,6 +24,7 @@ from pathlib import Path
 from egpu_setup import __version__
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
+from egpu_setup.state.output import OutputTree
 
 PCI_ATTRS = (
     "class",
@@ -85,6 +86,9 @@ COMMANDS = {
     "dmesg": ["dmesg"],
     "mokutil": ["mokutil", "--sb-state"],
 }
+# root-only inputs: the kernel log (dmesg_restrict, Documentation/admin-guide/sysctl/kernel.rst)
+# stays readable by the bundle's owner alone
+PRIVATE_COMMANDS = frozenset({"dmesg"})
 ENV_KEYS = ("XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "WAYLAND_DISPLAY", "DISPLAY", "SUDO_USER")
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
@@ -130,8 +134,15 @@ def record(
     """Write the bundle into `out` (which must be empty or absent); return it.
 
     `venv`: also store that venv's torch build as commands/torch.json."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"{out} exists and is not empty", "give a new directory for the bundle")
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise UsageError(
+            f"{out} exists and is not empty" if not out.is_symlink() else f"{out} is a link",
+            "give a new directory for the bundle",
+        )
+    # the one writer, from here on: DIR's parent is the anchor, no link below it is followed,
+    # and a DIR a user owns gets files that user owns (state/output.py)
+    tree = OutputTree.open(out, what="record")
+    out = tree.path
     torch_info = None
     if venv is not None:
         from egpu_setup.doctor.torchcheck import probe_venv_torch
@@ -139,9 +150,8 @@ def record(
         # Before anything is written: a venv without torch leaves no half bundle behind.
         torch_info = probe_venv_torch(host, venv)
     red = Redactor(redact)
-    root = out / "root"
-    root.mkdir(parents=True)
-    writer = _Writer(host, root, red)
+    root = tree.mkdir(out / "root")
+    writer = _Writer(host, tree, root, red)
     for path in FILES:
         writer.copy(path)
     writer.copy_bytes(SECURE_BOOT_VAR)
@@ -155,15 +165,15 @@ def record(
     for slot in host.listdir("/sys/bus/pci/slots"):
         writer.copy(f"/sys/bus/pci/slots/{slot}/address")
     writer.python()
-    (out / "commands").mkdir()
+    tree.mkdir(out / "commands")
     for name, argv in COMMANDS.items():
         text = host.command(name, argv, timeout=30.0)
         if text:
-            (out / "commands" / f"{name}.txt").write_text(red(text))
+            mode = 0o600 if name in PRIVATE_COMMANDS else 0o644
+            tree.write(out / "commands" / f"{name}.txt", red(text).encode(), mode)
     if torch_info is not None:
-        (out / "commands" / "torch.json").write_text(
-            json.dumps(torch_info.to_json(), indent=2) + "\n"
-        )
+        data = json.dumps(torch_info.to_json(), indent=2) + "\n"
+        tree.write(out / "commands" / "torch.json", data.encode())
     release, machine = host.uname()
     meta = {
         "tool": "egpu-setup",
@@ -173,35 +183,36 @@ def record(
         "env": {k: v for k in ENV_KEYS if (v := host.getenv(k))},
         "redacted": sorted(red.seen) if redact else [],
     }
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    tree.write(out / "meta.json", (json.dumps(meta, indent=2) + "\n").encode())
     return out
 
 
 class _Writer:
-    def __init__(self, host: Host, root: Path, red: Redactor):
-        self.host, self.root, self.red = host, root, red
+    def __init__(self, host: Host, tree: OutputTree, root: Path, red: Redactor):
+        self.host, self.tree, self.root, self.red = host, tree, root, red
 
     def _dest(self, path: str) -> Path:
-        dest = self.root / path.lstrip("/")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        return dest
+        return self.root / path.lstrip("/")
+
+    def _text(self, path: str, text: str) -> None:
+        self.tree.write(self._dest(path), text.encode())
 
     def copy(self, path: str) -> None:
         real = self.host.resolve(path) or path
         text = self.host.read(real, 1024 * 1024)
         if text is not None:
-            self._dest(real).write_text(self.red(text))
+            self._text(real, self.red(text))
             if real != path and not (self.root / path.lstrip("/")).exists():
                 link = self._dest(path)
-                link.symlink_to(os.path.relpath(self.root / real.lstrip("/"), link.parent))
+                self.tree.link(link, os.path.relpath(self.root / real.lstrip("/"), link.parent))
 
     def mark(self, directory: str) -> None:
-        self._dest(f"{directory}/.recorded").write_text("")
+        self._text(f"{directory}/.recorded", "")
 
     def copy_bytes(self, path: str) -> None:
         data = self.host.read_bytes(path, 4096)
         if data is not None:
-            self._dest(path).write_bytes(data)
+            self.tree.write(self._dest(path), data)
 
     def copy_tree_links(self, bus_dir: str, attrs: tuple[str, ...], *, driver: bool) -> None:
         """Each entry of a /sys/bus/*/devices directory: the link as the kernel made it, the
@@ -213,28 +224,26 @@ class _Writer:
                 continue
             link = self._dest(f"{bus_dir}/{name}")
             if not link.is_symlink():
-                link.symlink_to(link_target)
+                self.tree.link(link, link_target)
             for attr in attrs:
                 self.copy(f"{canonical}/{attr}")
-            self._dest(f"{canonical}/.recorded").write_text("")
+            self._text(f"{canonical}/.recorded", "")
             if driver:
                 target = self.host.readlink(f"{canonical}/driver")
                 if target:
                     drv = self._dest(f"{canonical}/driver")
                     if not drv.is_symlink():
-                        drv.symlink_to(target)
+                        self.tree.link(drv, target)
                     drv_dir = Path(os.path.normpath(drv.parent / target))
-                    drv_dir.mkdir(parents=True, exist_ok=True)
-                    (drv_dir / ".recorded").write_text("")
+                    self.tree.write(drv_dir / ".recorded", b"")
 
     def python(self) -> None:
         target = self.host.readlink("/usr/bin/python3")
         real = self.host.resolve("/usr/bin/python3")
         if not target or not real:
             return
-        link = self._dest("/usr/bin/python3")
-        link.symlink_to(target)
-        self._dest(real).write_text("")  # a placeholder: the bundle never carries binaries
+        self.tree.link(self._dest("/usr/bin/python3"), target)
+        self._text(real, "")  # a placeholder: the bundle never carries binaries
         m = re.search(r"python(3\.\d+)$", real)
         if m:
             marker = f"/usr/lib/python{m.group(1)}/EXTERNALLY-MANAGED"

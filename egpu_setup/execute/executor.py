@@ -138,7 +138,7 @@ def recover(
             dirs.add(execute_files.location(host, p).parent)
     dirs.add(paths.state_dir)
     dirs.add(paths.backups)
-    cleaned = [str(p) for p in clean_temp_files(dirs)]
+    cleaned = [str(p) for p in clean_temp_files(dirs, anchor=host.root)]
     for p in cleaned:
         log.warning("removed a temp file a dead run left: %s", p)
     return resumed, cleaned

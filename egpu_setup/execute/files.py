@@ -20,7 +20,7 @@ from typing import Any
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
-from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
+from egpu_setup.state.atomic import atomic_symlink, atomic_write, sha256
 from egpu_setup.state.manifest import Manifest
 
 log = get_logger("egpu_setup.execute")
@@ -115,7 +115,7 @@ def write_managed(
         log.warning("%s: your edited version is kept as backup %s", path, name)
     entry["pending"] = sha256(data)
     ctx.manifest.save()
-    atomic_write(real, data, mode, before_rename=before_rename)
+    atomic_write(real, data, mode, anchor=ctx.host.root, before_rename=before_rename)
     entry.update(sha256=sha256(data), pending=None, mode=mode)
     ctx.manifest.save()
     ctx.written.append(path)
@@ -127,9 +127,7 @@ def link_managed(ctx: Context, path: str, target: str) -> None:
     entry = _entry(ctx, path, real, "link")
     entry["target"] = target
     ctx.manifest.save()
-    real.parent.mkdir(parents=True, exist_ok=True)
-    atomic_symlink(real, target)
-    fsync_dir(real.parent)
+    atomic_symlink(real, target, anchor=ctx.host.root)
     entry["sha256"] = "link:" + target
     ctx.manifest.save()  # the link is made: record it, as write_managed records its hash
 

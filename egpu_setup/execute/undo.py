@@ -34,7 +34,14 @@ from egpu_setup.host.identity import MACHINE_ID
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
 from egpu_setup.render.headers import has_header
-from egpu_setup.state.atomic import atomic_symlink, atomic_write, fsync_dir, sha256
+from egpu_setup.state.atomic import (
+    atomic_symlink,
+    atomic_write,
+    fsync_dir,
+    remove,
+    remove_dir,
+    sha256,
+)
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
@@ -79,14 +86,16 @@ def remove_empty_dirs(host: Host, dirs: list[str]) -> None:
         real = location(host, d)
         st = _lstat(real)
         if st is not None and stat.S_ISDIR(st.st_mode):
-            with contextlib.suppress(OSError):  # not empty: something else is in it now
-                os.rmdir(real)
+            with contextlib.suppress(OSError, EgpuSetupError):  # not empty: something else is in it
+                remove_dir(real, anchor=host.root)
 
 
 def mark_venv(host: Host, venv: str, run_id: str) -> None:
     """The mark `rollback --packages` looks for before it deletes a venv (remove_tree): a
     manifest naming some other directory can never make it delete that one."""
-    atomic_write(host.location(f"{venv}/{MARK_VENV}"), f"{run_id}\n".encode(), 0o644)
+    atomic_write(
+        host.location(f"{venv}/{MARK_VENV}"), f"{run_id}\n".encode(), 0o644, anchor=host.root
+    )
 
 
 def owned_path(path: str) -> bool:
@@ -238,25 +247,27 @@ def _undo_one(host: Host, manifest: Manifest, u: Undo) -> None:
     elif entry.get("prior_link") is not None:
         # a link before us (file or unit link entry alike): the same link text, exactly
         _mark_restoring(manifest, entry, "link:" + entry["prior_link"])
-        atomic_symlink(real, entry["prior_link"])
+        atomic_symlink(real, entry["prior_link"], anchor=host.root)
     elif entry.get("prior_sha256"):
         # a regular file before us, whatever we put there (a file or a unit link): its bytes,
         # mode and owner from the backup (a link we made over it goes with the rename)
         data = manifest.read_backup(entry["backup"])
         _mark_restoring(manifest, entry, entry["prior_sha256"])
         mode = entry["prior_mode"] & 0o7777 if entry.get("prior_mode") is not None else None
-        atomic_write(  # the rename replaces our link too
-            real, data, mode, before_rename=lambda _tmp: _kill_hook(u.path, "mid-write")
-        )
         owner = entry.get("prior_owner")
-        if owner and os.geteuid() == 0:
-            os.chown(real, owner[0], owner[1], follow_symlinks=False)
+        atomic_write(  # the rename replaces our link too; the owner is set on the descriptor
+            real,
+            data,
+            mode,
+            anchor=host.root,
+            owner=(owner[0], owner[1]) if owner else None,
+            before_rename=lambda _tmp: _kill_hook(u.path, "mid-write"),
+        )
     else:  # created by us
-        with contextlib.suppress(FileNotFoundError):
-            real.unlink()
+        remove(real, anchor=host.root)
     remove_empty_dirs(host, entry.get("created_dirs") or [])
-    with contextlib.suppress(OSError):
-        fsync_dir(real.parent)
+    with contextlib.suppress(OSError, EgpuSetupError):
+        fsync_dir(real.parent, anchor=host.root)
     _kill_hook(u.path, "renamed")
     del manifest.files[u.path]
     manifest.save()
@@ -281,7 +292,7 @@ def clean_temp(host: Host, manifest: Manifest) -> list[Path]:
     """Remove the temp files (TMP_MARK) a killed install or rollback left next to its targets."""
     from egpu_setup.state.atomic import clean_temp_files
 
-    removed = clean_temp_files(temp_dirs(host, manifest))
+    removed = clean_temp_files(temp_dirs(host, manifest), anchor=host.root)
     for p in removed:
         log.warning("removed a temp file a dead run left: %s", p)
     return removed

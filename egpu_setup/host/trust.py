@@ -329,3 +329,33 @@ def running_tool_problem(argv0: str | None = None) -> str | None:
         uid, path = next(iter(scan.owners.items()))
         return f"{path} is owned by uid {uid}, not root"
     return None
+
+
+def output_owner(path: str) -> tuple[int, int] | None:
+    """Whom root writes an output folder (`render --out`, `report --html`, `record DIR`) for:
+    None when it and every directory above it are root's and closed to others (root writes as
+    itself), else the one user who owns part of the way (the files are made theirs, as if that
+    user had written them, on the descriptor: state/atomic.py). UsageError naming the path when a
+    directory on the way is writable by a group or by everyone (sticky ones like /tmp aside) or
+    two users own parts of it: nobody could be sure what the folder holds, so nothing is written.
+
+    The path is looked at with lstat up to its deepest part that exists, the last component
+    included (a link there is the caller's to refuse: the writer never follows one)."""
+    if os.geteuid() != 0:
+        return None
+    scan = _Scan()
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe) and probe != "/":
+        probe = os.path.dirname(probe)
+    _chain(os.path.dirname(probe) if os.path.islink(probe) else probe, scan)
+    st = _lstat(probe)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        scan.note(probe, st)
+    if scan.open_to is not None:
+        where, mode = scan.open_to
+        raise UsageError(
+            f"{path}: {where} is writable by others (mode {mode:04o}): root does not write "
+            "where other users can change what it writes",
+            f"`chmod go-w {where}`, or write to a folder only you (or root) can change",
+        )
+    return _decide(path, scan)

@@ -185,7 +185,7 @@ def _run_enrol(host: Host, paths: StatePaths, argv: tuple[str, ...]) -> None:
     from egpu_setup.state.lock import RunLock
 
     step = RunCommand(argv, "authorize and store the enclosure", skip_if_missing=False)
-    with RunLock(paths.lock):
+    with RunLock(paths.lock, paths.anchor):
         execute(Plan((step,)), host, paths, ExecOptions.from_env())
 
 

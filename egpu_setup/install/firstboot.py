@@ -226,7 +226,8 @@ def _finish(
     outcome = dataclasses.replace(outcome, marker_removed=removed, report_path=str(report))
     data = outcome.to_json(host, options.profile)
     try:
-        atomic_write(report, (json.dumps(data, indent=2) + "\n").encode(), 0o644)
+        text = (json.dumps(data, indent=2) + "\n").encode()
+        atomic_write(report, text, 0o644, anchor=paths.anchor)
     except OSError as exc:
         raise EgpuSetupError(
             f"cannot write the first-boot report {report}: {exc.strerror or exc}",

@@ -146,7 +146,7 @@ def apply(
 
     refuse_blocking(prepared.actions, prepared.options.force, warn)  # before any change
     preflight(prepared.plan, prepared.target, prepared.paths, prepared.facts, prepared.plan_options)
-    with RunLock(prepared.paths.lock):
+    with RunLock(prepared.paths.lock, prepared.paths.anchor):
         run = prepare(prepared.options)  # plan again: another run may have finished meanwhile
         for w in run.warnings:
             if w != run.stale_warning:

@@ -70,7 +70,9 @@ def save_install_report(
     # an image's build report would be collected from every machine made from it as its own
     folder = BUILD_REPORTS if run.target.kind == "root" else REPORTS
     try:
-        path = save_report(run.paths.state_dir, "install", data, started, folder)
+        path = save_report(
+            run.paths.state_dir, "install", data, started, folder, anchor=run.paths.anchor
+        )
     except OSError as exc:
         log.warning("could not save the install report: %s", exc)
         return

@@ -215,7 +215,7 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
     if not (plan.undo or plan.recorded or (options.packages and removable)):
         return RollbackOutcome(plan, True, (), ())  # nothing it may do: said, not done
     _require_root(plan)
-    with RunLock(plan.paths.lock):
+    with RunLock(plan.paths.lock, plan.paths.anchor):
         if options.packages:
             from egpu_setup.execute.apt_remove import check_purge
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError, UsageError
+from egpu_setup.state.atomic import open_file
 from egpu_setup.state.paths import StatePaths, denied, read_state, refuse_link
 from egpu_setup.text import redact_tree
 
@@ -44,12 +45,14 @@ class Journal:
         # step descriptions and errors may quote an index URL: its token stays out (text.py)
         line = json.dumps(redact_tree({"time": round(time.time(), 3), **event})) + "\n"
         try:
-            refuse_link(self.paths.state_dir).mkdir(parents=True, exist_ok=True)
-            # O_NOFOLLOW: a link planted as the journal must not make root append to its target
-            fd = os.open(
+            refuse_link(self.paths.state_dir)
+            # O_NOFOLLOW, from the anchor's descriptor down: a link planted as the journal, or
+            # as any directory above it, must not make root append to its target
+            fd = open_file(
                 refuse_link(self.path),
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK,
                 0o600,
+                anchor=self.paths.anchor,
             )
         except PermissionError as exc:
             raise denied(self.path, "write") from exc

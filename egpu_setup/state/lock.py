@@ -18,6 +18,7 @@ from pathlib import Path
 
 from egpu_setup.errors import BusyError, EgpuSetupError
 from egpu_setup.log import get_logger
+from egpu_setup.state.atomic import ROOT, make_dirs, open_file, remove
 from egpu_setup.state.paths import denied
 
 log = get_logger("egpu_setup.state")
@@ -26,8 +27,9 @@ log = get_logger("egpu_setup.state")
 class RunLock:
     """One run at a time per target: a non-blocking flock; contention names the holder (exit 5)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, anchor: Path = ROOT):
         self.path = path
+        self.anchor = anchor  # the lock's directory is walked from it, no link followed
         self._fd: int | None = None
 
     def holder(self) -> str | None:
@@ -48,12 +50,12 @@ class RunLock:
 
     def acquire(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.path.parent, anchor=self.anchor)
             if os.geteuid() == 0:
                 self._evict_stranger()
             # 0600 and no symlinks: in the world-writable /run/lock nobody else may open (and
             # so flock) root's lock, or point it elsewhere.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+            fd = open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, anchor=self.anchor)
         except PermissionError as exc:  # a root-owned lock (or its directory), not root
             raise denied(self.path, "lock") from exc
         except OSError as exc:  # a directory, a link (ELOOP), a read-only or full disk
@@ -102,7 +104,7 @@ class RunLock:
             log.warning(
                 "replacing %s: it is not a regular file root made (uid %d)", self.path, st.st_uid
             )
-            os.unlink(self.path)
+            remove(self.path, anchor=self.anchor)
 
     def release(self) -> None:
         if self._fd is not None:

@@ -83,8 +83,13 @@ class Manifest:
             "pending_commands": self.pending,
         }
         try:
-            refuse_link(self.paths.state_dir).mkdir(parents=True, exist_ok=True)
-            atomic_write(self.paths.manifest, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+            refuse_link(self.paths.state_dir)
+            atomic_write(
+                self.paths.manifest,
+                (json.dumps(data, indent=2) + "\n").encode(),
+                0o600,
+                anchor=self.paths.anchor,
+            )
         except PermissionError as exc:
             raise denied(self.paths.manifest, "write") from exc
         except OSError as exc:  # EROFS, ENOSPC: said, never a traceback
@@ -115,7 +120,7 @@ class Manifest:
         target = refuse_link(self.paths.backups) / digest
         have = read_state(target) if os.path.lexists(target) else None
         if have is None or sha256(have) != digest:  # missing, or not what its name says
-            atomic_write(target, data, 0o600)
+            atomic_write(target, data, 0o600, anchor=self.paths.anchor)
         return digest
 
     def read_backup(self, name: str) -> bytes:

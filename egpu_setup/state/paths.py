@@ -107,14 +107,19 @@ class StatePaths:
 
     state_dir: Path
     lock: Path
+    # where every write of the state walks down from, one directory descriptor at a time
+    # (state/atomic.py): `/`, or the image root, so a link swapped into it is refused
+    anchor: Path = Path("/")
 
     @classmethod
     def for_root(cls, root: Path) -> StatePaths:
         """The state of `root`; a normal user's own state on the running system (module doc)."""
+        from egpu_setup.state.atomic import anchored
+
         override = os.environ.get("EGPU_SETUP_STATE_DIR")
         if override:
-            d = Path(override)
-            return cls(d, d / "egpu-setup.lock")
+            anchor, d = anchored(Path(override))
+            return cls(d, d / "egpu-setup.lock", anchor)
         if Path(root) == Path("/") and os.geteuid() != 0:
             return cls.for_user()
         return cls.system(root)
@@ -132,15 +137,17 @@ class StatePaths:
         if root == Path("/"):
             return cls(Path(STATE_DIR), Path(LOCK_PATH))
         image = Host(root)
-        return cls(image.location(STATE_DIR), image.location(LOCK_PATH))
+        return cls(image.location(STATE_DIR), image.location(LOCK_PATH), root)
 
     @classmethod
     def for_user(cls) -> StatePaths:
         """$XDG_STATE_HOME/egpu-setup; a relative XDG_STATE_HOME is invalid and ignored (spec)."""
         xdg = os.environ.get("XDG_STATE_HOME", "")
         base = Path(xdg) if xdg.startswith("/") else Path.home() / ".local" / "state"
-        d = base / USER_STATE_NAME
-        return cls(d, d / "egpu-setup.lock")
+        from egpu_setup.state.atomic import anchored
+
+        anchor, d = anchored(base / USER_STATE_NAME)
+        return cls(d, d / "egpu-setup.lock", anchor)
 
     def check_writable(self) -> None:
         """Raise StateAccessError unless this process can create/write the state (changes nothing).

@@ -38,19 +38,25 @@ OrderKey = tuple[int, int, float, tuple[str, int], str]
 
 
 def save_report(
-    state_dir: Path, kind: str, data: dict[str, Any], when: float, folder: str = REPORTS
+    state_dir: Path,
+    kind: str,
+    data: dict[str, Any],
+    when: float,
+    folder: str = REPORTS,
+    *,
+    anchor: Path = Path("/"),
 ) -> Path:
     """Write <state>/<folder>/<kind>-<UTC time>.json atomically (never over an older one), with
-    the next `sequence` of this state directory and this boot's `boot_id` in it."""
-    from egpu_setup.state.atomic import atomic_write
+    the next `sequence` of this state directory and this boot's `boot_id` in it, walking from
+    `anchor` (the image root under `--root`) with no link followed."""
+    from egpu_setup.state.atomic import atomic_write, make_dirs
     from egpu_setup.state.paths import refuse_link
 
     refuse_link(state_dir)
     reports = refuse_link(state_dir / folder)  # a planted link must not carry them away
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
-    reports.mkdir(parents=True, exist_ok=True)
-    refuse_link(reports)
-    with _SequenceLock(state_dir) as lock:
+    make_dirs(reports, anchor=anchor)
+    with _SequenceLock(state_dir, anchor) as lock:
         sequence = lock.next(reports)
         path = reports / f"{kind}-{stamp}.json"
         n = 1
@@ -58,7 +64,7 @@ def save_report(
             n += 1
             path = reports / f"{kind}-{stamp}-{n}.json"
         stamped = {**data, "sequence": sequence, "boot_id": current_boot_id()}
-        atomic_write(path, (json.dumps(stamped, indent=2) + "\n").encode(), 0o644)
+        atomic_write(path, (json.dumps(stamped, indent=2) + "\n").encode(), 0o644, anchor=anchor)
         lock.commit(sequence)  # only once the report that carries it is on disk
     return path
 
@@ -75,22 +81,20 @@ class _SequenceLock:
     """<state>/report-sequence, opened without following a link and locked with flock(2) for
     the whole save: the number read, the report written, the number stored."""
 
-    def __init__(self, state_dir: Path):
-        self._state_dir = state_dir
+    def __init__(self, state_dir: Path, anchor: Path):
+        self._state_dir, self._anchor = state_dir, anchor
         self._fd = -1
 
     def __enter__(self) -> _SequenceLock:
         import fcntl
 
+        from egpu_setup.state.atomic import open_file
         from egpu_setup.state.paths import refuse_link
 
-        refuse_link(self._state_dir / SEQUENCE_FILE)  # said plainly; O_NOFOLLOW for a race
-        dfd = os.open(self._state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            self._fd = os.open(SEQUENCE_FILE, flags, 0o644, dir_fd=dfd)
-        finally:
-            os.close(dfd)
+        path = self._state_dir / SEQUENCE_FILE
+        refuse_link(path)  # said plainly; the descriptor walk (O_NOFOLLOW) for a race
+        flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK
+        self._fd = open_file(path, flags, 0o644, anchor=self._anchor, create_dirs=False)
         if not stat.S_ISREG(os.fstat(self._fd).st_mode):
             os.close(self._fd)
             raise OSError(f"{self._state_dir / SEQUENCE_FILE} is not a regular file")

@@ -6,7 +6,7 @@ import json
 import time
 
 from egpu_setup.host.machine import Host
-from egpu_setup.state.atomic import atomic_write
+from egpu_setup.state.atomic import atomic_write, remove
 from egpu_setup.state.paths import refuse_link
 
 # Host path (under the target root), the ConditionPathExists= of egpu-setup-verify.service
@@ -23,23 +23,15 @@ def write_verify_marker(host: Host, run_id: str, reason: str) -> None:
     # location, not real_path: a link planted as the marker is replaced, never written through
     path = host.location(VERIFY_MARKER)
     refuse_link(path.parent)
-    atomic_write(path, (json.dumps(data) + "\n").encode(), 0o644)
+    atomic_write(path, (json.dumps(data) + "\n").encode(), 0o644, anchor=host.root)
 
 
 def remove_verify_marker(host: Host) -> bool:
     """Disarm it (rollback took the unit away); True when there was one (a link in its place
     goes too: what it points to is never touched)."""
-    try:
-        host.location(VERIFY_MARKER).unlink()
-    except FileNotFoundError:
-        return False
-    return True
+    return remove(host.location(VERIFY_MARKER), anchor=host.root)
 
 
 def remove_firstboot_marker(host: Host) -> bool:
     """First boot is done (a verify passed); True when there was a marker."""
-    try:
-        host.real_path(FIRSTBOOT_MARKER).unlink()
-    except FileNotFoundError:
-        return False
-    return True
+    return remove(host.location(FIRSTBOOT_MARKER), anchor=host.root)
