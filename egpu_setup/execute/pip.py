@@ -32,6 +32,7 @@ from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context, missing_parents
 from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import Host, RootHost
+from egpu_setup.host.process import SYSTEM_PATH, home_of, passed_on
 from egpu_setup.plan.steps import PipInstall
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
@@ -87,7 +88,10 @@ def installer_env(
     HOME, USER and LOGNAME go in; a user without a usable home (a system account) runs with the
     caches off instead of writing somewhere it does not own."""
     source = os.environ if base is None else base
-    env = {k: v for k, v in source.items() if k not in SOURCE_ENV}
+    # the clean environment every child gets (host/process.py: child_env), not the caller's
+    # PIP_*, UV_*, PYTHON*, VIRTUAL_ENV or LD_*: what pip installs is what the plan says
+    env = {k: v for k, v in source.items() if passed_on(k) and k not in SOURCE_ENV}
+    env.update(PATH=SYSTEM_PATH, HOME=home_of(os.geteuid()))
     env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     if run_as is not None:
@@ -139,12 +143,12 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
     if step.rebuild_venv:
         # A venv a failed run left half-made (no pip, no activate): the stdlib's --clear empties
         # it and runs ensurepip again, the same on every uv version (plan/venv.py)
-        out.append([step.python, "-m", "venv", "--clear", step.venv])
+        out.append([step.python, "-I", "-m", "venv", "--clear", step.venv])
     elif step.create_venv:
         if uv:
             out.append([uv, "venv", "--seed", "--no-config", "--python", step.python, step.venv])
         else:
-            out.append([step.python, "-m", "venv", step.venv])
+            out.append([step.python, "-I", "-m", "venv", step.venv])
     if uv:
         out.append(
             [
@@ -163,6 +167,7 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
         out.append(
             [
                 py,
+                "-I",
                 "-m",
                 "pip",
                 "install",
@@ -184,7 +189,7 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
         # `python -m venv` seeds pip from ensurepip, with no network; `uv venv --seed` would
         # have to fetch pip from an index
         clear = ["--clear"] if step.rebuild_venv else []
-        out.append([step.python, "-m", "venv", *clear, step.venv])
+        out.append([step.python, "-I", "-m", "venv", *clear, step.venv])
     offline = [
         "--no-index",
         "--find-links",
@@ -199,7 +204,7 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
             + ["--python", py, *offline]
         )
     else:
-        out.append([py, "-m", "pip", "install", "--progress-bar", "on", *offline])
+        out.append([py, "-I", "-m", "pip", "install", "--progress-bar", "on", *offline])
     if step.run_as:
         out = [["runuser", "-u", step.run_as, "--", *argv] for argv in out]
     return out

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,6 +56,7 @@ _BUILD_HOST_PATHS = re.compile(
 # Image directories enter.py mounts over; leftovers here in the host's namespace are ours to undo.
 API_DIRS = ("proc", "sys", "dev", "run")
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+UMOUNT_TIMEOUT_S = 60.0  # a busy mount answers at once; one stuck on a dead NFS server never
 
 
 def enter_argv(root: Path, argv: Sequence[str], binds: Sequence[tuple[str, str]] = ()) -> list[str]:
@@ -83,10 +83,14 @@ def enter_argv(root: Path, argv: Sequence[str], binds: Sequence[tuple[str, str]]
     ]
 
 
-def _have(program: str) -> bool:
-    import shutil
+def _have(name: str) -> bool:
+    from egpu_setup.host.process import program
 
-    return shutil.which(program) is not None
+    try:
+        program(name)
+    except ExecutionError:
+        return False
+    return True
 
 
 def image_env(
@@ -109,7 +113,7 @@ def image_env(
     else:
         picked = {k: v for k, v in source.items() if _IMAGE_ENV.match(k)}
         picked.update(env or {})
-    picked["PATH"] = source.get("PATH") or HOST_PATH
+    picked["PATH"] = HOST_PATH  # what enter.py's own `mount` is found in, never the caller's
     return picked
 
 
@@ -142,21 +146,20 @@ def clean_leftovers(root: Path) -> list[str]:
     remove a policy-rc.d a killed run left; returns what was cleaned. Call it under the run lock,
     before anything in the image changes."""
     from egpu_setup.host.enter import POLICY_RC, POLICY_RC_TEXT
+    from egpu_setup.host.process import spawn
 
     cleaned = []
     for point in mounts_under(root):
-        done = subprocess.run(["umount", point], capture_output=True, check=False)  # noqa: S603
-        if done.returncode:
-            lazy = subprocess.run(  # noqa: S603
-                ["umount", "--lazy", point], capture_output=True, text=True, check=False
-            )
-            if lazy.returncode:
+        done = spawn(["umount", point], timeout=UMOUNT_TIMEOUT_S)
+        if not done.ok:
+            lazy = spawn(["umount", "--lazy", point], timeout=UMOUNT_TIMEOUT_S)
+            if not lazy.ok:
                 raise ExecutionError(
                     f"{point} is mounted inside the image and cannot be unmounted: "
-                    f"{lazy.stderr.strip()}",
+                    f"{lazy.tail(5) or f'no answer within {UMOUNT_TIMEOUT_S:g} s'}",
                     f"unmount it yourself (`umount -R {point}`), then run again",
                     argv=["umount", point],
-                    rc=lazy.returncode,
+                    rc=lazy.rc,
                 )
         log.warning("unmounted %s, left mounted inside the image by an earlier run", point)
         cleaned.append(point)

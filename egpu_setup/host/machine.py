@@ -452,7 +452,10 @@ class LiveHost(Host):
         return None
 
     def argv_for(self, argv: Sequence[str]) -> list[str]:
-        return list(argv)
+        """argv with its program by absolute path (`which`); one not found is left to
+        host/process.py, which looks in its SYSTEM_PATH only and otherwise says not found."""
+        found = self.which(argv[0]) if argv and "/" not in argv[0] else None
+        return [found or argv[0], *argv[1:]]
 
 
 def _is_executable(path: str) -> bool:

@@ -13,6 +13,16 @@ a recording; this module does the spawning for all of them:
   is ended: the process group, and every process still in the session after moving to a group
   of its own (the session id is field 6 of /proc/PID/stat, proc(5)). SIGTERM first when a grace
   period is given (on Ctrl-C: SIGINT, what a terminal would have sent), then SIGKILL.
+- Every child starts the same way (`prepare`): its program by absolute path (a bare name is
+  looked up in SYSTEM_PATH, never in the caller's PATH, so an empty entry cannot mean the working
+  directory), cwd `/`, an environment of SYSTEM_PATH, HOME and the few variables _PASSED_ON names
+  plus what the caller passes (never the caller's PYTHON*, PIP_*, UV_*, VIRTUAL_ENV or LD_*), and
+  every Python isolated with `-I` (https://docs.python.org/3/using/cmdline.html#cmdoption-I: no
+  PYTHON* variables, no user site, neither the working nor the script's directory on sys.path),
+  so `python -m venv` run from a folder holding a `venv.py` runs the stdlib's venv.
+- Every child dies with egpu-setup: the kernel sends it SIGKILL when its parent dies
+  (PR_SET_PDEATHSIG, prctl(2)), and its session is told to the recorders of `recording()` (the
+  run lock, state/lock.py, keeps them) so the next run ends a grandchild a kill -9 orphaned.
 - Limits, said plainly: a descendant that called setsid() itself has left the session and is out
   of reach; a process in uninterruptible sleep (D state, e.g. stuck in a GPU driver) ignores even
   SIGKILL, so it is reported (`Result.stuck`), not waited for; after the child exits, output a
@@ -23,11 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from egpu_setup.errors import ExecutionError
@@ -37,6 +48,20 @@ DRAIN_S = 2.0  # after the child exited: how long output still arriving is read
 KILL_WAIT_S = 5.0  # after SIGKILL: how long to wait before calling the child stuck
 INTERRUPT_GRACE_S = 5.0  # Ctrl-C: SIGINT to the session, then SIGKILL after this
 _POLL_S = 0.25  # how often a silent child is checked on
+# The only directories a bare program name is looked up in: root's own (Debian Policy 10.1, the
+# FHS), never a PATH the caller set. Children get it as their PATH too.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What a child keeps of this process's environment: locale, terminal, time zone, proxies (the
+# downloads need them), sudo's account names and egpu-setup's own switches (a child that is
+# egpu-setup reads them too). Nothing that names code to load or a place to look for it.
+_PASSED_ON = re.compile(
+    r"^(TERM|LANG|LANGUAGE|LC_[A-Z]+|TZ|SOURCE_DATE_EPOCH|SUDO_(?:USER|UID|GID)|EGPU_SETUP_\w+"
+    r"|(?:http|https|ftp|no|all)_proxy|(?:HTTP|HTTPS|FTP|NO|ALL)_PROXY)$"
+)
+# Programs that run the argv after their "--" (a Python after them is isolated too).
+_WRAPPERS = frozenset({"runuser", "setpriv", "unshare", "enter.py"})
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -105,25 +130,29 @@ def spawn(
     """Run `argv` to its end (or its deadline) in a session of its own; never raises on a
     non-zero exit or a timeout (see Result), only when the program cannot be started.
 
-    env: added to this process's environment, or the whole environment with replace_env.
+    env: added to the child's clean environment (child_env), or the whole one with replace_env.
+    cwd: `/` unless given (the child's own folder never decides what it loads).
     on_line: called with each line of stdout (and of stderr with merge_stderr) as it arrives.
     run_as: (uid, gid) to run as, with no supplementary groups (root starting a user's Python).
     term_grace: on timeout, seconds between SIGTERM and SIGKILL (0: SIGKILL at once)."""
-    full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
+    argv = prepare(argv)
+    full_env = child_env(env, replace_env, run_as)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
-            list(argv),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             env=full_env,
-            cwd=cwd,
+            cwd="/" if cwd is None else cwd,
             start_new_session=True,
             user=run_as[0] if run_as else None,
             group=run_as[1] if run_as else None,
             extra_groups=[] if run_as else None,
+            preexec_fn=die_with_parent(),  # no threads start children here
         )
+        started_session(proc.pid)
     except FileNotFoundError as exc:
         raise ExecutionError(
             f"command not found: {argv[0]}", "install it or check PATH", argv=argv, rc=127
@@ -159,6 +188,137 @@ def spawn(
         stuck=stuck,
         seconds=time.monotonic() - started,
     )
+
+
+def program(name: str) -> str:
+    """The absolute path a child's program is started from: `name` itself when absolute, else
+    the first executable `SYSTEM_PATH/name`; ExecutionError (127) for anything else, a relative
+    path among them (it would mean the working directory)."""
+    if name.startswith("/"):
+        return name
+    if "/" not in name and name not in ("", ".", ".."):
+        for directory in SYSTEM_PATH.split(":"):
+            candidate = f"{directory}/{name}"
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+    raise ExecutionError(
+        f"command not found: {name}" if "/" not in name else f"{name} is a relative path",
+        f"egpu-setup starts programs by absolute path, or from {SYSTEM_PATH} only",
+        argv=[name],
+        rc=127,
+    )
+
+
+def prepare(argv: Sequence[str]) -> list[str]:
+    """argv as a child is started with: its program absolute (`program`), and every Python in
+    it, the program itself or one a wrapper (runuser, setpriv, unshare, enter.py) runs after its
+    "--", isolated with -I right after the interpreter."""
+    if not argv:
+        raise ExecutionError("an empty command", "report this as a bug", argv=[], rc=127)
+    out = list(argv)
+    out[0] = program(out[0])
+    at = 0
+    while at < len(out):
+        name = os.path.basename(out[at])
+        if _PYTHON.match(name):
+            if out[at + 1 : at + 2] != ["-I"] and not _script_with_user_site(out[at + 1 :]):
+                out.insert(at + 1, "-I")
+            script = out[at + 2 : at + 3]
+            if not (script and os.path.basename(script[0]) in _WRAPPERS):
+                break
+        elif name not in _WRAPPERS:
+            break
+        try:
+            at = out.index("--", at + 1) + 1
+        except ValueError:
+            break
+    return out
+
+
+def _script_with_user_site(args: Sequence[str]) -> bool:
+    """`-E /abs/script.py`: verify's child in a Python the user named keeps its user site (a
+    `pip install --user` torch); sys.path[0] is then the script's own folder, never the cwd."""
+    return len(args) >= 2 and args[0] == "-E" and args[1].startswith("/")
+
+
+def child_env(
+    env: Mapping[str, str] | None, replace_env: bool, run_as: tuple[int, int] | None = None
+) -> dict[str, str]:
+    """A child's environment: with replace_env exactly `env`; else SYSTEM_PATH, the HOME of
+    the account it runs as, what _PASSED_ON keeps of ours, and then `env`."""
+    if replace_env:
+        return dict(env or {})
+    out = {k: v for k, v in os.environ.items() if _PASSED_ON.match(k)}
+    out["PATH"] = SYSTEM_PATH
+    out["HOME"] = home_of(run_as[0] if run_as else os.geteuid())
+    out.update(env or {})
+    return out
+
+
+def passed_on(name: str) -> bool:
+    """Whether a child keeps the variable `name` of this process's environment (child_env)."""
+    return _PASSED_ON.match(name) is not None
+
+
+def home_of(uid: int) -> str:
+    """The home directory passwd gives `uid`; `/` for an account it does not know."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_dir or "/"
+    except KeyError:
+        return "/"
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A preexec function that has the kernel SIGKILL the child when this process dies, by any
+    signal (prctl(2), PR_SET_PDEATHSIG). It runs after the child took its uid (a change of
+    credentials clears the setting); a parent already gone before it took hold is seen by the
+    parent pid having changed, and the child ends itself."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+_recorders: list[Callable[[int, int], None]] = []
+
+
+@contextlib.contextmanager
+def recording(recorder: Callable[[int, int], None]) -> Iterator[None]:
+    """While the block runs, `recorder(session id, its start time)` is called for every child
+    started (the run lock writes them down: a grandchild the kernel does not end with its
+    parent, a `pip wheel`'s build backend, is found by the next run through them)."""
+    _recorders.append(recorder)
+    try:
+        yield
+    finally:
+        _recorders.remove(recorder)
+
+
+def started_session(pid: int) -> None:
+    """Tell the recorders that the child `pid` leads a new session (see `recording`)."""
+    start = start_time(pid)
+    if start is None:
+        return
+    for recorder in list(_recorders):
+        recorder(pid, start)
+
+
+def start_time(pid: int | str) -> int | None:
+    """When `pid` started, in clock ticks after boot (proc(5): field 22 of /proc/PID/stat); with
+    the pid it names one process for the whole boot, where the pid alone is reused."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return int(fields[19])
 
 
 def _pump(
@@ -256,3 +416,19 @@ def _interrupt(proc: subprocess.Popen[bytes]) -> None:
         end_session(proc)
     else:
         _signal_session(proc.pid, signal.SIGKILL)
+
+
+def end_leftovers(sid: int, start: int) -> list[int]:
+    """SIGKILL what is left of a session a killed run recorded (`recording`): every process of
+    session `sid` that started no earlier than its leader did. While any member lives the
+    kernel does not give the number `sid` to a new process, so a later session of the same id
+    cannot be mistaken for it. Returns the pids that were ended."""
+    ended = []
+    for pid in session_members(sid):
+        began = start_time(pid)
+        if pid == os.getpid() or began is None or began < start:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            ended.append(pid)
+    return sorted(ended)

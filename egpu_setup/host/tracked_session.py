@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from egpu_setup.host.process import stat_fields
+from egpu_setup.host.process import die_with_parent, prepare, started_session, stat_fields
 from egpu_setup.log import get_logger
 
 log = get_logger("egpu_setup.verify")
@@ -65,11 +65,12 @@ def spawn(
     owner: tuple[int, int] | None = None,
 ) -> Spawned:
     """Run argv (a list, never a shell) in a new session, streaming stdout lines to `on_line`;
-    kill the whole session at `timeout` seconds. OSError when argv[0] cannot be executed."""
+    kill the whole session at `timeout` seconds; the child dies with this process (host/process.py:
+    die_with_parent). OSError when argv[0] cannot be executed."""
     token = secrets.token_hex(8)
     t0 = time.monotonic()
     proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
-        list(argv),
+        prepare(argv),  # absolute, Python isolated: host/process.py
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -79,7 +80,9 @@ def spawn(
         user=owner[0] if owner else None,
         group=owner[1] if owner else None,
         extra_groups=[] if owner else None,
+        preexec_fn=die_with_parent(),  # no threads start children here
     )
+    started_session(proc.pid)
     out_lines: list[str] = []
     err = bytearray()
     partial = {proc.stdout.fileno(): b"", proc.stderr.fileno(): b""}  # type: ignore[union-attr]

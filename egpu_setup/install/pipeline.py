@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from egpu_setup.errors import EgpuSetupError, UsageError
@@ -232,6 +233,21 @@ def _verify_after(run: Prepared, result: ExecResult) -> dict[str, Any] | None:
     return quick_verify(run.plan_options.venv, device)
 
 
+# egpu-setup run again as a child: isolated (-I), and the folder this very package was imported
+# from put first on sys.path by hand, so the child runs the code that is running now (from a
+# checkout too), never an `egpu_setup/` a user left in the working directory (`-m` would look
+# there first without -I, and find no checkout with it).
+_SELF = "import sys; sys.path.insert(0, sys.argv.pop(1)); from egpu_setup.cli import main; main()"
+
+
+def self_argv() -> list[str]:
+    """The argv that starts this egpu-setup again (its arguments follow)."""
+    import egpu_setup
+
+    home = Path(egpu_setup.__file__).resolve().parent.parent
+    return [sys.executable, "-I", "-c", _SELF, str(home)]
+
+
 def quick_verify(venv: str, device: str = "auto") -> dict[str, Any] | None:
     """`egpu-setup verify --quick --json` in a child process (a hung GPU cannot hang us)."""
     import json
@@ -239,8 +255,7 @@ def quick_verify(venv: str, device: str = "auto") -> dict[str, Any] | None:
     from egpu_setup.host.machine import LiveHost
     from egpu_setup.host.trust import run_as
 
-    argv = [sys.executable, "-m", "egpu_setup", "verify", "--quick", "--json", "--venv", venv]
-    argv += ["--device", device]
+    argv = [*self_argv(), "verify", "--quick", "--json", "--venv", venv, "--device", device]
     try:
         # the tool's own Python, under the same rule as any other (host/trust.py)
         owner = run_as(sys.executable)

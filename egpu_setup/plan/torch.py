@@ -115,8 +115,10 @@ def _venv_package_step(
 
 
 def _python_for(resolution: Resolution, host: Host) -> str:
+    """The interpreter the venv is made with, by absolute path where the host can tell (a bare
+    name would be looked up through a PATH, where an empty entry is the working directory)."""
     python = f"python{resolution.python}" if resolution.python else "python3"
-    return python if host.which(python) is not None else "python3"
+    return host.which(python) or host.which("python3") or "python3"
 
 
 def _run_as(host: Host, options: PlanOptions, installed: dict[str, str] | None) -> str | None:

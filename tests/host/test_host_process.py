@@ -4,6 +4,7 @@ ended on timeout, and what a child is given (env, cwd, closed stdin, another use
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -169,3 +170,35 @@ def test_spawn_keeps_the_newest_output_when_it_is_huge(monkeypatch: pytest.Monke
     monkeypatch.setattr("egpu_setup.host.process.MAX_OUTPUT", 1000)
     res = spawn([PY, "-c", "print('x' * 5000); print('end')"], timeout=30)
     assert len(res.out) == 1000 and res.out.endswith("end\n")
+
+
+def test_a_child_dies_when_egpu_setup_is_killed_with_sigkill(tmp_path: Path) -> None:
+    """kill -9 of the parent during a long child: the kernel ends the child (PR_SET_PDEATHSIG)."""
+    import signal as _signal
+    import time as _time
+
+    pidfile = tmp_path / "child.pid"
+    script = (
+        "from egpu_setup.host import process\n"
+        f"process.spawn(['sh', '-c', 'echo $$ > {pidfile}; exec sleep 300'])\n"
+    )
+    parent = subprocess.Popen([PY, "-c", script], cwd=str(Path(__file__).parents[2]))
+    deadline = _time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text().strip()) and _time.monotonic() < deadline:
+        _time.sleep(0.05)
+    child = int(pidfile.read_text())
+    os.kill(parent.pid, _signal.SIGKILL)
+    parent.wait()
+    deadline = _time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and _time.monotonic() < deadline:
+        _time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists(), "the child outlived its killed parent"
+
+
+def test_bare_and_relative_programs_come_from_the_system_path_only() -> None:
+    from egpu_setup.host.process import prepare
+
+    assert prepare(["sh", "-c", "true"])[0] in ("/usr/bin/sh", "/bin/sh")
+    with pytest.raises(ExecutionError, match="relative path"):
+        prepare(["./python3", "-c", "1"])
+    assert prepare(["/usr/bin/python3", "-m", "venv", "x"])[:3] == ["/usr/bin/python3", "-I", "-m"]
