@@ -5,11 +5,6 @@ never stale. Each step is recorded in the journal before it starts and after it 
 is idempotent, so a run killed anywhere (kill -9, power loss) converges when run again: the next
 plan is a fresh diff against the host, and temp files the dead run left are removed first.
 
-Test hook (documented, inert unless set): EGPU_SETUP_TEST_KILL_AT=<i>[:begin|:mid-write|:done]
-makes the executor SIGKILL itself at step i's boundary — after the journal's step-begin record
-(`begin`, the default), with a file's temp copy written and fsync'ed but not yet renamed
-(`mid-write`), or after the step's work but before its step-done record (`done`).
-
 A RebootNeeded step leaves state.VERIFY_MARKER on the target: egpu-setup-verify.service runs
 once at the next boot when (and only while) it exists, consumes it and saves verify's report.
 """
@@ -17,7 +12,6 @@ once at the next boot when (and only while) it exists, consumes it and saves ver
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +46,6 @@ from egpu_setup.state.verify_marker import write_verify_marker
 
 log = get_logger("egpu_setup.execute")
 
-KILL_ENV = "EGPU_SETUP_TEST_KILL_AT"
 SIMULATE_ENV = "EGPU_SETUP_APT_SIMULATE"  # "1": apt-get -s, for tests in a debootstrap root
 INSTALLER_ENV = "EGPU_SETUP_INSTALLER"  # auto (uv when on PATH) / uv / pip
 
@@ -100,15 +93,6 @@ class ExecResult:
     reboot_required: str | None = None
     resumed_from: str | None = None
     cleaned: list[str] = field(default_factory=list)
-
-
-def kill_hook(index: int, where: str) -> None:
-    spec = os.environ.get(KILL_ENV)
-    if not spec:
-        return
-    at, _, point = spec.partition(":")
-    if at == str(index) and (point or "begin") == where:
-        signal.raise_signal(signal.SIGKILL)
 
 
 def boot_id(host: Host) -> str | None:
@@ -221,7 +205,6 @@ def _run_step(
     """One step between its journal records; a failure is journaled and named with its step."""
     run = ctx.run_id
     journal.append({"event": "step-begin", "run": run, "step": i, "kind": step.kind})
-    kill_hook(i, "begin")
     started = time.monotonic()
     try:
         status, detail = _apply(step, i, ctx, paths, options)
@@ -237,7 +220,6 @@ def _run_step(
                 "nothing half-written was left; fix the cause and run the same command again",
             ) from exc
         raise
-    kill_hook(i, "done")
     if isinstance(step, RunCommand) and status in ("done", "skipped"):
         ctx.manifest.clear_pending_command(step.argv)
         ctx.manifest.save()
@@ -250,13 +232,7 @@ def _apply(
 ) -> tuple[str, str]:
     host = ctx.host
     if isinstance(step, WriteFile):
-        execute_files.write_managed(
-            ctx,
-            step.path,
-            step.content.encode(),
-            step.mode,
-            lambda _tmp: kill_hook(index, "mid-write"),
-        )
+        execute_files.write_managed(ctx, step.path, step.content.encode(), step.mode)
         return "done", ""
     if isinstance(step, EnableUnit):
         for link in step.links:

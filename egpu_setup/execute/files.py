@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,7 +95,6 @@ def write_managed(
     path: str,
     data: bytes,
     mode: int,
-    before_rename: Callable[[Path], None] | None = None,
 ) -> None:
     real = location(ctx.host, path)
     entry = _entry(ctx, path, real, "file")
@@ -115,7 +113,7 @@ def write_managed(
         log.warning("%s: your edited version is kept as backup %s", path, name)
     entry["pending"] = sha256(data)
     ctx.manifest.save()
-    atomic_write(real, data, mode, anchor=ctx.host.root, before_rename=before_rename)
+    atomic_write(real, data, mode, anchor=ctx.host.root)
     entry.update(sha256=sha256(data), pending=None, mode=mode)
     ctx.manifest.save()
     ctx.written.append(path)

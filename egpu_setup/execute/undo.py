@@ -11,18 +11,12 @@ idempotent across a kill: before each restore the entry records what is being pu
 rename and the manifest update recognises the restored file as done, not as someone's edit. A
 restore that cannot be done (a missing or corrupt backup, a read-only or full disk) is reported
 as failed, its entry kept for a later run, and the rest is undone.
-
-Test hook (documented, inert unless set): EGPU_SETUP_TEST_ROLLBACK_KILL_AT=<path>:<point> makes
-rollback SIGKILL itself while undoing the managed `path`: at `mid-write` (the restored file's
-temp copy written and fsync'ed, not renamed) or `renamed` (the file restored, the manifest not
-yet told).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -200,15 +194,6 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-KILL_ENV = "EGPU_SETUP_TEST_ROLLBACK_KILL_AT"
-
-
-def _kill_hook(path: str, where: str) -> None:
-    spec = os.environ.get(KILL_ENV)
-    if spec and spec == f"{path}:{where}":
-        signal.raise_signal(signal.SIGKILL)
-
-
 def apply_undo(host: Host, manifest: Manifest, undo: list[Undo], force: bool = False) -> list[Undo]:
     """Carry out `undo`; entries that were handled leave the manifest (saved after each).
 
@@ -261,14 +246,12 @@ def _undo_one(host: Host, manifest: Manifest, u: Undo) -> None:
             mode,
             anchor=host.root,
             owner=(owner[0], owner[1]) if owner else None,
-            before_rename=lambda _tmp: _kill_hook(u.path, "mid-write"),
         )
     else:  # created by us
         remove(real, anchor=host.root)
     remove_empty_dirs(host, entry.get("created_dirs") or [])
     with contextlib.suppress(OSError, EgpuSetupError):
         fsync_dir(real.parent, anchor=host.root)
-    _kill_hook(u.path, "renamed")
     del manifest.files[u.path]
     manifest.save()
 

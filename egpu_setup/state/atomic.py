@@ -184,14 +184,12 @@ def atomic_write(
     *,
     anchor: Path = ROOT,
     owner: tuple[int, int] | None = None,
-    before_rename: Callable[[Path], None] | None = None,
 ) -> None:
     """Replace `path` with `data` so a reader or a crash sees the old or the new file, never half.
 
     Mode kept from the existing regular file unless `mode` is given (0644 for a new one); owner
-    `owner`, else kept from the existing file when we are root. `before_rename` sees the temp
-    file, written and fsync'ed (the fault-injection tests kill the run there)."""
-    _replace(path, lambda fd: _write_all(fd, data), mode, anchor, owner, before_rename)
+    `owner`, else kept from the existing file when we are root."""
+    _replace(path, lambda fd: _write_all(fd, data), mode, anchor, owner)
 
 
 def atomic_copy(
@@ -213,7 +211,7 @@ def atomic_copy(
             while chunk := os.read(src, _COPY_CHUNK):
                 _write_all(fd, chunk)
 
-        _replace(path, copy, mode, anchor, owner, None)
+        _replace(path, copy, mode, anchor, owner)
     finally:
         os.close(src)
 
@@ -298,7 +296,6 @@ def _replace(
     mode: int | None,
     anchor: Path,
     owner: tuple[int, int] | None,
-    before_rename: Callable[[Path], None] | None,
 ) -> None:
     name = path.name
     with directory(path.parent, anchor=anchor, create=True, owner=owner) as dfd:
@@ -326,8 +323,6 @@ def _replace(
                 mine = os.fstat(fd)
             finally:
                 os.close(fd)
-            if before_rename is not None:
-                before_rename(path.parent / tmp)
             now = _lstat_at(tmp, dfd)
             if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
                 raise UsageError(

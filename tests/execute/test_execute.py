@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -17,12 +16,12 @@ from egpu_setup.errors import BusyError, EgpuSetupError
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.execute.undo import apply_undo, plan_undo
 from egpu_setup.host.machine import RootHost
-from egpu_setup.plan.steps import WriteFile
 from egpu_setup.state.journal import Journal
 from egpu_setup.state.lock import RunLock
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
 from helpers import install_values as values
+from helpers import kill_points
 from helpers.debroot import snapshot
 from helpers.execute_root import PRIOR_UDEV, USER_XORG, make_root, plan_for, run
 from helpers.loopback import LoopbackServer
@@ -122,14 +121,18 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _child(root: Path, kill_at: str | None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    if kill_at is not None:
-        env["EGPU_SETUP_TEST_KILL_AT"] = kill_at
+def _argv(root: Path) -> list[str]:
     code = _CHILD.format(tests=str(Path(__file__).parents[1]), root=str(root))
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
-    )
+    return [sys.executable, "-c", code]
+
+
+def _env(state: Path) -> dict[str, str]:
+    # no .pyc written: the run's calls are counted, and must be the same in every run
+    return {**os.environ, "EGPU_SETUP_STATE_DIR": str(state), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _child(root: Path, state: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(_argv(root), env=_env(state), capture_output=True, text=True, check=False)
 
 
 def _files_are_whole(root: Path) -> None:
@@ -139,44 +142,66 @@ def _files_are_whole(root: Path) -> None:
         assert not p.exists() or p.read_bytes() == content, f"half-written {path}"
 
 
-@pytest.mark.parametrize("point", ["begin", "mid-write", "done"])
-def test_kill_9_at_every_step_boundary_converges(
-    root: Path, point: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import shutil
+KILLS = 30  # kill points per test, spread over the whole run (kill_points.spread)
 
+
+def test_kill_9_at_every_kind_of_point_converges_and_rolls_back(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL as the run enters an fsync or a rename (each journal record, each file written,
+    each put in place), at KILLS points spread over it; the same run again ends where an
+    uninterrupted run ends, and rollback takes it back to before."""
     before = snapshot(root, "etc")
-    _, _, plan = plan_for(root)
-    for i, step in enumerate(plan.steps):
-        if point == "mid-write" and not isinstance(step, WriteFile):
-            continue
-        r = tmp_path / f"r{i}"
+    ref = tmp_path / "ref"
+    shutil.copytree(root, ref, symlinks=True)
+    done, found = kill_points.points(_argv(ref), env=_env(tmp_path / "state-ref"))
+    assert done.returncode == 0, done.stderr
+    ours = [p for p in found if str(tmp_path) in p.args]  # not the interpreter's own calls
+    steps = len(plan_for(root)[2].steps)
+    assert sum(p.syscall.startswith("rename") for p in ours) >= steps - 1, ours  # files, links
+    expected = snapshot(ref, "etc")
+    killed_mid_write = 0
+    for k, point in enumerate(kill_points.spread(ours, KILLS)):
+        r, state = tmp_path / f"r{k}", tmp_path / f"state{k}"
         shutil.copytree(root, r, symlinks=True)
-        monkeypatch.setenv("EGPU_SETUP_STATE_DIR", str(tmp_path / f"state{i}"))
-        proc = _child(r, f"{i}:{point}")
-        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        monkeypatch.setenv("EGPU_SETUP_STATE_DIR", str(state))
+        res = kill_points.kill_at(point, _argv(r), env=_env(state))
+        assert kill_points.killed(res), f"{point}: {res.returncode} {res.stderr[-2000:]}"
         _files_are_whole(r)
-        if point == "mid-write":
-            assert list(r.rglob("*egpu-setup-tmp*")), "the temp file should be left behind"
+        killed_mid_write += bool(list(r.rglob("*egpu-setup-tmp*")))
         assert RunLock(StatePaths.for_root(r).lock).holder() is None  # died with the process
-        proc = _child(r, None)
-        assert proc.returncode == 0, proc.stderr
-        assert f"interrupted at step {i}" in proc.stderr
+        last = Journal(StatePaths.for_root(r)).last_run()
+        proc = _child(r, state)
+        assert proc.returncode == 0, f"{point}: {proc.stderr}"
+        if last is not None and last.status == "running":
+            assert f"run {last.run_id} was interrupted" in proc.stderr, point
         assert not list(r.rglob("*egpu-setup-tmp*"))
-        _files_are_whole(r)
-        _, _, again = plan_for(r)
-        assert again.steps == (), f"kill at {i}:{point} did not converge"
+        assert snapshot(r, "etc") == expected, f"kill at {point} did not converge"
+        assert plan_for(r)[2].steps == (), f"kill at {point} left work for a third run"
         # and what was done in pieces rolls back exactly
         manifest = Manifest.load(StatePaths.for_root(r))
         apply_undo(RootHost(r), manifest, plan_undo(RootHost(r), manifest))
-        assert snapshot(r, "etc") == before
+        assert snapshot(r, "etc") == before, f"kill at {point}: rollback"
+    assert killed_mid_write > 0  # some kills left a temp file, which the next run removed
 
 
-def test_interrupted_run_is_named_on_the_next_run(root: Path) -> None:
-    proc = _child(root, "2")
-    assert proc.returncode == -signal.SIGKILL
+def test_interrupted_run_is_named_on_the_next_run(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    ref = tmp_path / "ref"
+    shutil.copytree(root, ref, symlinks=True)
+    _, found = kill_points.points(_argv(ref), env=_env(tmp_path / "state-ref"))
+    renames = [p for p in found if p.syscall.startswith("rename") and str(ref) in p.args]
+    res = kill_points.kill_at(renames[len(renames) // 2], _argv(root), env=_env(state))
+    assert kill_points.killed(res), res.stderr
+    monkeypatch.setenv("EGPU_SETUP_STATE_DIR", str(state))
+    last = Journal(StatePaths.for_root(root)).last_run()
+    assert last is not None and last.status == "running" and last.interrupted_at is not None
     result = run(root)
-    assert result.resumed_from and "interrupted at step 2" in result.resumed_from
+    assert result.resumed_from and f"interrupted at step {last.interrupted_at}" in (
+        result.resumed_from
+    )
 
 
 def test_a_second_concurrent_run_is_busy_and_names_the_holder(root: Path) -> None:

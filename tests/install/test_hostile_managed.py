@@ -10,10 +10,13 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import stat
+import sys
 
 import pytest
 
+from helpers import kill_points
 from helpers.sentinel import STATE, UDEV, clean_error, install
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
@@ -88,7 +91,6 @@ def test_a_fifo_at_a_managed_path_neither_blocks_nor_is_read(cli, image) -> None
 # -- rollback: crash-idempotent, a bad backup skipped, only egpu-setup's paths deleted ---------
 
 ADMIN = "# the admin's own rule\n"
-KILL = "EGPU_SETUP_TEST_ROLLBACK_KILL_AT"  # execute/undo.py's test hook
 
 
 def _installed_over_the_admins_rule(cli, image) -> None:
@@ -102,18 +104,38 @@ def _rollback(cli, image, **env: str):
     return cli("rollback", "--yes", "--root", str(image), env=env)
 
 
+def _rollback_argv(image) -> list[str]:
+    return [sys.executable, "-m", "egpu_setup", "rollback", "--yes", "--root", str(image)]
+
+
 def _temp_files(image) -> list[str]:
     return [str(p) for p in image.rglob("*.egpu-setup-tmp-*")]
 
 
 @pytest.mark.parametrize("point", ["mid-write", "renamed"])
-def test_a_rollback_killed_while_restoring_finishes_on_the_next_run(cli, image, point) -> None:
+def test_a_rollback_killed_while_restoring_finishes_on_the_next_run(
+    cli, image, point, tmp_path
+) -> None:
     """Was: a SIGKILL left temp files only install cleaned, and after some kills every later
-    rollback called the just-restored original "edited" and exited 1 for ever."""
+    rollback called the just-restored original "edited" and exited 1 for ever. Killed as it
+    puts the admin's rule back (mid-write: the restored copy written, not renamed) or right
+    after (renamed: the directory's fsync, the manifest not yet told)."""
     _installed_over_the_admins_rule(cli, image)
-    killed = _rollback(cli, image, **{KILL: f"/{UDEV}:{point}"})
-    assert killed.returncode == -9, killed.stderr  # SIGKILL, at that point
+    ref = tmp_path / "ref"
+    shutil.copytree(image, ref, symlinks=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # the same calls in every run
+    done, found = kill_points.points(_rollback_argv(ref), env=env)
+    assert done.returncode == 0, done.stderr
+    restore = next(
+        i for i, p in enumerate(found)
+        if p.syscall.startswith("rename") and p.args.endswith(f'"{UDEV.rsplit("/", 1)[-1]}"')
+    )  # fmt: skip
+    at = found[restore] if point == "mid-write" else found[restore + 1]
+    assert point == "mid-write" or at.syscall == "fsync", at
+    killed = kill_points.kill_at(at, _rollback_argv(image), env=env)
+    assert kill_points.killed(killed), killed.stderr
     assert bool(_temp_files(image)) == (point == "mid-write")
+    assert ((image / UDEV).read_text() == ADMIN) == (point == "renamed")
     again = _rollback(cli, image)
     assert again.returncode == 0, again.stderr
     assert (image / UDEV).read_text() == ADMIN

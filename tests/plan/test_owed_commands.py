@@ -4,7 +4,7 @@ the next run plans it again and clears the debt only when it ran (it converges).
 from __future__ import annotations
 
 import os
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,11 +13,11 @@ from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.options import PlanOptions
-from egpu_setup.plan.steps import RunCommand
 from egpu_setup.render.files import HostCommand
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
 from helpers import install_values as values
+from helpers import kill_points
 
 NOUVEAU = values.rendered()[1]
 INITRAMFS = HostCommand(("update-initramfs", "-u"), "rebuild the initramfs", after=(NOUVEAU.path,))
@@ -60,12 +60,21 @@ def test_a_command_owed_by_a_killed_run_is_run_by_the_next(tmp_path: Path) -> No
     (root / "etc/modprobe.d").mkdir(parents=True)
     (root / "var/lib/dpkg").mkdir(parents=True)
     (root / "var/lib/dpkg/status").write_text("")
-    first = plan_for(root)
-    index = next(i for i, s in enumerate(first.steps) if isinstance(s, RunCommand))
-    env = {**os.environ, "EGPU_SETUP_TEST_KILL_AT": f"{index}:begin"}
-    script = SCRIPT.format(tests=str(REPO / "tests"), root=str(root))
-    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, check=False)
-    assert res.returncode == -9, res.stderr  # killed right before the command
+    ref = tmp_path / "ref"
+    shutil.copytree(root, ref, symlinks=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # the same calls in every run
+
+    def argv(r: Path) -> list[str]:
+        return [sys.executable, "-c", SCRIPT.format(tests=str(REPO / "tests"), root=str(r))]
+
+    done, found = kill_points.points(argv(ref), env=env)
+    assert done.returncode == 0, done.stderr
+    # the manifest's last save: the one that clears the debt once the command step ended
+    clears = [
+        p for p in found if p.syscall.startswith("rename") and p.args.endswith('"manifest.json"')
+    ]
+    res = kill_points.kill_at(clears[-1], argv(root), env=env)
+    assert kill_points.killed(res), res.stderr  # killed as the manifest was to be told
     assert (root / NOUVEAU.path.lstrip("/")).exists()  # the trigger file was written
     paths = StatePaths.for_root(root)
     assert Manifest.load(paths).pending_commands() == (INITRAMFS.argv,)
