@@ -46,11 +46,12 @@ class _Scan:
 
     owners: dict[int, str] = field(default_factory=dict)  # uid -> the first path it owns
     open_to: tuple[str, int] | None = None  # (path, mode) writable by a group or everyone
+    no_home: tuple[str, str] | None = None  # (pyvenv.cfg, its home) when that home is missing
     seen: set[tuple[int, int]] = field(default_factory=set)  # (st_dev, st_ino) already walked
 
     @property
     def refused(self) -> bool:
-        return self.open_to is not None or len(self.owners) > 1
+        return self.open_to is not None or self.no_home is not None or len(self.owners) > 1
 
     def note(self, path: str, st: os.stat_result) -> None:
         if st.st_uid != 0:
@@ -212,10 +213,13 @@ def _scan_python(python: str, scan: _Scan, home_site: str | None) -> None:
         # two places the pyvenv.cfg was found in (Lib/site.py, venv())
         prefixes += sorted({venv, os.path.dirname(os.path.dirname(os.path.abspath(python)))})
         home = keys.get("home")
-        if home:
-            _chain(home, scan)
-            if keys.get("include-system-site-packages", "").lower() == "true":
-                prefixes.append(os.path.dirname(os.path.abspath(home)))
+        if home and _chain(home, scan) is None and scan.no_home is None:
+            # CPython then looks for a standard library in the directories above the
+            # executable (https://docs.python.org/3/library/sys_path_init.html): places
+            # nothing here has checked, one of them perhaps a world-writable sticky /tmp
+            scan.no_home = (os.path.join(venv, "pyvenv.cfg"), home)
+        elif home and keys.get("include-system-site-packages", "").lower() == "true":
+            prefixes.append(os.path.dirname(os.path.abspath(home)))
     else:
         prefixes.append(os.path.dirname(os.path.dirname(real)))
     # the standard library of the interpreter the chain ends at (its directory and lib-dynload)
@@ -235,6 +239,13 @@ def _scan_python(python: str, scan: _Scan, home_site: str | None) -> None:
 
 
 def _decide(what: str, scan: _Scan) -> tuple[int, int] | None:
+    if scan.no_home is not None:
+        cfg, home = scan.no_home
+        raise UsageError(
+            f"{what}: {cfg} names home = {home}, which does not exist: Python would look for "
+            "its standard library in the folders above it, which root does not run code from",
+            "recreate the venv with the Python it should use (python3 -m venv --clear DIR)",
+        )
     if scan.open_to is not None:
         path, mode = scan.open_to
         raise UsageError(

@@ -194,6 +194,33 @@ def test_a_venv_others_can_change_is_refused_and_nothing_runs(cli, shared: Path,
     assert sentinel.unchanged(), sentinel.changes()
 
 
+def test_a_venv_whose_home_is_gone_is_refused_and_nothing_runs(cli, shared: Path) -> None:
+    """Was: a pyvenv.cfg `home` that does not exist passed; CPython then searched the folders
+    above the executable for a standard library, and found one planted under a sticky /tmp."""
+    sentinel = Sentinel(shared / "outside")
+    record = _record_dir(shared)
+    tmp = shared / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)  # sticky and open to all, as /tmp is: fine as an ancestor, never a home
+    venv = _venv(tmp)
+    (venv / "pyvenv.cfg").write_text(f"home = {tmp}/gone/bin\n")
+    _spy_pth(_site(venv), record / "uid")
+    (tmp / "lib" / f"python{_python_version()}").mkdir(parents=True)
+    (tmp / "lib" / f"python{_python_version()}" / "os.py").write_text("planted = True\n")
+    os.chown(tmp / "lib", NOBODY, NOBODY)  # a user's landmark where the search would look
+    for args in (
+        ["doctor", "--venv", str(venv)],
+        ["verify", "--device", "cpu", "--quick", "--venv", str(venv), "--timeout", "60"],
+    ):
+        res = cli(*args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.startswith("error: ") and "\nhint: " in res.stderr, res.stderr
+        assert f"names home = {tmp}/gone/bin, which does not exist" in res.stderr
+        assert "Traceback" not in res.stderr
+        assert _ran_as(record) is None  # refused before anything ran
+    assert sentinel.unchanged(), sentinel.changes()
+
+
 def test_root_does_not_run_pip_in_a_users_existing_venv(cli, shared: Path) -> None:
     """`sudo egpu-setup install --venv THEIRS` (not the sudo user's own): refused before pip,
     the venv's Python, runs as root."""
