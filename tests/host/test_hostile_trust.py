@@ -86,6 +86,20 @@ def _ran_as(record: Path) -> int | None:
     return int(spy.read_text()) if spy.exists() else None
 
 
+def _refused_by_doctor_and_verify(cli, venv: Path, record: Path, why: str) -> None:
+    """`doctor --venv` and `verify --venv` both refuse `venv` (exit 2, error:/hint: saying
+    `why`) before any of its code runs."""
+    for args in (
+        ["doctor", "--venv", str(venv)],
+        ["verify", "--device", "cpu", "--quick", "--venv", str(venv), "--timeout", "60"],
+    ):
+        res = cli(*args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.startswith("error: ") and "\nhint: " in res.stderr, res.stderr
+        assert why in res.stderr and "Traceback" not in res.stderr
+        assert _ran_as(record) is None  # refused before anything ran
+
+
 # -- a user's venv is run as that user ------------------------------------------------------------
 
 
@@ -182,15 +196,7 @@ def test_a_venv_others_can_change_is_refused_and_nothing_runs(cli, shared: Path,
     else:
         _chown_tree(venv)
         os.chown(site / "spy.pth", 1, 1)  # daemon owns one file, nobody the rest
-    for args in (
-        ["doctor", "--venv", str(venv)],
-        ["verify", "--device", "cpu", "--quick", "--venv", str(venv), "--timeout", "60"],
-    ):
-        res = cli(*args)
-        assert res.returncode == 2, (args, res.stderr)
-        assert res.stderr.startswith("error: ") and "\nhint: " in res.stderr, res.stderr
-        assert "root does not run code that other users can change" in res.stderr
-        assert _ran_as(record) is None  # refused before anything ran
+    _refused_by_doctor_and_verify(cli, venv, record, "root does not run code that other users")
     assert sentinel.unchanged(), sentinel.changes()
 
 
@@ -208,16 +214,7 @@ def test_a_venv_whose_home_is_gone_is_refused_and_nothing_runs(cli, shared: Path
     (tmp / "lib" / f"python{_python_version()}").mkdir(parents=True)
     (tmp / "lib" / f"python{_python_version()}" / "os.py").write_text("planted = True\n")
     os.chown(tmp / "lib", NOBODY, NOBODY)  # a user's landmark where the search would look
-    for args in (
-        ["doctor", "--venv", str(venv)],
-        ["verify", "--device", "cpu", "--quick", "--venv", str(venv), "--timeout", "60"],
-    ):
-        res = cli(*args)
-        assert res.returncode == 2, (args, res.stderr)
-        assert res.stderr.startswith("error: ") and "\nhint: " in res.stderr, res.stderr
-        assert f"names home = {tmp}/gone/bin, which does not exist" in res.stderr
-        assert "Traceback" not in res.stderr
-        assert _ran_as(record) is None  # refused before anything ran
+    _refused_by_doctor_and_verify(cli, venv, record, f"names home = {tmp}/gone/bin, which does not")
     assert sentinel.unchanged(), sentinel.changes()
 
 
