@@ -37,8 +37,26 @@ class _Deferred:
         if "logging" in sys.modules:
             self._logger().info(msg, *args, **_caller(kwargs))
 
-    def __getattr__(self, attr: str) -> object:  # warning, error, exception, isEnabledFor...
+    def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
+        self._logger().warning(msg, *_shown(args), **_caller(kwargs))
+
+    def error(self, msg: object, *args: object, **kwargs: Any) -> None:
+        self._logger().error(msg, *_shown(args), **_caller(kwargs))
+
+    def __getattr__(self, attr: str) -> object:  # exception, isEnabledFor...
         return getattr(self._logger(), attr)
+
+
+def _shown(args: tuple[object, ...]) -> tuple[object, ...]:
+    """A warning's arguments through the terminal sanitizer (egpu_setup/text.py): they name
+    files, devices and reports of the machine, and a warning is a line on root's terminal.
+    Numbers stay numbers for %d and %.1f."""
+    from egpu_setup.text import plain
+
+    return tuple(
+        a if isinstance(a, int | float) else plain(a if isinstance(a, str) else str(a))
+        for a in args
+    )
 
 
 def _caller(kwargs: dict[str, Any]) -> dict[str, Any]:

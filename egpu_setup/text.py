@@ -10,12 +10,36 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def plain(text: str) -> str:
-    """One terminal line: control characters (escape sequences, newlines) become '?'.
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\v": "\\v", "\f": "\\f"}
 
-    Thunderbolt device names come from the plugged device's firmware, and bundle files from
-    whoever sent them: printed raw, an escape sequence in them would drive the terminal."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def plain(text: str) -> str:
+    """One terminal line: every character that is not printable (ESC and the other C0/C1
+    controls, CR, VT, FF, newlines, bidirectional overrides) shown escaped, as `\\x1b` or `\\r`.
+
+    The one sanitizer for text from the machine, a bundle or a report on its way to a terminal:
+    Thunderbolt device names come from the plugged device's firmware, process names from
+    whoever started them, bundle files and reports from whoever sent them. Printed raw, an
+    escape sequence in them would drive root's terminal (rewrite lines, retitle it, hide an
+    error); a carriage return would draw over what came before. The escaped form keeps the
+    evidence readable. Idempotent: escaping adds only printable characters."""
+    if text.isprintable():  # the common case, at C speed
+        return text
+    return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
+
+
+def lines(text: str) -> str:
+    """Several terminal lines: `plain` on each, the newlines between them kept."""
+    return "\n".join(plain(line) for line in text.split("\n"))
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>`]+")

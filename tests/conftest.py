@@ -1,26 +1,67 @@
-"""Shared test setup: state goes to a temp dir, and recorded hosts are easy to reach."""
+"""Shared test setup: state goes to a temp dir, and recorded hosts are easy to reach.
+
+Two options of this suite (docs/testing.md):
+  --quick    leaves out the tests marked `slow` (debootstrap roots, QEMU, Xorg, Vagrant,
+             Chromium, Ansible, torch-sized installs): a developer's loop between edits.
+  --no-skip  a skipped test fails instead, unless it is marked `gpu`: CI (.ci/run) installs
+             every tool the suite drives, so a skip there means a check silently did not run.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
+# Where the slow helpers keep what they build once per run (tests/helpers/debroot.py, image.py,
+# pypi_index.py): the debootstrap roots, the image base, the .debs, the torch wheels.
+CACHE_ENV = "EGPU_SETUP_TEST_CACHE"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("egpu-setup")
+    group.addoption(
+        "--quick",
+        action="store_true",
+        help="leave out the tests marked slow (debootstrap, QEMU, Xorg, Vagrant, Chromium, "
+        "Ansible); CI runs everything",
+    )
+    group.addoption(
+        "--no-skip",
+        action="store_true",
+        help="a skipped test fails unless it is marked gpu (CI installs every tool the suite uses)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """In an unpacked sdist, which cannot carry symlinks, rebuild the recorded sysfs trees first.
 
-    A git checkout has them committed (a test checks they equal the generator's output)."""
+    A git checkout has them committed (a test checks they equal the generator's output). Then,
+    unless the caller named one, a cache directory for this run only, removed when it ends:
+    a root built from last week's archive must not stand in for today's."""
     if hasattr(config, "workerinput"):
-        return  # a pytest-xdist worker: the controller has done it
+        return  # a pytest-xdist worker: the controller has done it, and its environment holds
     if FIXTURES.is_dir() and not (FIXTURES / "tb3-rtx3090-ubuntu2204" / "root").is_dir():
         subprocess.run([sys.executable, str(FIXTURES.parent / "build_hosts.py")], check=True)
+    if not os.environ.get(CACHE_ENV):
+        # set before pytest-xdist starts its workers (pytest_sessionstart), which inherit it
+        run_cache = tempfile.mkdtemp(prefix="egpu-setup-test-cache-")
+        os.environ[CACHE_ENV] = run_cache
+        config.add_cleanup(lambda: _remove_cache(Path(run_cache)))
+
+
+def _remove_cache(cache: Path) -> None:
+    """The run's cache, never across a mount (rm's --one-file-system: a bound /dev stays)."""
+    subprocess.run(["rm", "-rf", "--one-file-system", str(cache)], check=False)
+    if cache.exists():
+        print(f"egpu-setup tests: {cache} was not removed (a mount below it?)", file=sys.stderr)
 
 
 # pytest-xdist hands out whole files (--dist loadfile) in the order they were collected. The
@@ -29,8 +70,40 @@ def pytest_configure(config: pytest.Config) -> None:
 LONGEST_FIRST = ("test_image_boot.py",)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("quick"):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
     items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # stable: order otherwise kept
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under --no-skip a skip is a failure that says what did not run and why."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if (
+        report.skipped
+        and not hasattr(report, "wasxfail")
+        and item.config.getoption("no_skip")
+        and item.get_closest_marker("gpu") is None
+    ):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under --no-skip (CI installs what this needs): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """A whole module skipped while collecting (importorskip at its top) fails the same way."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if report.skipped and collector.config.getoption("no_skip"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under --no-skip (CI installs what this needs): {reason}"
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,8 @@ PKG = Path(__file__).resolve().parent.parent / "egpu_setup"
 
 # Lowest first. A module may import from its own package and from any layer below its own.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "errors", "text", "data", "log"),  # version, errors, safe text, deferred loggers
+    ("__init__", "errors", "text", "data"),  # version, errors, safe terminal text, data
+    ("log",),  # deferred loggers (a warning's arguments pass text's sanitizer)
     ("host",),  # the one gateway to the machine
     ("state",),  # what egpu-setup remembers: manifest, journal, lock, atomic writes
     ("compat", "profile"),  # knowledge as data with sources; GPU profiles, loaded strictly

@@ -239,6 +239,16 @@ def verify_files(bundle: Path, manifest: Manifest, prefixes: Sequence[str]) -> i
             bad.append(f"{rel} does not match its sha256 in {MANIFEST}")
             continue
         checked += st.st_size
+    listed = manifest.files()
+    for prefix in prefixes:
+        folder = Path(bundle) / prefix
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        # pip picks any wheel a --find-links folder holds: a file the manifest does not list
+        # (a planted wheel with a .pth) is refused, not ignored
+        for name in sorted(os.listdir(folder)):
+            if f"{prefix.rstrip('/')}/{name}" not in listed:
+                bad.append(f"{prefix.rstrip('/')}/{name} is not listed in {MANIFEST}")
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise EgpuSetupError(

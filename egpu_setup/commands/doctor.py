@@ -132,6 +132,11 @@ def _with_verify_report(inputs: DoctorInput, path: Path) -> DoctorInput:
         return inputs
     if not isinstance(data, dict) or data.get("schema") != "egpu-setup/verify/1":
         return inputs
+    from egpu_setup.doctor.collect import older_report_note
+    from egpu_setup.text import plain
+
+    if (note := older_report_note(LiveHost(), str(path))) is not None:
+        cli.echo(f"note: {plain(note)}", err=True)
     return dataclasses.replace(inputs, verify_report=data, verify_report_path=str(path))
 
 
@@ -140,12 +145,15 @@ def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
 
     from egpu_setup.text import plain
 
+    # summary and fix name files and devices of the machine or the bundle (a udev rule's file
+    # name, a GPU's name): they pass the sanitizer as the evidence does
     for f in findings:
         cli.echo(f"{f.severity.upper():8} {f.id}")
-        cli.echo(textwrap.fill(f.summary, 100, initial_indent="  ", subsequent_indent="  "))
+        cli.echo(textwrap.fill(plain(f.summary), 100, initial_indent="  ", subsequent_indent="  "))
         for line in f.evidence:
             cli.echo(f"  | {plain(line)}")
-        cli.echo(textwrap.fill(f.fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
+        fix = plain(f.fix)
+        cli.echo(textwrap.fill(fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
         cli.echo("")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = ", ".join(name for name, ok in sources.items() if ok) or "host facts only"

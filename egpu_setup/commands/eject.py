@@ -7,6 +7,7 @@ import sys
 from egpu_setup.commands import _cli as cli
 from egpu_setup.commands._options import from_option
 from egpu_setup.errors import UsageError
+from egpu_setup.text import plain
 
 
 @cli.command(
@@ -39,24 +40,25 @@ def command(assume_yes: bool, root: str | None, from_dir: str | None) -> None:
     host = open_host(from_dir, root)
     facts = detect_host(host)
     plan = plan_eject(host, facts)
-    gpu = f"{plan.gpu.name or 'eGPU'} ({plan.gpu.pci_address})"
+    # every line names what the machine says (process names, the enclosure's firmware name)
+    gpu = plain(f"{plan.gpu.name or 'eGPU'} ({plan.gpu.pci_address})")
     for note in plan.notes:
-        cli.echo(f"note: {note}", err=True)
+        cli.echo(f"note: {plain(note)}", err=True)
     if host.kind == "recorded":
         cli.echo(f"eject plan for {gpu} on a recorded host (nothing done):")
         for b in plan.blockers:
-            cli.echo(f"  blocked: {b}")
+            cli.echo(f"  blocked: {plain(b)}")
         for s in plan.steps:
-            cli.echo(f"  {s.description}")
+            cli.echo(f"  {plain(s.description)}")
         return
     if not plan.blockers and not assume_yes:
         cli.echo(f"eject {gpu}:", err=True)
         for s in plan.steps:
-            cli.echo(f"  {s.description}", err=True)
+            cli.echo(f"  {plain(s.description)}", err=True)
         if not sys.stdin.isatty():
             raise UsageError(
                 "eject changes the running system and needs confirmation", "re-run with --yes"
             )
         cli.confirm("go ahead?", abort=True, err=True)
-    run_eject(host, plan, say=lambda line: cli.echo(line, err=True))
+    run_eject(host, plan, say=lambda line: cli.echo(plain(line), err=True))
     cli.echo(f"now safe to unplug {gpu}")

@@ -24,7 +24,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from egpu_setup.compat.index_url import check_index_url
+from egpu_setup.compat.index_url import check_index_url, guard_redirects
 from egpu_setup.compat.overlay import OVERLAY_SCHEMA, STATE_ENV, overlay_path, state_dir
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.log import get_logger
@@ -278,6 +278,7 @@ def _get(
     hint = "check the network or --index-url; the shipped matrix stays in force"
     try:
         with _session(retries, backoff) as session:
+            guard_redirects(session, url)  # same host, never down to http (index_url.py)
             resp = session.get(url, headers=headers, timeout=timeout, stream=True)
             if resp.status_code == 304 and headers:
                 return body_file.read_text(encoding="utf-8"), "not-modified", meta

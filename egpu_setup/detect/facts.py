@@ -78,6 +78,10 @@ class Gpu:
     # the NUMA node the device is attached to (sysfs numa_node); None for -1 ("unknown", what
     # every device of a one-node laptop reports) or where it was not read
     numa_node: int | None = None
+    # the product as egpu-setup's GPU table names it, beside `name` as the source printed it
+    # ("H100 SXM5 80GB" beside nvidia-smi's "NVIDIA H100 80GB HBM3"); None where the table has
+    # no entry
+    table_name: str | None = None
 
 
 @dataclass(frozen=True)

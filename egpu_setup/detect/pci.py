@@ -290,6 +290,7 @@ def build_gpu(
     compute_capability: str | None,
     placement: Placement,
     codename: str | None = None,
+    table_name: str | None = None,
 ) -> Gpu:
     return Gpu(
         pci_address=fn.address,
@@ -312,6 +313,7 @@ def build_gpu(
         bridges=fn.bridges,
         evidence=placement.evidence,
         codename=codename,
+        table_name=table_name,
         connection_generation=placement.generation,
     )
 

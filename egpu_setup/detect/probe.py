@@ -56,7 +56,9 @@ def _smi_identity(g: Any) -> Identity:
     who = _identify(NVIDIA, g.device_id, g.name, "NVIDIA")
     model = gpus.gpu_by_name(g.name) if g.name and not g.device_id else None
     if model is not None:
-        who = Identity(model.name, model.codename, model.architecture, model.compute_capability)
+        who = Identity(
+            g.name, model.codename, model.architecture, model.compute_capability, model.name
+        )
     return who
 
 
@@ -145,6 +147,7 @@ def probe_gpus(host: Host, tb: ThunderboltFacts, smi: object | None) -> tuple[Gp
                 compute_capability=who.compute_capability,
                 placement=placement,
                 codename=who.codename,
+                table_name=who.table_name,
             )
         )
     return tuple(out)
@@ -164,10 +167,11 @@ def _pciids_names(
 class Identity:
     """What a GPU is: its name, chip codename, architecture and compute capability."""
 
-    name: str | None
+    name: str | None  # as the source printed it
     codename: str | None = None
     architecture: str | None = None
     compute_capability: str | None = None
+    table_name: str | None = None  # the same product as egpu-setup's GPU table names it
 
 
 _NVIDIA_TEXT = re.compile(r"^(?:nvidia|nVidia)\b", re.I)
@@ -201,15 +205,14 @@ def _identify(
         return Identity(name, codename)
     model = gpus.gpu_by_id(device_id) if device_id else None
     if model is not None:
-        # The table's spelling of the product the text names; the text's own name where the id
-        # is known under another one (nvidia-smi's "NVIDIA H100 NVL" for pci.ids' "H100L 94GB").
-        spellings = {gpus.canonical_name(n) for n in (model.name, *model.aliases)}
-        same = product is None or gpus.canonical_name(product) in spellings
+        # The name as the text printed it ("H100 80GB HBM3"), the table's beside it ("H100
+        # SXM5 80GB"); the table's alone only where the text prints no product name at all.
         return Identity(
-            model.name if same else product,
+            product or model.name,
             model.codename or codename,
             model.architecture,
             model.compute_capability,
+            model.name,
         )
     by_name = gpus.gpu_by_name(product) if product else None
     found = (
@@ -220,7 +223,11 @@ def _identify(
     )
     arch, cc = found if found else (None, None)
     return Identity(
-        name, codename or (by_name.codename if by_name and not product else None), arch, cc
+        name,
+        codename or (by_name.codename if by_name and not product else None),
+        arch,
+        cc,
+        by_name.name if by_name else None,
     )
 
 
@@ -247,6 +254,7 @@ class PastedGpu:
     compute_capability: str | None
     driver: str | None = None
     bridges: tuple[str, ...] = ()  # upstream bridges, root port first, where the text draws them
+    table_name: str | None = None  # egpu-setup's GPU table's name for it
 
 
 def _vendor_key(vendor_id: str | None, vendor_name: str | None, nvidia: bool) -> str | None:
@@ -286,7 +294,9 @@ def gpus_in_text(text: str | None) -> tuple[PastedGpu, ...]:
 
             model = gpus.gpu_by_name(g.name)
             if model is not None:
-                who = Identity(g.name, model.codename, model.architecture, model.compute_capability)
+                who = Identity(
+                    g.name, model.codename, model.architecture, model.compute_capability, model.name
+                )
         out.append(_pasted(g.pci_bus_id, NVIDIA, device, who, None, "NVIDIA", True))
     if out:
         return tuple(out)
@@ -349,7 +359,9 @@ def _smi_identity_by_name(name: str) -> Identity:
 
     model = gpus.gpu_by_name(name)
     if model is not None and who.architecture is None:
-        who = Identity(who.name, model.codename, model.architecture, model.compute_capability)
+        who = Identity(
+            who.name, model.codename, model.architecture, model.compute_capability, model.name
+        )
     return who
 
 
@@ -369,6 +381,7 @@ def _pasted(
         device_id=device_id,
         name=who.name,
         codename=who.codename,
+        table_name=who.table_name,
         architecture=who.architecture,
         compute_capability=who.compute_capability,
         driver=driver,
@@ -442,7 +455,9 @@ def _gpus_from_text(
                         vendor=p.vendor,
                         vendor_id=p.vendor_id,
                         device_id=p.device_id,
-                        who=Identity(p.name, p.codename, p.architecture, p.compute_capability),
+                        who=Identity(
+                            p.name, p.codename, p.architecture, p.compute_capability, p.table_name
+                        ),
                         driver=p.driver,
                         bridges=p.bridges,
                     )
@@ -466,6 +481,7 @@ def _text_gpu(address: str, *, who: Identity, **fields: Any) -> Gpu:
         pci_address=address,
         name=who.name,
         codename=who.codename,
+        table_name=who.table_name,
         architecture=who.architecture,
         compute_capability=who.compute_capability,
         external=False if internal else None,

@@ -124,25 +124,39 @@ def latest_verify_report(host: Host) -> tuple[dict[str, Any] | None, str | None]
     """The newest `egpu-setup verify` report the machine kept (<state>/reports/verify-*.json:
     root's, and this user's own on the running system; a recording's under its root), read
     through the host. (None, None) when there is none or it is not a verify report."""
-    import json
     from pathlib import Path
 
     from egpu_setup.state.paths import STATE_DIR, StatePaths
-    from egpu_setup.state.reports import saved_order
+    from egpu_setup.state.reports import report_time, saved_reports
 
     dirs = [f"{STATE_DIR}/reports"]
     if host.kind == "live":
         dirs.insert(0, str(StatePaths.for_root(Path("/")).state_dir / "reports"))
-    # verify-<UTC stamp>[-n].json: the name, read as save_report wrote it, sorts by time
-    found = sorted(
-        {p for d in dirs for p in host.glob(d, "verify-*.json")},
-        key=lambda p: saved_order(p.rsplit("/", 1)[1]),
+    # In each state directory the newest by the sequence it saved them in, never by the clock
+    # (state/reports.py); root's and the user's directories count apart, so between their two
+    # newest the later time wins.
+    newest = [found[-1] for d in dirs if (found := saved_reports(host, [d]))]
+    if not newest:
+        return None, None
+    return max(newest, key=lambda item: report_time(item[0], item[1].rsplit("/", 1)[1]))
+
+
+def older_report_note(host: Host, path: str) -> str | None:
+    """A note when the verify report at `path` is older than the newest one saved beside it (in
+    the sequence its machine saved them, state/reports.py): doctor then judges an old verify."""
+    import os
+
+    from egpu_setup.state.reports import saved_reports, sequence_of
+
+    folder, name = os.path.split(os.path.abspath(path))
+    found = saved_reports(host, [folder])
+    mine = [data for data, p in found if p.rsplit("/", 1)[1] == name]
+    if not mine or not found or sequence_of(mine[0]) is None:
+        return None
+    newest, newest_path = found[-1]
+    if (sequence_of(newest) or 0) <= (sequence_of(mine[0]) or 0):
+        return None
+    return (
+        f"{path} (sequence {sequence_of(mine[0])}) is older than its machine's newest verify "
+        f"report, {newest_path} (sequence {sequence_of(newest)})"
     )
-    for path in reversed(found):
-        try:
-            data = json.loads(host.read(path, limit=4 * 1024 * 1024) or "")
-        except ValueError:
-            continue
-        if isinstance(data, dict) and data.get("schema") == "egpu-setup/verify/1":
-            return data, path
-    return None, None

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from egpu_setup.compat.index_url import installer_index
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context, missing_parents
@@ -154,8 +155,7 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
                 "--compile-bytecode",
                 "--python",
                 py,
-                "--index-url",
-                step.index_url,
+                *installer_index(step.index_url, uv=True)[0],
                 *step.requirements,
             ]
         )
@@ -168,8 +168,7 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
                 "install",
                 "--progress-bar",
                 "on",
-                "--index-url",
-                step.index_url,
+                *installer_index(step.index_url, uv=False)[0],
                 *step.requirements,
             ]
         )
@@ -220,10 +219,15 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
     if exists and not step.run_as and host.kind == "live":
         _refuse_foreign_venv(step.venv)
     uv = choose_installer(host, wanted)
+    env = installer_env(account(host, step.run_as) if step.run_as else None)
+    if not step.find_links:  # the one index: redirects checked, a token in env, not argv
+        from egpu_setup.compat.index_url import check_index_redirects
+
+        check_index_redirects(step.index_url)
+        env.update(installer_index(step.index_url, uv is not None)[1])
     if step.create_venv:
         ctx.manifest.add_venv(step.venv, ctx.run_id, missing_parents(host, step.venv))
         ctx.manifest.save()
-    env = installer_env(account(host, step.run_as) if step.run_as else None)
     with _pinned_requirements(step) as pinned, _bundle_seen_from(host, pinned) as seen:
         for i, argv in enumerate(commands(seen, uv)):
             # the whole environment, not added to ours: the source variables it drops stay

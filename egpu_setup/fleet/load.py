@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import UsageError
-from egpu_setup.state.reports import saved_order
+from egpu_setup.state.reports import OrderKey, report_order, sequence_of
 
 SCHEMA_VERIFY = "egpu-setup/verify/1"
 SCHEMA_INSTALL = "egpu-setup/install/1"
@@ -58,11 +58,16 @@ class LoadedReport:
     machine_id: str | None  # the sha256 of /etc/machine-id it claims (egpu_setup/host/identity)
 
     @property
-    def age(self) -> tuple[datetime, tuple[str, int], str]:
-        """Its place in time, oldest first: its own time (none: before all), then the order the
-        tool saved reports of one second in, then its path."""
-        when = self.time or datetime.min.replace(tzinfo=timezone.utc)
-        return when, saved_order(self.path.name), str(self.path)
+    def age(self) -> OrderKey:
+        """Its place among its machine's reports, oldest first (state/reports.py report_order):
+        the sequence the machine saved it under, never its clock; a report from before
+        sequences by its own time (none: before all), then the order of its file name."""
+        when = self.time.timestamp() if self.time else float("-inf")
+        return report_order(self.data, self.path.name, when)
+
+    @property
+    def sequence(self) -> int | None:
+        return sequence_of(self.data)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from egpu_setup.fleet.expected import (
 from egpu_setup.fleet.identity import Machine, machines, unique_names
 from egpu_setup.fleet.load import FileProblem, LoadedReport, dig, find_folders, load_folder
 from egpu_setup.log import get_logger
+from egpu_setup.state.reports import OrderKey
 
 log = get_logger("egpu_setup.report")
 
@@ -96,6 +97,7 @@ class MachineRow:
     flags: tuple[Problem, ...] = ()  # reports set aside, files that could not be read
     notes: tuple[str, ...] = ()
     time: datetime | None = None  # of the newest report used
+    sequence: int | None = None  # the newest report's place in its machine's order
     age_s: float | None = None
     profile: str | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
@@ -132,6 +134,7 @@ class MachineRow:
             "notes": list(self.notes),
             "time": self.time.isoformat(timespec="seconds") if self.time else None,
             "age_s": round(self.age_s) if self.age_s is not None else None,
+            "sequence": self.sequence,
             "profile": self.profile,
             "sources": list(self.sources),
         }
@@ -270,6 +273,8 @@ def build_row(machine: Machine, *, cpu_ok: bool, now: datetime) -> MachineRow:
         )
     if verify is not None and not stale and kind is None:
         notes.append(f"the verify of {_iso(verify.time)} does not say which device it ran on")
+    if (clock := _clock_went_back(machine.reports)) is not None:
+        notes.append(clock)
     if machine.identity is not None and machine.identity.root:
         notes.append(f"an image root ({machine.identity.root}): verified on its first boot")
 
@@ -304,6 +309,7 @@ def build_row(machine: Machine, *, cpu_ok: bool, now: datetime) -> MachineRow:
         flags=tuple(flags),
         notes=tuple(notes),
         time=newest,
+        sequence=used[0].sequence if used else None,
         age_s=(now - newest).total_seconds() if newest else None,
         profile=_first_str(*(r.data.get("profile") for r in used)),
         sources=tuple(str(r.path) for r in used),
@@ -336,18 +342,43 @@ def _newest(reports: Sequence[LoadedReport], kind: str) -> LoadedReport | None:
     return max(mine, key=_age_key) if mine else None
 
 
-def _age_key(rep: LoadedReport) -> tuple[datetime, tuple[str, int], str]:
+def _age_key(rep: LoadedReport) -> OrderKey:
     return rep.age
 
 
 def _stale(verify: LoadedReport | None, install: LoadedReport | None) -> bool:
-    """The verify ran before an install that changed the machine (or wants a reboot)."""
-    if verify is None or install is None or verify.time is None or install.time is None:
+    """The verify ran before an install that changed the machine (or wants a reboot): in the
+    order the machine saved them (their sequence), and by their clocks only for reports from
+    before sequences."""
+    if verify is None or install is None:
         return False
-    if install.time <= verify.time:
+    if verify.sequence is None or install.sequence is None:
+        if verify.time is None or install.time is None or install.time <= verify.time:
+            return False
+    elif install.age <= verify.age:
         return False
     state = _install_state(install)
     return state in ("changed", "reboot required")
+
+
+def _clock_went_back(reports: Sequence[LoadedReport]) -> str | None:
+    """Say so when the machine's clock disagrees with the order it saved its reports in: the
+    newest report (by sequence) is older by its clock than one saved before it. The row is
+    built from the newest by sequence; the times shown are the machine's clock."""
+    numbered = sorted((r for r in reports if r.sequence is not None), key=_age_key)
+    newest_time = numbered[-1].time if numbered else None
+    if newest_time is None:
+        return None
+    newest = numbered[-1]
+    later = [(r.time, r) for r in numbered[:-1] if r.time is not None and newest_time < r.time]
+    if not later:
+        return None
+    other = max(later, key=lambda pair: pair[0])[1]
+    return (
+        f"the clock went back: {newest.path.name} (sequence {newest.sequence}, "
+        f"{_iso(newest.time)}) is the newest report, saved after {other.path.name} "
+        f"(sequence {other.sequence}, {_iso(other.time)}); rows follow the sequence"
+    )
 
 
 def _device_kind(

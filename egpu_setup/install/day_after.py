@@ -7,7 +7,6 @@ shows that result, or the newest verify since (a person may have run one by hand
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,26 +92,22 @@ def newest_verify(
     import calendar
     import time
 
-    from egpu_setup.state.reports import saved_order
+    from egpu_setup.state.reports import saved_reports, sequence_of
 
-    best: tuple[float, dict[str, Any], str] | None = None
-    # in the order they were saved: of two reports of one second, the later one wins
-    for path in sorted(
-        host.glob(reports, "verify-*.json"), key=lambda p: saved_order(p.rsplit("/", 1)[1])
-    ):
-        text = host.read(path, limit=4 * 1024 * 1024)
-        try:
-            data = json.loads(text or "")
-        except ValueError:
-            continue
-        if not isinstance(data, dict) or data.get("schema") != "egpu-setup/verify/1":
-            continue
+    # The order the machine saved them in (state/reports.py), never its clock: a verify saved
+    # after the newest install report is after that install, whatever the clock says since.
+    installs = [sequence_of(d) for d, _ in saved_reports(host, [reports], "install")]
+    install_seq = max((s for s in installs if s is not None), default=None)
+    for data, path in reversed(saved_reports(host, [reports])):
+        seq = sequence_of(data)
+        if seq is not None and install_seq is not None:
+            return (data, path) if seq > install_seq else (None, None)
         try:
             when = calendar.timegm(time.strptime(str(data.get("time")), "%Y-%m-%dT%H:%M:%SZ"))
         except ValueError:
             continue
-        # the report's time is its start, to the second: a verify that began within the
-        # second the install ended still counts
-        if when + 1 >= since and (best is None or when >= best[0]):
-            best = (when, data, path)
-    return (best[1], best[2]) if best else (None, None)
+        # a report from before sequences: its time is its start, to the second, so a verify
+        # that began within the second the install ended still counts
+        if when + 1 >= since:
+            return data, path
+    return None, None

@@ -65,8 +65,41 @@ def looks_like_profile(text: str) -> bool:
     return re.search(rf"^(?:{keys})[ \t]*:", text, re.MULTILINE) is not None
 
 
+def refuse_untrusted(path: Path, origin: str) -> None:
+    """As root, a profile that is not shipped inside the tool is read only when it and every
+    directory from / down to it are root's and closed to group and other writes (the rule for
+    what root trusts, egpu_setup/host/trust.py): the profile decides which enclosure root
+    authorizes, and a user who could swap the file could decide it. UsageError naming it."""
+    from egpu_setup.host.trust import owned_by_root
+    from egpu_setup.profile.search import as_root
+
+    if origin == "package" or not as_root() or owned_by_root([str(path)]):
+        return
+    where = _first_untrusted(Path(os.path.abspath(path)))
+    raise UsageError(
+        f"profile {path}: {where} is not root's, or others may write it: root does not read a "
+        "profile that another user can change",
+        f"copy it into a folder root owns (`sudo install -m 0644 {path} "
+        f"/etc/egpu-setup/profiles/`), then pass that path or its name",
+    )
+
+
+def _first_untrusted(path: Path) -> Path:
+    """The first of / ... path that another user owns or may write (for the message)."""
+    for part in (*reversed(path.parents), path):
+        try:
+            st = os.lstat(part)
+        except OSError:
+            return part
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not sticky and not stat.S_ISLNK(st.st_mode)):
+            return part
+    return path
+
+
 def read_document(path: Path, origin: str) -> Document:
     file = str(path)
+    refuse_untrusted(path, origin)
     raw = _read_capped(path)
     if len(raw) > MAX_PROFILE_BYTES:
         raise UsageError(

@@ -16,17 +16,12 @@ ENV_PATH = "EGPU_SETUP_PROFILE_PATH"
 SYSTEM_DIR = Path("/etc/egpu-setup/profiles")
 
 
-def _user_dir() -> Path:
-    """The invoking user's profile directory; under sudo the user who ran sudo, not root."""
-    sudo_user = os.environ.get("SUDO_USER")
-    if sudo_user and sudo_user != "root" and hasattr(os, "geteuid") and os.geteuid() == 0:
-        import pwd
+def as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
 
-        try:
-            # sudo's env_reset drops XDG_CONFIG_HOME (sudoers(5)): use the default.
-            return Path(pwd.getpwnam(sudo_user).pw_dir) / ".config" / "egpu-setup" / "profiles"
-        except KeyError:
-            pass
+
+def _user_dir() -> Path:
+    """The invoking user's profile directory (never searched as root: search_dirs)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "egpu-setup" / "profiles"
 
@@ -58,11 +53,17 @@ def _package_dir() -> Path:
 def search_dirs() -> list[tuple[str, Path]]:
     """(origin, directory) in lookup order; a later directory overrides an earlier one.
 
-    EGPU_SETUP_PROFILE_PATH (os.pathsep-separated) replaces the system and user directories."""
+    EGPU_SETUP_PROFILE_PATH (os.pathsep-separated) replaces the system and user directories.
+    As root (sudo) only the shipped and the system directories: a profile decides which
+    enclosure is authorized and whether IOMMU protection is required, so a user's folder must
+    not change what root installs by a name that also names a shipped profile. A user's profile
+    is taken only when named by path, and then only from a tree root owns (document.py)."""
     dirs = [("package", _package_dir())]
     env = os.environ.get(ENV_PATH)
     if env is not None:
         dirs += [("custom", Path(p)) for p in env.split(os.pathsep) if p]
+    elif as_root():
+        dirs += [("system", SYSTEM_DIR)]
     else:
         dirs += [("system", SYSTEM_DIR), ("user", _user_dir())]
     return dirs
@@ -118,5 +119,10 @@ def locate(name_or_path: str) -> tuple[Path, str]:
     if entry is None:
         close = difflib.get_close_matches(name_or_path.lower(), list(entries), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else "see `egpu-setup profiles list`"
+        if as_root() and os.environ.get(ENV_PATH) is None:
+            hint += (
+                f"; as root only the shipped profiles and {SYSTEM_DIR} are looked up by name: "
+                "pass a profile of yours by its path, from a folder root owns"
+            )
         raise UsageError(f"unknown profile {name_or_path!r}", hint)
     return entry.path, entry.origin

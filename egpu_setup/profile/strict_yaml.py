@@ -11,6 +11,7 @@ the same marks and the same messages. A PyYAML built without libyaml falls back 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 from egpu_setup.profile.problems import KeyPath, Mark, Marks, Problem, ProblemError
@@ -54,6 +55,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Marks]:
             )
         )
 
+    _refuse_controls(text, file)
     loader = None
     try:
         _refuse_anchors(text, file)
@@ -89,11 +91,57 @@ def _safe_loader() -> type[yaml.SafeLoader]:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# Control characters YAML does not allow (https://yaml.org/spec/1.2.2/#51-character-set: C0 but for
+# TAB, LF and CR; DEL; C1 but for NEL), and NEL too: profile values reach udev rules and shell
+# helpers, where a line break of any kind is a new line. Checked here with the exact place, the
+# same for libyaml and the Python reader (whose own messages name only an offset).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_NAMES = {"\x0b": "vertical tab", "\x0c": "form feed", "\x00": "NUL", "\x1b": "escape"}
+# A profile is a few levels deep (expect.h2d_gbps.tb3); refused well before either parser's own
+# limits (libyaml stops at 1000 levels; the Python parser takes minutes on 120 KB of `- - - -`).
+MAX_DEPTH = 16
+
+
+def _refuse_controls(text: str, file: str) -> None:
+    m = _CONTROL.search(text)
+    if m is None:
+        return
+    ch = m.group(0)
+    line = text.count("\n", 0, m.start()) + 1
+    column = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    what = _NAMES.get(ch, "control character")
+    raise ProblemError(
+        Problem(
+            Mark(file, line, column),
+            (),
+            f"{what} U+{ord(ch):04X}: control characters are not allowed",
+            "save the profile as plain UTF-8 text: one value per line, no control characters",
+        )
+    )
+
+
 def _refuse_anchors(text: str, file: str) -> None:
-    """Anchors and aliases are refused where they are written (a composed node forgets that)."""
+    """Anchors and aliases are refused where they are written (a composed node forgets that),
+    and so is nesting deeper than MAX_DEPTH, before the document is composed (events come one
+    at a time: the parser stops there)."""
     import yaml
 
+    depth = 0
     for event in yaml.parse(text, Loader=_safe_loader()):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ProblemError(
+                    Problem(
+                        _mark(file, event.start_mark),
+                        (),
+                        f"nested deeper than {MAX_DEPTH} levels",
+                        "a profile is a few levels of keys: see `egpu-setup profiles show "
+                        "generic-nvidia`",
+                    )
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
         name = getattr(event, "anchor", None)
         if name is not None:
             sign = "*" if isinstance(event, yaml.AliasEvent) else "&"

@@ -85,15 +85,19 @@ def render_header(device: dict[str, Any], python: str) -> str:
             else ("no CUDA device")
         )
     torch = f" · torch {device['torch']}" if device.get("torch") else ""
-    return f"egpu-setup verify · {where}{torch} · {python}"
+    from egpu_setup.text import plain
+
+    return plain(f"egpu-setup verify · {where}{torch} · {python}")
 
 
 def render_check(c: Check) -> list[str]:
     """One check's line, and its hint under a failure or a warning."""
+    from egpu_setup.text import plain  # details quote the venv, the GPU, the progress log
+
     secs = f"  ({c.seconds:.1f} s)" if c.seconds is not None and c.seconds >= 0.05 else ""
-    lines = [f"  {_MARK[c.status]}  {c.id.ljust(ID_WIDTH)}  {c.detail}{secs}"]
+    lines = [f"  {_MARK[c.status]}  {c.id.ljust(ID_WIDTH)}  {plain(c.detail)}{secs}"]
     if c.hint and c.status in ("fail", "warn"):
-        lines.append(f"  {' ' * 4}  {' ' * ID_WIDTH}  hint: {c.hint}")
+        lines.append(f"  {' ' * 4}  {' ' * ID_WIDTH}  hint: {plain(c.hint)}")
     return lines
 
 

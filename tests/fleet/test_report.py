@@ -423,7 +423,7 @@ def test_hostile_hostname_cannot_spoof_terminal(tmp_path: Path) -> None:
     write(tmp_path / "verify.json", verify_report("lab\x1b[2J\nfake-row"))
     text = render_text(collect([tmp_path], now=NOW))
     assert "\x1b" not in text
-    assert text.splitlines()[1].startswith("lab?[2J?fake-row")
+    assert text.splitlines()[1].startswith("lab\\x1b[2J\\nfake-row")
 
 
 # -- bad input -------------------------------------------------------------------------------------

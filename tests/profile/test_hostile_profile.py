@@ -65,3 +65,19 @@ def test_a_profile_that_is_a_fifo_is_not_opened_for_ever(cli: Cli, tmp_path: Pat
     os.mkfifo(fifo)
     res = cli("profiles", "check", str(fifo), timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_control_characters_and_deep_nesting_are_usage_errors(cli: Cli, tmp_path: Path) -> None:
+    """VT and FF in a value, 120 KB of `- - - -` (minutes in the Python parser): exit 2 at once."""
+    text = (REPO / "profiles" / "rtx4090.yaml").read_text()
+    cases = {
+        "vt.yaml": (text.replace("name: rtx4090", "name: vt\x0b"), "vertical tab U+000B"),
+        "ff.yaml": (text + "\x0c\n", "form feed U+000C"),
+        "deep.yaml": ("name: deep\ngpu:\n  " + "- " * 60000 + "x\n", "nested deeper than"),
+    }
+    for name, (body, said) in cases.items():
+        (tmp_path / name).write_text(body)
+        res = cli("profiles", "check", str(tmp_path / name), timeout=60)
+        assert res.returncode == 2, res.stdout + res.stderr
+        clean_error(res)
+        assert said in res.stderr

@@ -862,6 +862,7 @@ def test_pure_judges() -> None:
 REPORTS = sorted((REPO / "docs" / "reports").glob("verify-*.json"))
 
 
+@pytest.mark.gpu  # the output of a real GPU: none here until one is committed
 @pytest.mark.skipif(not REPORTS, reason="no verify report of a real GPU is committed yet")
 @pytest.mark.parametrize("path", REPORTS, ids=[p.name for p in REPORTS])
 def test_a_committed_report_replays(runs: Scenarios, path: Path) -> None:
