@@ -81,7 +81,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
     def __init__(self, faults: dict) -> None:
         self.faults = faults
 
-    def find_spec(self, name, path=None, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
         sys.meta_path.remove(self)
@@ -92,7 +92,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         run = loader.exec_module
         faults = self.faults
 
-        def exec_module(module):  # type: ignore[no-untyped-def]
+        def exec_module(module):
             run(module)
             _after_torch(module, faults)
 
@@ -100,23 +100,23 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _after_torch(torch, faults: dict) -> None:  # type: ignore[no-untyped-def]
+def _after_torch(torch, faults: dict) -> None:
     scenario = faults.get("scenario")
     if scenario:
-        os.environ["EGPU_SETUP_TEST_CUDA_SCENARIO"] = scenario  # read by the stand-in only
         spec = importlib.util.spec_from_file_location(
             "egpu_setup_test_cuda_standin", str(HERE / "cuda_standin.py")
         )
+        assert spec is not None and spec.loader is not None  # a .py path always has both
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        module.install(torch)
+        module.install(torch, scenario)
     hang, crash = faults.get("hang"), faults.get("crash")
     main = sys.modules.get("__main__")
     out = getattr(main, "Out", None)
     if (hang or crash) and out is not None:
         announce = out.step
 
-        def step(self, name):  # type: ignore[no-untyped-def]
+        def step(self, name):
             announce(self, name)
             if name == hang:
                 while True:  # a CUDA call that never returns
@@ -132,7 +132,7 @@ def _after_torch(torch, faults: dict) -> None:  # type: ignore[no-untyped-def]
         if abort == "before":
             init = dist.init_process_group
 
-            def init_process_group(*args, **kwargs):  # type: ignore[no-untyped-def]
+            def init_process_group(*args, **kwargs):
                 if kwargs.get("rank") == 1:
                     os.abort()
                 return init(*args, **kwargs)
@@ -141,7 +141,7 @@ def _after_torch(torch, faults: dict) -> None:  # type: ignore[no-untyped-def]
         else:
             barrier = dist.barrier
 
-            def after_barrier(*args, **kwargs):  # type: ignore[no-untyped-def]
+            def after_barrier(*args, **kwargs):
                 result = barrier(*args, **kwargs)
                 if dist.get_rank() == 1:
                     os.abort()  # what gloo's teardown abort looks like

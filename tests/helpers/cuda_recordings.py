@@ -128,15 +128,13 @@ class Scenario:
     sources: list[str] = field(default_factory=list)
 
     def write(self, directory: Path) -> dict[str, str]:
-        """Write the scenario, the nvidia-smi spec and wrapper; the environment that selects
-        them: EGPU_SETUP_TEST_CUDA_SCENARIO (for tests/helpers/child_faults.py to arm the target
-        venv with) and a PATH whose nvidia-smi is the wrapper (the parent finds it there and
-        hands the child its absolute path; the child inherits neither)."""
+        """Write the scenario (`directory`/scenario.json, for tests/helpers/child_faults.py to
+        arm the target venv with), the nvidia-smi spec and wrapper; returns the parent's
+        environment that selects them: a PATH whose nvidia-smi is the wrapper (the parent finds
+        it there and hands the child its absolute path; the child inherits no PATH of ours)."""
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "scenario.json").write_text(json.dumps(asdict(self), indent=1))
-        env = {
-            "EGPU_SETUP_TEST_CUDA_SCENARIO": str(directory / "scenario.json"),
-        }
+        env: dict[str, str] = {}
         bin_dir = directory / "bin"
         bin_dir.mkdir(exist_ok=True)
         path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
