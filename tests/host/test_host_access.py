@@ -23,6 +23,8 @@ PROCESSES = {
 # Who may reach the network, and why.
 NETWORK = {
     "compat/fetch.py": "`matrix update`: the PyTorch wheel index",
+    "compat/index_url.py": "asks a torch index for its first page, to refuse a redirect off the "
+    "host before pip or uv follows it",
     "execute/apt_key.py": "the pinned third-party apt key, checked before it is written",
     "verify/session.py": "the report's hostname (socket.gethostname)",
     "verify/_child.py": "DDP ranks rendezvous on 127.0.0.1",
