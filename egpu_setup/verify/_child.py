@@ -13,24 +13,22 @@ Keep it compatible with every Python the PyTorch wheels support (3.9+).
 Protocol (read by the parent):
 - CONFIG.json: what to run (device, quick, burn-in, skips, budgets, expectations, the target GPU).
 - stdout carries JSON lines only, one per record, flushed as they happen: {"kind": "step",
-  "step"}, {"kind": "check", id, status, detail, value, expected, seconds, hint},
+  "step", "pid", "seq"}, {"kind": "check", id, status, detail, value, expected, seconds, hint},
   {"kind": "device", ...}, {"kind": "end"}. Anything else that writes to fd 1 (NCCL_DEBUG, a
   print inside a library) is sent to stderr instead, so it can never corrupt a record.
-- `progress` (JSON lines, fsynced per line): {"event": "step", "step", "time", "pid"} written
-  BEFORE each step starts, so a machine that locks up mid-step leaves the step's name on disk.
+- `progress`: the parent's progress log (JSON lines, fsynced per line, root's when root runs
+  verify). The parent writes {"event": "step", "step", "pid", "seq", "time"} for each step
+  record it reads; the child waits (a second at most) until that line is there BEFORE the step
+  starts, so a machine that locks up mid-step leaves the step's name on disk. The child only
+  reads the log: it never writes a file the next run trusts.
+- `nvidia_smi`: the absolute path of nvidia-smi, found by the parent (None: not sampled). The
+  child's environment is the parent's choice (a fixed PATH, no EGPU_SETUP_* variable): nothing
+  here is looked up through it.
 
 Time: every step has a budget in seconds (`budgets` in CONFIG.json, chosen by the parent per
 device and --quick), not a step count. A training run stops at its budget or when its loss
 reaches the target, whichever comes first; a slow or busy machine does fewer steps, never more
 time. On a GPU, durations are CUDA event times (what the stream executed); on the CPU, wall time.
-
-Test hooks (they fire only when set; the tests set them, nothing else does):
-- EGPU_SETUP_VERIFY_TEST_HANG=<step>: sleep forever when <step> starts (a hung CUDA call).
-- EGPU_SETUP_VERIFY_TEST_CRASH=<step>: die by SIGSEGV when <step> starts (a crashing driver).
-- EGPU_SETUP_VERIFY_TEST_STANDIN=<file>: after `import torch`, run `install(torch)` of that file
-  (tests/helpers/cuda_standin.py, never shipped), which replays a recorded GPU through this code.
-- EGPU_SETUP_TEST_DDP_ABORT=after: DDP rank 1 aborts after the barrier, as gloo's teardown
-  sometimes does under load; =before: it aborts before it has a result.
 """
 
 from __future__ import annotations
@@ -39,8 +37,6 @@ import json
 import math
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -250,7 +246,7 @@ def matmul_size_for(rate_flops: float, seconds: float, lo: int = 128, hi: int = 
 
 
 class Out:
-    """The record stream (stdout, flushed per line) and the progress file (fsynced per line)."""
+    """The record stream (stdout, flushed per line), and the parent's progress log it waits on."""
 
     def __init__(self, progress: str | None, stream: TextIO | None = None) -> None:
         if stream is None:
@@ -260,6 +256,7 @@ class Out:
             os.dup2(2, 1)
         self._stream = stream
         self._progress = progress
+        self._seq = 0
 
     def emit(self, record: dict[str, Any]) -> None:
         self._stream.write(json.dumps(record, default=str) + "\n")
@@ -290,23 +287,38 @@ class Out:
         return status
 
     def step(self, name: str) -> None:
-        """Record (durably) that `name` starts now, tell the parent, then honour the test hooks."""
-        if self._progress:
-            line = json.dumps(
-                {"event": "step", "step": name, "time": time.time(), "pid": os.getpid()}
-            )
-            fd = os.open(self._progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        """Tell the parent that `name` starts, and wait until its progress log says so."""
+        self._seq += 1
+        pid = os.getpid()
+        self.emit({"kind": "step", "step": name, "pid": pid, "seq": self._seq})
+        if self._progress and not logged(self._progress, pid, self._seq, PROGRESS_WAIT_S):
+            self._progress = None  # nobody writes it (the child run on its own): stop waiting
+
+
+PROGRESS_WAIT_S = 1.0
+
+
+def logged(path: str, pid: int, seq: int, wait_s: float) -> bool:
+    """True once the progress log at `path` holds the step line for (pid, seq), within wait_s."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 65536))
+                tail = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            tail = []
+        for line in reversed(tail):
             try:
-                os.write(fd, (line + "\n").encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self.emit({"kind": "step", "step": name})
-        if os.environ.get("EGPU_SETUP_VERIFY_TEST_HANG") == name:
-            while True:  # a CUDA call that never returns
-                time.sleep(3600)
-        if os.environ.get("EGPU_SETUP_VERIFY_TEST_CRASH") == name:
-            os.kill(os.getpid(), signal.SIGSEGV)
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("pid") == pid and event.get("seq") == seq:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
 
 
 class Budget:
@@ -348,18 +360,8 @@ class Clock:
 
 
 def import_torch() -> Torch:
-    """`import torch`, plus the CUDA stand-in when a test asked for it (see the module doc)."""
     import torch
 
-    standin = os.environ.get("EGPU_SETUP_VERIFY_TEST_STANDIN")
-    if standin:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("egpu_setup_test_cuda_standin", standin)
-        assert spec is not None and spec.loader is not None  # a .py path always has both
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.install(torch)
     return torch
 
 
@@ -373,14 +375,14 @@ class Sampler:
 
     FIELDS = ("temperature.gpu", "power.draw", "clocks_event_reasons.active")
 
-    def __init__(self, bus_id: str | None, interval: float):
+    def __init__(self, bus_id: str | None, interval: float, smi: str | None):
         self.bus_id = bus_id
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._smi = shutil.which("nvidia-smi")
+        self._smi = smi if smi and os.path.isabs(smi) else None
         self._fields = self.FIELDS
 
     def __enter__(self) -> Sampler:
@@ -405,7 +407,7 @@ class Sampler:
 
     def sample_once(self) -> None:
         argv = [
-            self._smi or "nvidia-smi",
+            self._smi or "/nonexistent/nvidia-smi",
             "--query-gpu=" + ",".join(self._fields),
             "--format=csv,noheader,nounits",
             "-i",
@@ -1080,17 +1082,11 @@ def _median(values: list[float]) -> float:
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
-ABORT_ENV = "EGPU_SETUP_TEST_DDP_ABORT"  # a test hook (above)
-
-
 def _ddp_worker(
     rank: int, world: int, backend: str, init_file: str, result_dir: str, rendezvous_s: float
 ) -> None:
     import datetime
 
-    abort_at = os.environ.get(ABORT_ENV) if rank == 1 else None
-    if abort_at == "before":
-        os.abort()
     torch = import_torch()
     import torch.distributed as dist
 
@@ -1127,8 +1123,6 @@ def _ddp_worker(
         # Every rank reaches this point before any tears down: gloo aborts a rank whose peer
         # closed its connection while it was still finishing (seen as a rare SIGABRT here).
         dist.barrier()
-        if abort_at == "after":
-            os.abort()  # what gloo's teardown abort looks like
     finally:
         dist.destroy_process_group()
 
@@ -1672,7 +1666,7 @@ def run(cfg: dict[str, Any], out: Out | None = None) -> int:
             run_bandwidth(out, torch, device, cfg, device_bus_id(torch, index))
     cuda = device.type == "cuda"
     bus = device_bus_id(torch, device.index) if cuda else None
-    sampler = Sampler(bus, 0.5 if cfg["quick"] else 1.0) if cuda else None
+    sampler = Sampler(bus, 0.5 if cfg["quick"] else 1.0, cfg.get("nvidia_smi")) if cuda else None
     if sampler:
         sampler.__enter__()
     try:

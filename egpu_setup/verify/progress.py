@@ -1,10 +1,11 @@
 """The progress marker: a JSON-lines log under <state>/verify/, fsynced line by line.
 
 The parent writes `start` before it launches the child (persist "verify started" first, so a
-run that takes the machine down is still on disk), the child writes `step` before each step, the
-parent writes `end` with the outcome. A log whose last run has no `end` means the machine (or
-the tool) died mid-run: a CUDA hard lock that took the host down. The next run reports that
-step, then starts a new log.
+run that takes the machine down is still on disk), `step` for each step the child announces (the
+child waits until that line is on disk before the step starts, and only reads this log: it is
+root's when root runs verify, never handed to the venv's owner), and `end` with the outcome.
+A log whose last run has no `end` means the machine (or the tool) died mid-run: a CUDA hard
+lock that took the host down. The next run reports that step, then starts a new log.
 """
 
 from __future__ import annotations
@@ -96,6 +97,10 @@ class ProgressLog:
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.path, self.dir / "progress.prev.jsonl")
         self.append({"event": "start", "python": python, "pid": os.getpid(), "options": options})
+
+    def step(self, name: str, pid: int | None, seq: int | None) -> None:
+        """The child announced step `name` (it waits for this line before the step starts)."""
+        self.append({"event": "step", "step": name, "pid": pid, "seq": seq})
 
     def end(self, outcome: str, step: str | None) -> None:
         self.append({"event": "end", "outcome": outcome, "step": step})

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.detect.facts import Gpu, HostFacts
-from egpu_setup.errors import UsageError
+from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.host.identity import machine_id_sha256
 from egpu_setup.host.machine import Host, LiveHost
 from egpu_setup.log import get_logger
@@ -320,8 +320,8 @@ def run_verify(
         for check in checks:
             emit("check", check)
         config = build_config(options, profile, facts, host if not cpu else None, references)
-        work = Path(tempfile.mkdtemp(prefix="egpu-setup-verify-"))
-        config.update(progress=str(progress.path), work_dir=str(work))
+        work = scratch_dir()
+        config.update(progress=str(progress.path), work_dir=str(work), nvidia_smi=nvidia_smi())
         started = time.time()
         progress.begin(python, {"device": options.device, "quick": options.quick})
 
@@ -332,6 +332,9 @@ def run_verify(
             elif kind == "device":
                 emit("device", {k: v for k, v in rec.items() if k != "kind"})
             elif kind == "step":
+                # root's log, written by root from what the child said (verify/records.py
+                # checked the name); the child waits for this line before the step starts
+                progress.step(rec["step"], rec.get("pid"), rec.get("seq"))
                 emit("step", rec.get("step"))
 
         outcome: ChildOutcome | None = None
@@ -345,6 +348,28 @@ def run_verify(
     report = assemble(options, python, profile, facts, checks, outcome, step, started, timeout)
     # the machine that ran it (a CPU run has no Host of its own: this one)
     return replace(report, machine_id_sha256=machine_id_sha256(host or LiveHost()))
+
+
+def scratch_dir() -> Path:
+    """A private directory for the child (its config, DDP's rendezvous file): under TMPDIR when
+    it is set, else /tmp. A TMPDIR that cannot be used is said, not silently replaced."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    named = "TMPDIR" if os.environ.get("TMPDIR") else "the temp directory"
+    try:
+        return Path(tempfile.mkdtemp(prefix="egpu-setup-verify-", dir=base))
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise EgpuSetupError(
+            f"no usable temp directory: cannot create verify's scratch directory in {base} "
+            f"({named}): {why}",
+            f"free space in {base} or point TMPDIR at a writable directory with room "
+            "(a few MiB), e.g. TMPDIR=/var/tmp",
+        ) from exc
+
+
+def nvidia_smi() -> str | None:
+    """nvidia-smi's absolute path for the child's sampler (the child has no PATH of ours)."""
+    return LiveHost().which("nvidia-smi")
 
 
 def previous_run_check(previous: PreviousRun) -> Check:

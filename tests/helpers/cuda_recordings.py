@@ -128,14 +128,13 @@ class Scenario:
     sources: list[str] = field(default_factory=list)
 
     def write(self, directory: Path) -> dict[str, str]:
-        """Write the scenario, the nvidia-smi spec and wrapper; the environment that selects
-        them (the child inherits it)."""
+        """Write the scenario (`directory`/scenario.json, for tests/helpers/child_faults.py to
+        arm the target venv with), the nvidia-smi spec and wrapper; returns the parent's
+        environment that selects them: a PATH whose nvidia-smi is the wrapper (the parent finds
+        it there and hands the child its absolute path; the child inherits no PATH of ours)."""
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "scenario.json").write_text(json.dumps(asdict(self), indent=1))
-        env = {
-            "EGPU_SETUP_VERIFY_TEST_STANDIN": str(STANDIN),
-            "EGPU_SETUP_TEST_CUDA_SCENARIO": str(directory / "scenario.json"),
-        }
+        env: dict[str, str] = {}
         bin_dir = directory / "bin"
         bin_dir.mkdir(exist_ok=True)
         path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
@@ -148,7 +147,9 @@ class Scenario:
             interpreter = spec.get("interpreter") or sys.executable
             wrapper = bin_dir / "nvidia-smi"
             wrapper.write_text(
-                f'#!{interpreter}\nimport runpy\nrunpy.run_path("{SMI_REPLAY}", run_name="__main__")\n'
+                f"#!{interpreter}\nimport os, runpy\n"
+                f"os.environ['EGPU_SETUP_TEST_SMI'] = {str(directory / 'smi.json')!r}\n"
+                f'runpy.run_path("{SMI_REPLAY}", run_name="__main__")\n'
             )
             wrapper.chmod(0o755)
             env["EGPU_SETUP_TEST_SMI"] = str(directory / "smi.json")

@@ -1,9 +1,9 @@
 """A stand-in for torch.cuda that replays a recorded real GPU through verify's child (tests only).
 
-verify's child (egpu_setup/verify/_child.py) loads this file only when the tests set
-EGPU_SETUP_VERIFY_TEST_STANDIN to its path; it lives in tests/, which is never shipped. The
-scenario (EGPU_SETUP_TEST_CUDA_SCENARIO, a JSON file written by tests/helpers/cuda_recordings.py)
-holds the recorded values of real GPUs: device properties, bus ids, the arch list of a real wheel,
+verify's child (egpu_setup/verify/_child.py) knows nothing of it: tests/helpers/child_faults.py,
+planted in the target venv, loads it once the child has imported torch; it lives in tests/, which
+is never shipped. The scenario (a JSON file written by tests/helpers/cuda_recordings.py, its path
+in child_faults' control file) holds the recorded values of real GPUs: device properties, bus ids, the arch list of a real wheel,
 bandwidthTest GB/s, torch.matmul TFLOPS, each with its source.
 
 What is real and what is replayed:
@@ -46,12 +46,12 @@ VIRTUAL_BYTES = 1 << 30
 _STATE = None  # the Replay of this process
 
 
-def install(torch) -> None:
+def install(torch, scenario_path: str) -> None:
     """Patch torch.cuda and friends in place and enter the device mode (once per process)."""
     global _STATE
     if _STATE is not None:
         return
-    with open(os.environ["EGPU_SETUP_TEST_CUDA_SCENARIO"], encoding="utf-8") as f:
+    with open(scenario_path, encoding="utf-8") as f:
         scenario = json.load(f)
     # One CPU thread computes what the device would: on a loaded CI machine OpenMP threads that
     # spin against each other make each op many times slower (and the DDP ranks share it too).

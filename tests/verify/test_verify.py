@@ -33,6 +33,7 @@ from egpu_setup.verify.host_checks import (
 )
 from egpu_setup.verify.progress import parse_progress
 from egpu_setup.verify.session import VerifyOptions, run_verify, target_python
+from helpers import child_faults
 from helpers.venvs import make_venv
 
 torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU build)")
@@ -88,6 +89,27 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
 
 def state() -> Path:
     return Path(os.environ["EGPU_SETUP_STATE_DIR"])
+
+
+@pytest.fixture(scope="module")
+def faults_venv(tmp_path_factory) -> Path:
+    """A venv with this run's torch whose Pythons load tests/helpers/child_faults.py: the
+    faults reach the child through its venv, as anything installed there would (the child
+    inherits no variable of ours)."""
+    root = tmp_path_factory.mktemp("faults")
+    return child_faults.plant(make_venv(root / "venv", with_torch=True))
+
+
+@pytest.fixture
+def faulty(faults_venv):
+    """`faulty(hang="matmul")`: arms the venv with those faults, returns its python."""
+
+    def arm(**faults: str) -> str:
+        child_faults.arm(faults_venv, **faults)
+        return str(faults_venv / "bin" / "python")
+
+    yield arm
+    child_faults.arm(faults_venv)  # disarmed: the next test starts from a plain venv
 
 
 def ids(report: dict) -> dict[str, dict]:
@@ -412,19 +434,43 @@ def test_isolated_child_ignores_pythonpath(tmp_path):
     assert "PASS  torch-import" in res.stdout
 
 
-def test_hanging_child_is_killed_and_reported():
+def test_the_child_inherits_only_what_chooses_its_device(faulty, tmp_path):
+    """The child's environment as the child itself sees it (written from inside it by
+    tests/helpers/child_faults.py): the caller's PATH, PYTHONPATH, LD_PRELOAD,
+    COVERAGE_PROCESS_START and our own EGPU_SETUP_* variables stay behind; what chooses and
+    tunes the device (CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS) reaches it, and the token of
+    this run by which host/tracked_session.py finds the child's descendants."""
+    from egpu_setup.host.tracked_session import RUN_TOKEN
+    from egpu_setup.verify.runner import CHILD_PATH, child_env
+
+    dump = tmp_path / "env.json"
+    python = faulty(env_dump=str(dump))
+    extra = {
+        "PATH": f"{tmp_path}:{os.environ['PATH']}",
+        "PYTHONPATH": str(tmp_path),
+        "LD_PRELOAD": "",
+        "COVERAGE_PROCESS_START": str(tmp_path / "coveragerc"),
+        "EGPU_SETUP_TEST_CUDA_SCENARIO": str(tmp_path / "scenario.json"),
+        "CUDA_VISIBLE_DEVICES": "",
+        "OMP_NUM_THREADS": "1",
+    }
+    res = run_cli("--python", python, "--device", "cpu", "--quick", "--skip", "matmul,amp",
+                  env=extra)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    seen = json.loads(dump.read_text())
+    assert sorted(seen) == sorted([*child_env({**os.environ, **extra}, tmp_path), RUN_TOKEN])
+    assert seen["PATH"] == CHILD_PATH
+    assert seen["CUDA_VISIBLE_DEVICES"] == "" and seen["OMP_NUM_THREADS"] == "1"
+    assert Path(seen["TMPDIR"]).name.startswith("egpu-setup-verify-")
+    for name in ("PYTHONPATH", "LD_PRELOAD", "COVERAGE_PROCESS_START", "EGPU_SETUP_STATE_DIR",
+                 "EGPU_SETUP_TEST_CUDA_SCENARIO"):  # fmt: skip
+        assert name not in seen
+
+
+def test_hanging_child_is_killed_and_reported(faulty):
+    python = faulty(hang="matmul")
     t0 = time.monotonic()
-    res = run_cli(
-        "--python",
-        PY,
-        "--device",
-        "cpu",
-        "--quick",
-        "--timeout",
-        "8",
-        "--json",
-        env={"EGPU_SETUP_VERIFY_TEST_HANG": "matmul"},
-    )
+    res = run_cli("--python", python, "--device", "cpu", "--quick", "--timeout", "8", "--json")
     elapsed = time.monotonic() - t0
     assert res.returncode == 1
     report = json.loads(res.stdout)
@@ -451,11 +497,11 @@ def child_state(pid: int) -> str | None:
         return None
 
 
-def test_lockup_is_reported_on_the_next_run():
+def test_lockup_is_reported_on_the_next_run(faulty):
     """The tool itself dies mid-step (what a hard lock-up looks like after the reboot)."""
+    python = faulty(hang="amp")
     proc = subprocess.Popen(
-        [PY, "-m", "egpu_setup", "verify", "--python", PY, "--device", "cpu", "--quick"],
-        env={**os.environ, "EGPU_SETUP_VERIFY_TEST_HANG": "amp"},
+        [PY, "-m", "egpu_setup", "verify", "--python", python, "--device", "cpu", "--quick"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -487,16 +533,9 @@ def test_lockup_is_reported_on_the_next_run():
     assert (state() / "verify/progress.prev.jsonl").exists()
 
 
-def test_crashing_child_is_reported():
-    res = run_cli(
-        "--python",
-        PY,
-        "--device",
-        "cpu",
-        "--quick",
-        "--json",
-        env={"EGPU_SETUP_VERIFY_TEST_CRASH": "amp"},
-    )
+def test_crashing_child_is_reported(faulty):
+    python = faulty(crash="amp")
+    res = run_cli("--python", python, "--device", "cpu", "--quick", "--json")
     assert res.returncode == 1
     report = json.loads(res.stdout)
     assert report["outcome"] == "crashed"
@@ -530,14 +569,12 @@ def test_cpu_full_runs_a_two_rank_ddp_smoke():
     assert ddp["detail"].startswith("2 ranks, gloo: all-reduce correct, DDP step ran"), ddp
 
 
-def test_a_rank_aborted_after_its_result_still_passes_and_says_so():
+def test_a_rank_aborted_after_its_result_still_passes_and_says_so(faulty):
     """gloo can abort a rank while the group is torn down (seen as a SIGABRT under load, after
     every rank wrote its result): the all-reduce and the DDP step ran, so the check passes and
     its detail says what happened after."""
-    res = run_cli(
-        "--python", PY, "--device", "cpu", "--skip", "matmul,amp", "--json",
-        env={"EGPU_SETUP_TEST_DDP_ABORT": "after"},
-    )  # fmt: skip
+    python = faulty(ddp_abort="after")
+    res = run_cli("--python", python, "--device", "cpu", "--skip", "matmul,amp", "--json")
     assert res.returncode == 0, res.stderr
     ddp = ids(json.loads(res.stdout))["ddp"]
     assert ddp["ok"] is True

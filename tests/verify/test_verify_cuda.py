@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from egpu_setup.verify import session
 from egpu_setup.verify.references import ThroughputReference
 from egpu_setup.verify.runner import ChildOutcome, run_child
 from egpu_setup.verify.session import VerifyOptions, build_config, run_verify
+from helpers import child_faults
 from helpers import cuda_recordings as rec
 from helpers.venvs import make_venv, site_packages
 
@@ -42,14 +45,7 @@ SHORT = {"bandwidth": 0.3, "matmul": 0.3, "amp": 3.0, "speedup": 1.0, "throughpu
 
 # Lines of _child.py no scenario executes, and why. The gate below fails when another line is
 # missed, and also when one of these starts to run (then it belongs out of this list).
-UNEXECUTED = {
-    "os.kill(os.getpid(), signal.SIGSEGV)": "the crash hook kills the child before coverage can "
-    "save its data; test_verify.py::test_crashing_child_is_reported runs it",
-    "os.abort()": "the DDP abort hook ends rank 1 before coverage can save its data; the "
-    "ddp-abort-before scenario runs it",
-    "os.abort()  # what gloo's teardown abort looks like": "the same, after the rank's result: "
-    "the ddp-abort-after scenario",
-}
+UNEXECUTED: dict[str, str] = {}
 
 
 @dataclass
@@ -89,10 +85,8 @@ class Scenarios:
             "[report]\n"
             "exclude_also =\n    if TYPE_CHECKING:\n"
         )
-        self.venv = make_venv(root / "venv", with_torch=True)
-        (site_packages(self.venv) / "zz_coverage.pth").write_text(
-            "import coverage; coverage.process_startup()\n"
-        )
+        self.venv = child_faults.plant(make_venv(root / "venv", with_torch=True))
+        measure(self.venv, self.rc)
         self.python = str(self.venv / "bin" / "python")
 
     def get(self, name: str) -> Run:
@@ -100,9 +94,14 @@ class Scenarios:
             self.runs[name] = SCENARIOS[name](self, self.root / name)
         return self.runs[name]
 
-    def env(self, scenario: rec.Scenario | None, directory: Path) -> dict[str, str]:
+    def env(
+        self, scenario: rec.Scenario | None, directory: Path, **faults: str | None
+    ) -> dict[str, str]:
+        """Arm the venv with the scenario and `faults` (the child inherits no variable of
+        ours); the environment of the parent: a PATH whose nvidia-smi is the scenario's."""
         env = scenario.write(directory) if scenario else {}
-        env["COVERAGE_PROCESS_START"] = str(self.rc)
+        path = str(directory / "scenario.json") if scenario else None
+        child_faults.arm(self.venv, scenario=path, **faults)
         return env
 
     def child(
@@ -117,12 +116,20 @@ class Scenarios:
         overrides: dict[str, Any] | None = None,
         python: str | None = None,
         timeout: float = 240,
-        extra_env: dict[str, str] | None = None,
+        visible_devices: str | None = None,
+        hang: str | None = None,
+        ddp_abort: str | None = None,
     ) -> Run:
-        """The child alone, with the config the parent would write (plus `overrides`)."""
-        env = self.env(scenario, directory)
-        env.update(extra_env or {})
+        """The child alone, with the config the parent would write (plus `overrides`);
+        `visible_devices` is the caller's CUDA_VISIBLE_DEVICES (which the child inherits),
+        `hang` and `ddp_abort` are faults armed in the venv (tests/helpers/child_faults.py)."""
+        env = self.env(scenario, directory, hang=hang, ddp_abort=ddp_abort)
+        if visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices
         config = build_config(options, profile, facts, host)
+        # the parent's own lookup, on the PATH the scenario wrote (its stand-in nvidia-smi)
+        smi = directory / "bin" / "nvidia-smi"
+        config["nvidia_smi"] = str(smi) if scenario and scenario.smi is not None else None
         # never this machine's own /sys: a bus id of a recorded GPU may exist here too
         config["sysfs_root"] = str(host.root.resolve()) if host else str(directory / "no-sysfs")
         if options.device != "cpu":
@@ -156,6 +163,16 @@ class Scenarios:
         records = tuple({"kind": "check", **c.to_json()} for c in report.checks)
         outcome = ChildOutcome(outcome.outcome, 0, None, records, "", report.seconds, 0)
         return Run(directory.name, outcome, report, tuple(events))
+
+
+def measure(venv: Path, rc: Path) -> None:
+    """Coverage in every Python of `venv` (the child, its DDP ranks): the child inherits no
+    COVERAGE_PROCESS_START, so the .pth names the config itself (coverage's subprocess
+    measurement: https://coverage.readthedocs.io/en/latest/subprocess.html)."""
+    (site_packages(venv) / "zz_coverage.pth").write_text(
+        f"import os; os.environ['COVERAGE_PROCESS_START'] = {str(rc)!r}; "
+        "import coverage; coverage.process_startup()\n"
+    )
 
 
 # -- the recorded machines --------------------------------------------------------------------
@@ -270,7 +287,7 @@ def server_rtx4090_ddp(ctx: Scenarios, d: Path) -> Run:
             "expect": {"min_link_gen": 4, "h2d_gbps": {}},
             "budgets": {**SHORT, "ddp": 90},
         },
-        extra_env={"CUDA_VISIBLE_DEVICES": "0,1"},
+        visible_devices="0,1",
     )
 
 
@@ -466,7 +483,7 @@ def ddp_abort(at: str) -> Any:
     def run(ctx: Scenarios, d: Path) -> Run:
         sc = rec.Scenario(title=f"CPU, rank 1 aborts {at}", gpus=[])
         options = VerifyOptions(device="cpu", skip=("matmul", "amp"))
-        return ctx.child(d, sc, options, extra_env={"EGPU_SETUP_TEST_DDP_ABORT": at})
+        return ctx.child(d, sc, options, ddp_abort=at)
 
     return run
 
@@ -482,9 +499,7 @@ def no_torch(ctx: Scenarios, d: Path) -> Run:
     venv = make_venv(d / "venv", with_torch=False)
     package = Path(coverage.__file__).parent
     (site_packages(venv) / "coverage").symlink_to(package)
-    (site_packages(venv) / "zz_coverage.pth").write_text(
-        "import coverage; coverage.process_startup()\n"
-    )
+    measure(venv, ctx.rc)
     return ctx.child(d, None, VerifyOptions(device="cpu"), python=str(venv / "bin" / "python"))
 
 
@@ -496,7 +511,7 @@ def hung(ctx: Scenarios, d: Path) -> Run:
         sc,
         VerifyOptions(quick=True),
         timeout=12,
-        extra_env={"EGPU_SETUP_VERIFY_TEST_HANG": "allocation"},
+        hang="allocation",
     )
 
 
@@ -803,7 +818,7 @@ def test_pure_judges() -> None:
     out = child.Out(None, stream=out_text)
     child.peak_check(out, "gpu-power", [], 450.0, "W", None, "hint", "the GPU reports no power")
     child.peak_check(out, "gpu-temperature", [91.0], 88.0, "°C", "samples", "cool it", "none")
-    sampler = child.Sampler(None, 1.0)
+    sampler = child.Sampler(None, 1.0, None)
     child.sampler_checks(out, sampler, {})
     lines = [json.loads(line) for line in out_text.getvalue().splitlines()]
     assert [(r["id"], r["status"]) for r in lines] == [
@@ -834,6 +849,13 @@ def test_pure_judges() -> None:
     assert child.parse_sample("1, 2, 0xZZ")["reasons"] is None
     assert child.parse_sample("") is None
     assert child.matmul_size_for(0.7e9, 0.1) == 320  # a CPU emulating bf16: a small product
+    # the parent's progress log as the child reads it: a line that is not JSON (torn by a
+    # power loss, or another run's) is passed over, not taken for the step
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "progress.jsonl"
+        log.write_text('{"event": "step", "pid": 7, "se\n{"event": "step", "pid": 7, "seq": 1}\n')
+        assert child.logged(str(log), 7, 1, 0.0) is True
+        assert child.logged(str(log), 7, 2, 0.0) is False  # not there: no wait past wait_s
     assert child.matmul_size_for(1e15, 1.0) == 1024
     assert (
         child.judge_link({"speed_gts": 16.0, "width": 16}, None, None, {"min_link_width": 32})[0]
@@ -856,7 +878,9 @@ def test_pure_judges() -> None:
     assert child.arch_covers(["sm_50"], (8, 9))[0] == "fail"
     assert child.arch_covers(["sm_90a", "compute_90"], (8, 9))[0] == "fail"  # neither runs 8.9
     child.Out(None, stream=out_text).step("import")  # no progress file: the record only
-    assert json.loads(out_text.getvalue().splitlines()[-1]) == {"kind": "step", "step": "import"}
+    assert json.loads(out_text.getvalue().splitlines()[-1]) == {
+        "kind": "step", "step": "import", "pid": os.getpid(), "seq": 1,
+    }  # fmt: skip
     assert child.judge_ratio(10.0, 82.6, 0.25, 0.5) == "fail"
     assert child.judge_ratio(40.0, 82.6, 0.25, 0.5) == "warn"
     assert child.read_link(None) == {}
