@@ -145,10 +145,9 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
         # it and runs ensurepip again, the same on every uv version (plan/venv.py)
         out.append([step.python, "-I", "-m", "venv", "--clear", step.venv])
     elif step.create_venv:
-        if uv:
-            out.append([uv, "venv", "--seed", "--no-config", "--python", step.python, step.venv])
-        else:
-            out.append([step.python, "-I", "-m", "venv", step.venv])
+        # the stdlib's venv with uv too: it seeds pip from ensurepip, with no network, where
+        # `uv venv --seed` fetches pip from uv's default index, which a lab's mirror is not
+        out.append([step.python, "-I", "-m", "venv", step.venv])
     if uv:
         out.append(
             [

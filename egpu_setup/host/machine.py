@@ -25,6 +25,7 @@ from pathlib import Path
 from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
 from egpu_setup.host import process
 from egpu_setup.host.process import Result
+from egpu_setup.host.trust import check_image
 from egpu_setup.log import get_logger
 
 log = get_logger("egpu_setup")
@@ -439,17 +440,11 @@ class LiveHost(Host):
         return os.environ.get(name)
 
     def which(self, name: str) -> str | None:
-        """shutil.which, less its import (its archive support is 1.6 ms of every start) and less
-        one hazard: a name with a slash is taken as it is; a bare name is looked up in the PATH
-        directories that are absolute only. An empty or relative entry would be the working
-        directory, wherever root happens to stand."""
+        """Where the program `name` would be started from (host/process.search_dirs: root never
+        looks in the caller's PATH); a name with a slash is taken as it is."""
         if "/" in name:
             return name if _is_executable(name) else None
-        for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
-            candidate = os.path.join(directory, name)
-            if directory.startswith("/") and _is_executable(candidate):
-                return candidate
-        return None
+        return process.find(name)
 
     def argv_for(self, argv: Sequence[str]) -> list[str]:
         """argv with its program by absolute path (`which`); one not found is left to
@@ -622,6 +617,7 @@ class RootHost(Host):
                 f"--root {given} is / itself, the running system, not an image",
                 "drop --root to work on this machine, or pass the image's directory",
             )
+        check_image(root)
         super().__init__(root)
         self._binds: list[tuple[str, str]] = []
 

@@ -37,6 +37,7 @@ import re
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,11 +52,13 @@ _POLL_S = 0.25  # how often a silent child is checked on
 # The only directories a bare program name is looked up in: root's own (Debian Policy 10.1, the
 # FHS), never a PATH the caller set. Children get it as their PATH too.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# What a child keeps of this process's environment: locale, terminal, time zone, proxies (the
-# downloads need them), sudo's account names and egpu-setup's own switches (a child that is
-# egpu-setup reads them too). Nothing that names code to load or a place to look for it.
+# What a child keeps of this process's environment: locale, terminal, time zone, proxies and the
+# CA certificates OpenSSL trusts (the downloads need them behind a lab's TLS proxy, and uv reads
+# SSL_CERT_FILE), sudo's account names and egpu-setup's own switches (a child that is egpu-setup
+# reads them too). Nothing that names code to load or a place to look for it.
 _PASSED_ON = re.compile(
     r"^(TERM|LANG|LANGUAGE|LC_[A-Z]+|TZ|SOURCE_DATE_EPOCH|SUDO_(?:USER|UID|GID)|EGPU_SETUP_\w+"
+    r"|SSL_CERT_FILE|SSL_CERT_DIR"
     r"|(?:http|https|ftp|no|all)_proxy|(?:HTTP|HTTPS|FTP|NO|ALL)_PROXY)$"
 )
 # Programs that run the argv after their "--" (a Python after them is isolated too).
@@ -190,17 +193,40 @@ def spawn(
     )
 
 
+def search_dirs() -> list[str]:
+    """Where a bare program name is looked up, in order: SYSTEM_PATH; the directory of the
+    Python running egpu-setup (its own venv's bin, where uv is installed beside it: as trusted as
+    the egpu-setup running); and for a user, never for root, the absolute entries of their PATH
+    (their own ~/.local/bin). An empty or relative entry, the working directory, never."""
+    dirs = SYSTEM_PATH.split(":")
+    own = os.path.dirname(sys.executable)
+    if own.startswith("/") and own not in dirs:
+        dirs.append(own)
+    if os.geteuid() != 0:
+        path = os.environ.get("PATH", "").split(os.pathsep)
+        dirs += [d for d in path if d.startswith("/") and d not in dirs]
+    return dirs
+
+
+def find(name: str) -> str | None:
+    """The first executable `DIR/name` of search_dirs(), or None (`name` has no slash)."""
+    for directory in search_dirs():
+        candidate = f"{directory}/{name}"
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def program(name: str) -> str:
     """The absolute path a child's program is started from: `name` itself when absolute, else
-    the first executable `SYSTEM_PATH/name`; ExecutionError (127) for anything else, a relative
-    path among them (it would mean the working directory)."""
+    what find() finds; ExecutionError (127) for anything else, a relative path among them (it
+    would mean the working directory)."""
     if name.startswith("/"):
         return name
     if "/" not in name and name not in ("", ".", ".."):
-        for directory in SYSTEM_PATH.split(":"):
-            candidate = f"{directory}/{name}"
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return candidate
+        found = find(name)
+        if found is not None:
+            return found
     raise ExecutionError(
         f"command not found: {name}" if "/" not in name else f"{name} is a relative path",
         f"egpu-setup starts programs by absolute path, or from {SYSTEM_PATH} only",

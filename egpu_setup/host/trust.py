@@ -370,3 +370,37 @@ def output_owner(path: str) -> tuple[int, int] | None:
             f"`chmod go-w {where}`, or write to a folder only you (or root) can change",
         )
     return _decide(path, scan)
+
+
+# What root runs from inside an image it enters (dpkg, its maintainer scripts, DKMS, the tool's
+# Python): the image root and these, and every directory on the way from /.
+IMAGE_SYSTEM_DIRS = ("etc", "usr", "usr/bin", "usr/sbin", "usr/lib", "usr/local", "var", "var/lib")
+
+
+def check_image(root: Path) -> None:
+    """UsageError (exit 2) unless root owns the image at `root`, the way to it and the folders
+    it runs programs from, none writable by a group or by others: root enters an image with
+    its own powers, so an image a user can change is code that user gets root to run."""
+    if os.geteuid() != 0:
+        return
+    scan = _Scan()
+    for rel in ("", *IMAGE_SYSTEM_DIRS):
+        path = os.path.join(root, rel) if rel else str(root)
+        if rel == "" or os.path.lexists(path):
+            _chain(path, scan)
+        if scan.owners or scan.open_to is not None:
+            break
+    if scan.open_to is not None:
+        path, mode = scan.open_to
+        raise UsageError(
+            f"--root {root}: {path} is writable by others (mode {mode:04o}): root does not "
+            "enter an image that other users can change",
+            f"`chmod go-w {path}` (and keep the image root's), then run again",
+        )
+    if scan.owners:
+        uid, path = next(iter(scan.owners.items()))
+        raise UsageError(
+            f"--root {root}: {path} belongs to uid {uid}, not root: root does not enter an "
+            "image that another user can change",
+            f"build the image as root, or `chown -R root:root {root}` once you trust it",
+        )

@@ -59,9 +59,13 @@ def _below(path: Path, anchor: Path) -> tuple[str, ...]:
 
 
 def _refused(where: Path, exc: OSError) -> LinkInPath:
-    what = "a symbolic link" if os.path.islink(where) else "not a directory"
+    why = (
+        "a symbolic link: egpu-setup writes only through real directories, never through a link"
+        if os.path.islink(where)
+        else "not a directory: egpu-setup writes only through real directories"
+    )
     return LinkInPath(
-        f"{where} is {what}: egpu-setup writes only through real directories, never through a link",
+        f"{where} is {why}",
         f"replace {where} by a real directory (or remove it), then run again",
     )
 

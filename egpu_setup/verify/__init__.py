@@ -12,5 +12,6 @@ Modules: `checks` (the Check value and its JSON), `host_checks` (pure checks ove
 nvidia-smi text), `progress` (the marker log), `runner` (spawn, stream, timeout, ending the
 session), `session` (`run_verify`: the whole run; budgets and sizes), `references` (training
 throughput of cards in an internal slot), `report` (table, JSON, saving), `live` (the table
-while it happens), `_child` (runs in the target venv).
+while it happens), `records` (the child's lines read as input: known fields, capped, finite),
+`_child` (runs in the target venv).
 """

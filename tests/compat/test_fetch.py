@@ -219,5 +219,10 @@ def test_unwritable_state_dir_is_a_clean_error(server: IndexServer, tmp_path: Pa
     blocker.write_text("a file where the state directory should be")
     with pytest.raises(EgpuSetupError) as info:
         fetch.update_matrix(blocker, server.url, timeout=(2.0, 5.0))
-    assert "cannot write the matrix cache" in info.value.message
-    assert fetch.STATE_ENV in info.value.hint
+    # the one writer (state/atomic.py) refuses it before anything is written: exit 2
+    assert info.value.exit_code == 2
+    assert (
+        info.value.message
+        == f"{blocker} is not a directory: egpu-setup writes only through real directories"
+    )
+    assert "replace" in info.value.hint and "real directory" in info.value.hint

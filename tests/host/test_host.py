@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,12 +96,15 @@ def test_live_host_runs_argv_lists_and_reports_missing_tools() -> None:
     assert host.read_attr("/proc/sys/kernel/osrelease") == os.uname().release
 
 
-def test_live_which_takes_absolute_path_entries_only(
+def test_live_which_looks_only_where_root_may_start_programs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lookup a root process trusts: a relative or empty PATH entry (the working directory)
-    is never searched, a file that is not executable is passed over, and a name with a slash is
+    """A bare name is looked up in SYSTEM_PATH and the running Python's own bin; a user's PATH
+    is searched for that user only, its absolute entries only (an empty or relative one is the
+    working directory); a file that is not executable is passed over; a name with a slash is
     checked as it is."""
+    from egpu_setup.host import process
+
     here, there = tmp_path / "here", tmp_path / "bin"
     for d in (here, there):
         d.mkdir()
@@ -111,10 +115,17 @@ def test_live_which_takes_absolute_path_entries_only(
     (tmp_path / "plain/tool").write_text("not executable\n")
     monkeypatch.chdir(tmp_path)
     host = LiveHost()
-    monkeypatch.setenv("PATH", f"here::plain:{tmp_path / 'plain'}:{there}")
-    assert host.which("tool") == str(there / "tool")
-    monkeypatch.setenv("PATH", f"here:{tmp_path / 'plain'}")
+    monkeypatch.setenv("PATH", f"here::{there}")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert host.which("tool") is None  # root: the caller's PATH is not where root looks
+    assert os.path.dirname(sys.executable) in process.search_dirs()
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert host.which("tool") == str(there / "tool")  # a user: their PATH, "here" never
+    monkeypatch.setenv("PATH", "here:")
     assert host.which("tool") is None
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(process, "SYSTEM_PATH", f"{tmp_path / 'plain'}:{there}")
+    assert host.which("tool") == str(there / "tool")  # plain/tool is not executable
     assert host.which("./here/tool") == "./here/tool"
     assert host.which(str(tmp_path / "plain/tool")) is None
 

@@ -19,6 +19,7 @@ import pytest
 from helpers import kill_points
 from helpers.sentinel import STATE, UDEV, clean_error, install
 
+NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
 
 
@@ -86,6 +87,26 @@ def test_a_fifo_at_a_managed_path_neither_blocks_nor_is_read(cli, image) -> None
     assert res.returncode in (1, 2), res.stderr
     clean_error(res)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("how", ["user-owned", "a-folder-open-to-all"])
+def test_an_image_a_user_can_change_is_never_entered(cli, image, sentinel, how) -> None:
+    """Was: --root never checked who owns the image and entered it as root; a user-owned image's
+    sitecustomize.py, run by the tool install, escaped the chroot as uid 0."""
+    (image / "usr/lib").mkdir(parents=True)
+    (image / "etc").mkdir()
+    if how == "user-owned":
+        for path in (image, image / "usr", image / "usr/lib", image / "etc"):
+            os.chown(path, NOBODY, NOBODY)
+    else:
+        (image / "usr/lib").chmod(0o777)
+    before = sorted(str(p) for p in image.rglob("*"))
+    for res in (install(cli, image), cli("rollback", "--yes", "--root", str(image))):
+        assert res.returncode == 2, res.stderr
+        clean_error(res)
+        assert "root does not enter an image that" in res.stderr
+    assert sorted(str(p) for p in image.rglob("*")) == before  # nothing written, no state
+    assert sentinel.unchanged(), sentinel.changes()
 
 
 # -- rollback: crash-idempotent, a bad backup skipped, only egpu-setup's paths deleted ---------

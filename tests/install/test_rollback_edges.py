@@ -9,6 +9,7 @@ controller and boltd, so a stand-in on PATH prints what boltctl prints and logs 
 from __future__ import annotations
 
 import contextlib
+import ctypes  # noqa: F401  (the parent-death signal's; see as_nobody)
 import json
 import os
 import shutil
@@ -431,32 +432,48 @@ def test_rollback_rebuilds_the_initramfs_inside_a_debian_root(tmp_path: Path) ->
 
 
 _FAKE_BOLTCTL = """#!/bin/sh
-# stands in for boltctl (needs boltd and a Thunderbolt controller); logs its argv
-echo "$*" >> "$BOLTCTL_LOG"
-[ -n "$BOLTCTL_FAIL" ] && { echo "boltctl: error: device not found" >&2; exit 1; }
+# stands in for boltctl (needs boltd and a Thunderbolt controller); logs its argv. Its child gets
+# a clean environment (host/process.py), so what it logs to and whether it fails are files.
+echo "$*" >> {log}
+[ -e {fail} ] && {{ echo "boltctl: error: device not found" >&2; exit 1; }}
 case "$1" in
 enroll) printf ' \\342\\227\\217 Razer Core X Chroma\\n   \\342\\224\\234\\342\\224\\200 uuid:   %s\\n' "$4"
         printf '   \\342\\224\\224\\342\\224\\200 status: authorized\\n' ;;
 esac
 """
 
+# egpu-setup starts a bare program name only from host/process.SYSTEM_PATH, never the caller's
+# PATH: the stand-in's directory goes in front of it, in this process and in the command line's.
+_CLI_WITH_PROGRAMS = (
+    "import sys; import egpu_setup.host.process as p; "
+    "p.SYSTEM_PATH = sys.argv[1] + ':' + p.SYSTEM_PATH; "
+    "from egpu_setup.cli import main; main(sys.argv[2:])"
+)
+
 
 @pytest.mark.parametrize("fails", [False, True], ids=["forgotten", "forget-fails"])
 def test_a_bolt_enrollment_is_recorded_and_forgotten_on_rollback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
 ) -> None:
+    import egpu_setup.host.process
+
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "boltctl").write_text(_FAKE_BOLTCTL)
+    calls, fail = tmp_path / "boltctl.log", tmp_path / "boltctl.fail"
+    (bindir / "boltctl").write_text(_FAKE_BOLTCTL.format(log=calls, fail=fail))
     (bindir / "boltctl").chmod(0o755)
-    calls = tmp_path / "boltctl.log"
-    env = {
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "BOLTCTL_LOG": str(calls),
-        "EGPU_SETUP_STATE_DIR": str(tmp_path / "state"),
-    }
+    system_path = f"{bindir}:{egpu_setup.host.process.SYSTEM_PATH}"
+    monkeypatch.setattr(egpu_setup.host.process, "SYSTEM_PATH", system_path)
+    env = {"EGPU_SETUP_STATE_DIR": str(tmp_path / "state")}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", _CLI_WITH_PROGRAMS, str(bindir), *args],
+            capture_output=True, text=True, env={**os.environ, **env}, check=False,
+        )  # fmt: skip
+
     enroll = ("boltctl", "enroll", "--policy", "iommu", UUID)
     _execute(
         Path("/"), RunCommand(enroll, "authorize this enclosure", live_only=True), host=LiveHost()
@@ -464,9 +481,12 @@ def test_a_bolt_enrollment_is_recorded_and_forgotten_on_rollback(
     paths = StatePaths.for_root(Path("/"))
     [recorded] = Manifest.load(paths).commands
     assert recorded["argv"] == list(enroll) and recorded["undo"] == ["boltctl", "forget", UUID]
-    proc = _cli("rollback", "--json", env=env)
+    proc = cli("rollback", "--json")
     assert json.loads(proc.stdout)["commands"][0]["status"] == "would-run"
-    proc = _cli("rollback", "--yes", "--json", env={**env, "BOLTCTL_FAIL": "1" if fails else ""})
+    if fails:
+        fail.touch()
+    proc = cli("rollback", "--yes", "--json")
+    print("STDOUT", proc.stdout, "STDERR", proc.stderr)
     [cmd] = json.loads(proc.stdout)["commands"]
     assert calls.read_text().splitlines() == [" ".join(enroll[1:]), f"forget {UUID}"]
     if fails:
