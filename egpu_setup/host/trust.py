@@ -238,6 +238,18 @@ def _scan_python(python: str, scan: _Scan, home_site: str | None) -> None:
             _walk(extra, scan)
 
 
+def _refuse_open(what: str, scan: _Scan, act: str, then: str) -> None:
+    """UsageError when the scan met something a group or everyone may write: root does not
+    `act` (run code, enter an image) that other users can change."""
+    if scan.open_to is not None:
+        path, mode = scan.open_to
+        raise UsageError(
+            f"{what}: {path} is writable by others (mode {mode:04o}): root does not {act} "
+            "that other users can change",
+            f"make it root's and `chmod go-w {path}`, {then}",
+        )
+
+
 def _decide(what: str, scan: _Scan) -> tuple[int, int] | None:
     if scan.no_home is not None:
         cfg, home = scan.no_home
@@ -246,14 +258,7 @@ def _decide(what: str, scan: _Scan) -> tuple[int, int] | None:
             "its standard library in the folders above it, which root does not run code from",
             "recreate the venv with the Python it should use (python3 -m venv --clear DIR)",
         )
-    if scan.open_to is not None:
-        path, mode = scan.open_to
-        raise UsageError(
-            f"{what}: {path} is writable by others (mode {mode:04o}): root does not run code "
-            "that other users can change",
-            f"make it root's and `chmod go-w {path}`, or run egpu-setup without sudo as the "
-            "user it belongs to",
-        )
+    _refuse_open(what, scan, "run code", "or run egpu-setup without sudo as the user it belongs to")
     if not scan.owners:
         return None
     if len(scan.owners) > 1:
@@ -362,13 +367,9 @@ def output_owner(path: str) -> tuple[int, int] | None:
     st = _lstat(probe)
     if st is not None and stat.S_ISLNK(st.st_mode):
         scan.note(probe, st)
-    if scan.open_to is not None:
-        where, mode = scan.open_to
-        raise UsageError(
-            f"{path}: {where} is writable by others (mode {mode:04o}): root does not write "
-            "where other users can change what it writes",
-            f"`chmod go-w {where}`, or write to a folder only you (or root) can change",
-        )
+    _refuse_open(
+        path, scan, "write into a folder", "or write to a folder only you (or root) can change"
+    )
     return _decide(path, scan)
 
 
@@ -390,13 +391,7 @@ def check_image(root: Path) -> None:
             _chain(path, scan)
         if scan.owners or scan.open_to is not None:
             break
-    if scan.open_to is not None:
-        path, mode = scan.open_to
-        raise UsageError(
-            f"--root {root}: {path} is writable by others (mode {mode:04o}): root does not "
-            "enter an image that other users can change",
-            f"`chmod go-w {path}` (and keep the image root's), then run again",
-        )
+    _refuse_open(f"--root {root}", scan, "enter an image", "then run again")
     if scan.owners:
         uid, path = next(iter(scan.owners.items()))
         raise UsageError(
