@@ -63,3 +63,22 @@ def test_every_finding_id_is_named() -> None:
 def test_every_exit_code_is_in_the_table() -> None:
     codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
     assert sorted(c for c in codes if not re.search(rf"^\| {c} \|", DESIGN, re.M)) == []
+
+
+def test_the_hostile_count_docs_testing_quotes_is_the_suites() -> None:
+    """docs/testing.md says how many hostile cases the suite holds: that number is collected."""
+    import subprocess
+    import sys
+
+    testing = (REPO / "docs" / "testing.md").read_text(encoding="utf-8")
+    quoted = re.search(r"`tests/\*/test_hostile_\*\.py`, (\d+) cases", testing)
+    assert quoted, "docs/testing.md no longer quotes the hostile count"
+    files = sorted(str(p.relative_to(REPO)) for p in REPO.glob("tests/*/test_hostile_*.py"))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n0", "-p", "no:cacheprovider", "--collect-only", "-q",
+         *files],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    collected = re.search(r"^(\d+) tests? collected", out, re.M)
+    assert collected, out[-2000:]
+    assert int(quoted[1]) == int(collected[1])
