@@ -64,13 +64,6 @@ def _remove_cache(cache: Path) -> None:
         print(f"egpu-setup tests: {cache} was not removed (a mount below it?)", file=sys.stderr)
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker per core, and one more. A quarter of the suite's time is spent
-    waiting (apt and pip downloads, dpkg's fsyncs, QEMU's disk), measured as 22% idle CPU over
-    a whole run with one worker per core on 2 cores; the extra worker fills it."""
-    return (os.cpu_count() or 1) + 1
-
-
 # pytest-xdist hands out whole files (--dist loadfile) in the order they were collected. The
 # lab-image file alone runs about 9 minutes and is collected 64th of 80 (root files after the
 # folders); started first, it overlaps the rest of the suite instead of risking a lone tail.
