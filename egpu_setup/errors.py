@@ -80,3 +80,13 @@ class ExecutionError(EgpuSetupError):
         self.argv = list(argv)
         self.rc = rc
         self.stderr_tail = stderr_tail
+
+
+class TimedOut(ExecutionError):
+    """A command missed its deadline and was ended (its session killed, host/process.py)."""
+
+    def __init__(
+        self, message: str, hint: str | None = None, *, argv: Sequence[str], timeout: float
+    ):
+        super().__init__(message, hint, argv=argv)
+        self.timeout = timeout

@@ -18,6 +18,7 @@ Processes (pip, debootstrap, apt-get in the root, dpkg-scanpackages) run through
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
@@ -439,6 +440,21 @@ class Builder:
         root = self._cache() / "debroot" / suite
         if (root / ".egpu-setup-debroot-complete").is_file():
             return root
+        root.parent.mkdir(parents=True, exist_ok=True)
+        # one builder at a time per root (another bundle run, or the tests' own root builder,
+        # which takes the same lock): two debootstraps into one `.building` break each other
+        fd = os.open(
+            root.with_name(root.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return self._build_root_locked(suite, mirror, root)
+        finally:
+            os.close(fd)
+
+    def _build_root_locked(self, suite: str, mirror: str, root: Path) -> Path:
+        if (root / ".egpu-setup-debroot-complete").is_file():
+            return root  # the builder we waited for made it
         work = root.with_name(root.name + ".building")
         if work.exists():
             self._run(["rm", "-rf", "--one-file-system", str(work)], "removing a half-built root")

@@ -86,6 +86,14 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class TimedOutTool:
+    """A diagnostic tool detection ran that did not answer within its deadline and was ended."""
+
+    name: str  # "nvidia-smi"
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class ListedGpu:
     """A GPU a tool lists without a PCI address to tie it to (an `nvidia-smi --query-gpu` CSV
     without `pci.bus_id`): counted and kept as the tool printed it, never one of `gpus`, whose
@@ -161,6 +169,7 @@ class HostFacts:
     source: str = "live"  # live / recorded / root
     numa_nodes: tuple[int, ...] = ()  # /sys/devices/system/node/online; () when not known
     listed_gpus: tuple[ListedGpu, ...] = ()  # GPUs a tool names with no PCI address
+    timed_out: tuple[TimedOutTool, ...] = ()  # tools that hung while detection ran them
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

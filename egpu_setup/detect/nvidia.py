@@ -20,6 +20,11 @@ _NVRM = re.compile(
 )
 
 
+# nvidia-smi asks the kernel driver: on a GPU that stopped answering it waits with it. 20 s is
+# far beyond a healthy answer (well under a second), and a hang past it is reported, not waited.
+NVIDIA_SMI_TIMEOUT_S = 20.0
+
+
 def parse_proc_version(text: str | None) -> tuple[str | None, str | None]:
     """/proc/driver/nvidia/version (or a kernel log) -> (driver version, "open"/"proprietary").
 
@@ -82,7 +87,7 @@ def probe_nvidia(host: Host, *, run_smi: bool) -> tuple[NvidiaFacts, object | No
     version = module_version
     smi = None
     if run_smi or host.kind == "recorded":
-        text = host.command("nvidia-smi", ["nvidia-smi", "-q"], timeout=20.0)
+        text = host.command("nvidia-smi", ["nvidia-smi", "-q"], timeout=NVIDIA_SMI_TIMEOUT_S)
         if text:  # its parser (20 patterns) loads only for a report to read
             from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
 

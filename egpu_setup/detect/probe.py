@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from egpu_setup.detect.facts import Gpu, HostFacts, Link, ListedGpu, ThunderboltFacts
+from egpu_setup.detect.facts import Gpu, HostFacts, Link, ListedGpu, ThunderboltFacts, TimedOutTool
 from egpu_setup.detect.sysfs import pcie_speed
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
@@ -46,6 +46,7 @@ def detect_host(host: Host, *, run_smi: bool = False) -> HostFacts:
         source=host.kind,
         numa_nodes=probe_numa_nodes(host),
         listed_gpus=listed_gpus(smi),
+        timed_out=tuple(TimedOutTool(name, seconds) for name, seconds in host.timed_out),
     )
 
 

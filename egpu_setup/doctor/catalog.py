@@ -69,6 +69,17 @@ CATALOG: tuple[Spec, ...] = (
         ("NVIDIA nvidia-smi(1) manual", "NVIDIA README: Installing the NVIDIA Driver"),
     ),
     Spec(
+        "tool-timed-out",
+        "warning",
+        "A diagnostic tool (nvidia-smi, lspci, boltctl, ...) did not answer within its deadline "
+        "and was ended: what it would have said is missing, and a hung nvidia-smi is itself a "
+        "sign that the GPU or its driver stopped answering.",
+        (
+            "NVIDIA nvidia-smi(1) manual (queries go through the kernel driver)",
+            "NVIDIA/open-gpu-kernel-modules#979 (a GPU that stops answering hangs its tools)",
+        ),
+    ),
+    Spec(
         "nouveau-bound",
         "error",
         "The open-source nouveau driver owns the GPU, so the NVIDIA driver cannot.",

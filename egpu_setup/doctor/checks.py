@@ -886,6 +886,35 @@ def check_pep668(ctx: _Context) -> list[Finding]:
     ]
 
 
+def check_timed_out(ctx: _Context) -> list[Finding]:
+    """A tool detect or collect ran that hung (host/machine.py ends it at its deadline)."""
+    hung = {t.name: t.timeout_s for t in ctx.facts.timed_out}
+    hung.update(ctx.inputs.timed_out)
+    out = []
+    for name, seconds in hung.items():
+        if name == "nvidia-smi":
+            fix = (
+                "nvidia-smi asks the driver, so the GPU or the driver stopped answering: look for "
+                "NVRM Xid or 'fallen off the bus' in `sudo dmesg`; save your work, replug the "
+                "enclosure (or reboot), then run `egpu-setup doctor` again."
+            )
+        else:
+            fix = (
+                f"run `{name}` by hand to see where it waits; what doctor says without its "
+                "output may be incomplete."
+            )
+        out.append(
+            Finding(
+                "tool-timed-out",
+                "warning",
+                f"{name} did not answer within {seconds:g} s and was ended",
+                (f"{name}: no answer after {seconds:g} s",),
+                fix,
+            )
+        )
+    return out
+
+
 def check_runtime_pm(ctx: _Context) -> list[Finding]:
     lines = [
         f"/sys/bus/pci/devices/{addr}/power/control: auto"
@@ -1018,4 +1047,5 @@ def run_checks(
     out += check_runtime_pm(ctx)
     out += check_known_issues(ctx)
     out += check_verify_temperature(ctx)
+    out += check_timed_out(ctx)
     return out

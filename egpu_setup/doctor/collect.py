@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from egpu_setup.detect import nvidia
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.doctor.dmesg import DmesgScan, scan_lines
 from egpu_setup.doctor.findings import DoctorInput
@@ -106,7 +107,7 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
     return DoctorInput(
         dmesg_scan=scan_kernel_log(host),
         lspci=host.command("lspci", ["lspci", "-vvnn"]),
-        nvidia_smi=host.command("nvidia-smi", ["nvidia-smi"], timeout=20.0),
+        nvidia_smi=host.command("nvidia-smi", ["nvidia-smi"], timeout=nvidia.NVIDIA_SMI_TIMEOUT_S),
         boltctl=host.command("boltctl", ["boltctl", "list", "--all"]),
         mokutil=host.command("mokutil", ["mokutil", "--sb-state"]),
         cmdline=host.read_attr("/proc/cmdline"),
@@ -117,6 +118,7 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         nvidia_power=nv_power,
         verify_report=report,
         verify_report_path=report_path,
+        timed_out=tuple(host.timed_out),  # detection's and the commands' above
     )
 
 

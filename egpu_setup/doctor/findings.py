@@ -60,6 +60,8 @@ class DoctorInput:
     # the newest `egpu-setup verify` report (schema egpu-setup/verify/1) and where it was read
     verify_report: dict[str, Any] | None = None
     verify_report_path: str | None = None
+    # (tool, seconds): diagnostic tools that hung while detect and collect ran them
+    timed_out: tuple[tuple[str, float], ...] = ()
 
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""

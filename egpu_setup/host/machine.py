@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
+from egpu_setup.errors import ExecutionError, TimedOut, UnsupportedHardware, UsageError
 from egpu_setup.host import process
 from egpu_setup.host.process import Result
 from egpu_setup.host.trust import check_image
@@ -45,6 +45,7 @@ class Host:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._is_slash = self.root == Path("/")
+        self.timed_out: list[tuple[str, float]] = []  # (tool, seconds) that missed a deadline
 
     # -- paths ---------------------------------------------------------------------------------
 
@@ -217,6 +218,12 @@ class Host:
             return None
         try:
             res = self.run(argv, timeout=timeout)
+        except TimedOut as exc:
+            # a diagnostic tool that hangs is evidence itself (a GPU that stopped answering
+            # hangs nvidia-smi): said now, and kept for doctor (HostFacts.timed_out)
+            self.timed_out.append((argv[0], exc.timeout))
+            log.warning("%s did not answer within %g s and was ended", argv[0], exc.timeout)
+            return None
         except ExecutionError as exc:
             log.debug("%s", exc.message)
             return None
@@ -273,11 +280,12 @@ class Host:
         res = process.spawn(
             full, env=spawn_env, replace_env=replace, timeout=timeout, run_as=run_as, cwd=cwd
         )
-        if res.timed_out:
-            raise ExecutionError(
+        if res.timed_out and timeout is not None:
+            raise TimedOut(
                 f"`{' '.join(argv)}` did not finish within {timeout:g} s",
                 "see the log above; re-run when the machine is idle",
                 argv=argv,
+                timeout=timeout,
             )
         return res
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.detect.facts import Gpu, HostFacts
+from egpu_setup.detect.nvidia import NVIDIA_SMI_TIMEOUT_S
 from egpu_setup.host.machine import Host
 from egpu_setup.profile.types import Profile
 
@@ -50,7 +51,7 @@ def power_limit(target: Host, facts: HostFacts, card: Gpu | None) -> float | Non
     from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
 
     argv = ["nvidia-smi", "--query-gpu=pci.bus_id,power.limit", "--format=csv"]
-    text = target.command("nvidia-smi", argv, timeout=20.0)
+    text = target.command("nvidia-smi", argv, timeout=NVIDIA_SMI_TIMEOUT_S)
     if not text:
         return None
     gpus = parse_nvidia_smi(text).gpus

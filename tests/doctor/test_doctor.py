@@ -1028,3 +1028,39 @@ def test_nvidia_smi_alone_says_the_driver_is_not_loaded():
     found = diagnose(facts(gpus=()), DoctorInput(nvidia_smi="No devices were found\n"))
     assert "nvidia-driver-not-loaded" not in ids(found)
     assert "lspci -d 10de:" in only(found, "nvidia-no-gpu-found").fix
+
+
+def test_a_hung_nvidia_smi_is_named_and_ended_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: doctor waited 20 s for a hung nvidia-smi, then said nothing of it (debug log only).
+    A stand-in that never answers, found where root looks for programs (SYSTEM_PATH)."""
+    import time
+
+    from egpu_setup.detect import nvidia
+    from egpu_setup.detect.probe import detect_host
+    from egpu_setup.doctor.collect import collect
+    from egpu_setup.doctor.diagnose import diagnose
+    from egpu_setup.host import process
+    from egpu_setup.host.machine import LiveHost
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 60\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setattr(process, "SYSTEM_PATH", f"{bindir}:{process.SYSTEM_PATH}")
+    monkeypatch.setattr(nvidia, "NVIDIA_SMI_TIMEOUT_S", 1.0)
+    host = LiveHost()
+    started = time.monotonic()
+    facts = detect_host(host, run_smi=True)
+    findings = diagnose(facts, collect(host, facts), None)
+    took = time.monotonic() - started
+    assert took < 15, took  # two runs of it, each ended at 1 s; never the 60 s it would sleep
+    assert [t.name for t in facts.timed_out] == ["nvidia-smi"]
+    [hung] = [f for f in findings if f.id == "tool-timed-out"]
+    assert (hung.severity, hung.summary) == (
+        "warning",
+        "nvidia-smi did not answer within 1 s and was ended",
+    )
+    assert "GPU or the driver stopped answering" in hung.fix
+    assert "nvidia-smi did not answer within 1 s and was ended" in caplog.text

@@ -142,7 +142,7 @@ def _files_are_whole(root: Path) -> None:
         assert not p.exists() or p.read_bytes() == content, f"half-written {path}"
 
 
-KILLS = 30  # kill points per test, spread over the whole run (kill_points.spread)
+KILLS = 16  # kill points per test, spread over the whole run (kill_points.spread)
 
 
 def test_kill_9_at_every_kind_of_point_converges_and_rolls_back(

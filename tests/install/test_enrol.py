@@ -26,6 +26,7 @@ import pytest
 from conftest import FIXTURES, run_cli
 from egpu_setup.detect.facts import TbDevice
 from egpu_setup.detect.probe import detect_host
+from egpu_setup.host import process
 from egpu_setup.host.machine import LiveHost, RecordedHost, RootHost
 from egpu_setup.install import enrol
 from egpu_setup.profile.load import load_profile
@@ -240,7 +241,8 @@ def test_with_bolt_it_enrols_through_the_executor_and_rollback_knows_the_undo(
     stand_in = bindir / "boltctl"
     stand_in.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     stand_in.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    # where root looks for a program (host/process.SYSTEM_PATH), never the caller's PATH
+    monkeypatch.setattr(process, "SYSTEM_PATH", f"{bindir}:{process.SYSTEM_PATH}")
     facts = detect_host(RecordedHost(FRESH))
     paths = StatePaths.for_root(Path("/"))  # EGPU_SETUP_STATE_DIR: the test's own state
     said = enrol.apply_enrolment(
@@ -257,7 +259,8 @@ def test_whether_bolt_can_enrol_is_decided_in_one_place(
     laptop: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An image cannot enrol even with bolt installed in it (no boltd in a chroot); a recording
-    cannot say; this machine can when boltctl is on PATH. The render plan asks the same."""
+    cannot say; this machine can when boltctl is where root looks for programs (SYSTEM_PATH).
+    The render plan asks the same."""
     from egpu_setup.install import inputs
 
     (laptop / "usr/bin").mkdir(parents=True, exist_ok=True)
@@ -268,7 +271,7 @@ def test_whether_bolt_can_enrol_is_decided_in_one_place(
     assert enrol.bolt_can_enrol(RecordedHost(FRESH)) is None
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    monkeypatch.setenv("PATH", str(bindir))
+    monkeypatch.setattr(process, "SYSTEM_PATH", str(bindir))
     assert enrol.bolt_can_enrol(LiveHost()) is False
     (bindir / "boltctl").write_text("#!/bin/sh\n")
     (bindir / "boltctl").chmod(0o755)

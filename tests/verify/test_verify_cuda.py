@@ -22,6 +22,7 @@ import pytest
 
 from conftest import REPO
 from egpu_setup.detect.probe import detect_host
+from egpu_setup.host import process
 from egpu_setup.host.machine import RecordedHost
 from egpu_setup.verify import _child as child
 from egpu_setup.verify import session
@@ -153,6 +154,13 @@ class Scenarios:
         with pytest.MonkeyPatch.context() as mp:
             for key, value in env.items():
                 mp.setenv(key, value)
+            # the parent looks nvidia-smi up where root looks for programs (SYSTEM_PATH), never
+            # in PATH: the scenario's stand-in goes in front of those directories
+            smi = [
+                p for p in env.get("PATH", "").split(os.pathsep) if Path(p, "nvidia-smi").exists()
+            ]
+            if smi:
+                mp.setattr(process, "SYSTEM_PATH", f"{smi[0]}:{process.SYSTEM_PATH}")
             for key in list(session.TRAIN_SHAPES):
                 if key[0] == "cuda":
                     mp.setitem(session.TRAIN_SHAPES, key, dict(SHAPE))
