@@ -64,10 +64,34 @@ fi
 echo "creating $tool with $python ($version) ..." >&2
 mkdir -p "$(dirname "$tool")"
 "$python" -m venv --clear "$tool"
-echo "installing egpu-setup from $src ..." >&2
-"$tool/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-  "$src" >&2 || fail 1 "pip could not install egpu-setup into $tool" \
-  "check the network or the index in /etc/pip.conf, then run this again"
+# The wheels of egpu-setup and of what it depends on are kept, with their sha256s, in the venv
+# (share/egpu-setup/wheels, root's): when egpu-setup later puts itself into a lab image or into
+# a bundle, it uses these files and nothing else, never this source tree again and never a
+# package fetched by its name (docs/design.md, "Root safety").
+wheels="$tool/share/egpu-setup/wheels"
+pip=("$tool/bin/python" -m pip --disable-pip-version-check --quiet)
+echo "building egpu-setup's wheel from $src ..." >&2
+mkdir -p "$wheels"
+"${pip[@]}" wheel --no-deps --wheel-dir "$wheels" "$src" >&2 ||
+  fail 1 "pip could not build egpu-setup's wheel from $src" \
+    "check the network or the index in /etc/pip.conf (the build needs setuptools), then run this again"
+ours=("$wheels"/egpu_setup-*.whl)
+echo "downloading the wheels egpu-setup depends on ..." >&2
+"${pip[@]}" download --only-binary=:all: --dest "$wheels" "${ours[0]}" >&2 ||
+  fail 1 "pip could not download egpu-setup's dependencies" \
+    "check the network or the index in /etc/pip.conf, then run this again"
+(cd "$wheels" && sha256sum -- *.whl >SHA256SUMS)
+# pins each kept wheel by version and hash: pip installs those files and no other
+requirements=$(mktemp)
+trap 'rm -f "$requirements"' EXIT
+while read -r sum file; do
+  IFS=- read -r name version _ <<<"$file"
+  printf '%s==%s --hash=sha256:%s\n' "$name" "$version" "$sum"
+done <"$wheels/SHA256SUMS" >"$requirements"
+echo "installing egpu-setup from those wheels ..." >&2
+"${pip[@]}" install --no-warn-script-location --no-index --find-links "$wheels" \
+  --require-hashes -r "$requirements" >&2 ||
+  fail 1 "pip could not install egpu-setup into $tool from $wheels" "run this again; if it fails again, report it"
 
 mkdir -p "$bindir"
 ln -sfn "$tool/bin/egpu-setup" "$bindir/egpu-setup"

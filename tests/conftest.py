@@ -55,6 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
         run_cache = tempfile.mkdtemp(prefix="egpu-setup-test-cache-")
         os.environ[CACHE_ENV] = run_cache
         config.add_cleanup(lambda: _remove_cache(Path(run_cache)))
+    # the wheels egpu-setup keeps of itself (scripts/install.sh makes them), which `install
+    # --root` and `bundle` put into images and bundles: of this checkout as it is now
+    from helpers.kept_wheels import keep
+
+    keep(Path(os.environ[CACHE_ENV]))
 
 
 def _remove_cache(cache: Path) -> None:

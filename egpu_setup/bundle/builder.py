@@ -54,11 +54,12 @@ from egpu_setup.bundle.wheels import (
     without_marker,
 )
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
-from egpu_setup.execute.tool import tool_source
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
 from egpu_setup.profile.types import Profile
 from egpu_setup.state.atomic import atomic_copy, atomic_write
+from egpu_setup.state.tool_wheels import KEPT, SUMS, KeptWheels, for_python
+from egpu_setup.state.tool_wheels import own as own_wheels
 
 log = get_logger("egpu_setup.bundle")
 
@@ -536,40 +537,49 @@ class Builder:
     # -- (c) the tool itself ----------------------------------------------------------------------
 
     def _tool(self) -> None:
+        """egpu-setup's own wheels, from those it keeps (install/tool_wheels.py: never built
+        from a source tree, never fetched by name), and its dependencies for each target Python
+        these lack, from this machine's pip index."""
         from egpu_setup import __version__
 
+        kept = own_wheels()
+        if kept is None:
+            raise UsageError(
+                f"this egpu-setup keeps no wheels of its own ({sys.prefix}/{KEPT}, "
+                "root's): a bundle's tool part is made from them",
+                "install egpu-setup with `sudo bash scripts/install.sh`, or pass --only "
+                "torch,driver",
+            )
         dest = self.out / "tool"
         pythons = sorted({t.python for t in self.targets})
         distros = sorted({t.distro for t in self.targets})
-        src = tool_source()
-        inputs = {"version": __version__, "pythons": pythons, "distros": distros}
+        inputs = {
+            "version": __version__,
+            "pythons": pythons,
+            "distros": distros,
+            "kept": [list(f) for f in kept.files],
+        }
         if self._unchanged("tool", inputs):
             return
         dest.mkdir(parents=True, exist_ok=True)
         for old in dest.glob("*.whl"):
             old.unlink()
-        if src is not None:
-            self._run(
-                [*self._pip(), "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-                 "--wheel-dir", str(dest), str(src)],
-                f"egpu-setup {__version__}: building its wheel",
-            )  # fmt: skip
-        else:
-            self._run(
-                [*self._pip(), "download", "--no-deps", "-q", "--dest", str(dest),
-                 f"egpu-setup=={__version__}"],
-                f"egpu-setup {__version__}: its wheel from this machine's pip index",
-            )  # fmt: skip
+        _copy_pinned(kept, dest)
         ours = next(iter(dest.glob("egpu_setup-*.whl")), None)
         if ours is None:
-            raise EgpuSetupError("no egpu-setup wheel was produced", "see the pip output above")
+            raise EgpuSetupError(
+                f"{kept.directory} keeps no egpu-setup wheel",
+                "install egpu-setup again with `sudo bash scripts/install.sh`",
+            )
         for python in pythons:
+            if _complete(dest, python):
+                continue
             reqs = [without_marker(r) for r in direct_requirements(read_wheel(ours), python)]
             self._run(
                 [*self._pip(), *self._download_args(python, distros, dest), *reqs],
                 f"egpu-setup's dependencies for Python {python}",
             )
-            closure(wheel_pool(dest), ["egpu-setup"], python)  # complete, or an error now
+            closure(_pool_for(dest, python), ["egpu-setup"], python)  # complete, or an error now
         self._record("tool", inputs, [f"tool/{p.name}" for p in sorted(dest.glob("*.whl"))])
 
     # -- (d) manifest -----------------------------------------------------------------------------
@@ -672,3 +682,36 @@ def _move(src: Path, dest: Path) -> None:
         pass
     atomic_copy(src, dest, 0o644)
     src.unlink()
+
+
+def _copy_pinned(kept: KeptWheels, dest: Path) -> None:
+    """Each kept wheel into the bundle, its bytes read once and checked against its sha256."""
+    from egpu_setup.host.machine import read_regular
+    from egpu_setup.state.atomic import sha256
+
+    for name, want in kept.files:
+        data = read_regular(Path(kept.directory) / name, 256 << 20)
+        if data is None or sha256(data) != want:
+            raise EgpuSetupError(
+                f"{kept.directory}/{name} does not match its sha256 in {SUMS}",
+                "install egpu-setup again with `sudo bash scripts/install.sh`",
+            )
+        atomic_write(dest / name, data, 0o644)
+
+
+def _pool_for(dest: Path, python: str) -> dict[str, list[Wheel]]:
+    """The wheels in `dest` a CPython `python` can install."""
+    fits = {w.file for w in for_python([(p.name, "") for p in dest.glob("*.whl")], python)}
+    return {
+        name: [w for w in wheels if w.path.name in fits]
+        for name, wheels in wheel_pool(dest).items()
+    }
+
+
+def _complete(dest: Path, python: str) -> bool:
+    """Whether `dest` already holds egpu-setup and all it needs on Python `python`."""
+    try:
+        closure(_pool_for(dest, python), ["egpu-setup"], python)
+    except EgpuSetupError:
+        return False
+    return True

@@ -19,6 +19,7 @@ from egpu_setup.resolve.constraints import Constraints, constraints_from_profile
 from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
+from egpu_setup.state.tool_wheels import KeptWheels
 
 
 def check_flags(options: InstallOptions, bundle: OfflineBundle | None) -> None:
@@ -147,7 +148,7 @@ def tool_choice(
     target: Host,
     facts: HostFacts,
     only: frozenset[str],
-    bundle_tool: str | None,
+    bundle_tool: KeptWheels | None,
 ) -> ToolChoice:
     """The egpu-setup the units run (install/tool.py); its install steps only with the config
     part, which writes the units."""

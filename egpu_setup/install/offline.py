@@ -29,6 +29,7 @@ from egpu_setup.log import get_logger
 from egpu_setup.plan.options import BundleSource
 from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.resolution import Resolution, TorchPlan
+from egpu_setup.state.tool_wheels import KeptWheels
 
 log = get_logger("egpu_setup.install")
 
@@ -85,15 +86,16 @@ def open_bundle(options: InstallOptions) -> OfflineBundle:
     return OfflineBundle(path, load_manifest(path, check_pin(pin)))
 
 
-def tool_wheels(bundle: OfflineBundle | None) -> str | None:
-    """The bundle's tool/ wheels (egpu-setup and its dependencies), checked against the
-    manifest, for egpu-setup's own venv; None without a bundle or without that part."""
-    from egpu_setup.bundle.format import verify_files
+def tool_wheels(bundle: OfflineBundle | None) -> KeptWheels | None:
+    """The bundle's tool/ wheels (egpu-setup and its dependencies) with the sha256s its pinned
+    manifest gives, checked now and again on the copy pip installs from (execute/tool.py), for
+    egpu-setup's own venv; None without a bundle or without that part."""
+    from egpu_setup.bundle.format import repository_files, verify_files
 
     if bundle is None or not any(rel.startswith("tool/") for rel in bundle.manifest.files()):
         return None
     verify_files(bundle.directory, bundle.manifest, ["tool"])
-    return str(bundle.directory / "tool")
+    return KeptWheels(str(bundle.directory / "tool"), repository_files(bundle.manifest, "tool"))
 
 
 def narrow_to_bundle(

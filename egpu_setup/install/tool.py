@@ -4,8 +4,9 @@ They run it as root, at boot and on every plug-in, so never a path a user can ch
 (docs/design.md, "Root safety", rule 1), and in an image never the build host's:
 
 - `--root IMAGE`: always /opt/egpu-setup/tool/bin/egpu-setup inside the image, installed there
-  from wheels for the image's own Python (plan step InstallTool), with /usr/local/bin/egpu-setup
-  linked to it for people at the console;
+  for the image's own Python (plan step InstallTool) from the wheels egpu-setup keeps of itself
+  or a pinned bundle's (install/tool_wheels.py), with /usr/local/bin/egpu-setup linked to it for
+  people at the console;
 - on the running system: the running egpu-setup when root owns it and everything it is made of
   (host/trust.py), else the same /opt/egpu-setup/tool, installed there when it does not
   hold this version (a pipx or uv venv in a home directory is the case this is for).
@@ -16,8 +17,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import AptInstall, CreateLink, InstallTool, Step
+from egpu_setup.state.tool_wheels import KeptWheels
 
 TOOL_VENV = "/opt/egpu-setup/tool"
 TOOL_BIN = f"{TOOL_VENV}/bin/egpu-setup"
@@ -41,7 +44,7 @@ def choose_tool(
     target: Host,
     facts_os_id: str | None,
     *,
-    bundle_tool: str | None = None,
+    bundle_tool: KeptWheels | None = None,
     argv0: str | None = None,
     lock_timeout: int = 600,
 ) -> ToolChoice:
@@ -131,9 +134,21 @@ def venv_package_step(target: Host, os_id: str | None, lock_timeout: int) -> Ste
 
 
 def _install_steps(
-    target: Host, os_id: str | None, bundle_tool: str | None, lock_timeout: int
+    target: Host, os_id: str | None, bundle_tool: KeptWheels | None, lock_timeout: int
 ) -> tuple[Step, ...]:
     from egpu_setup import __version__
+    from egpu_setup.state import tool_wheels
+
+    wheels = bundle_tool or tool_wheels.own()
+    if wheels is None:
+        where = "the image" if target.kind == "root" else TOOL_VENV
+        raise UsageError(
+            f"egpu-setup must put itself into {where} and this one keeps no wheels of its own "
+            f"(root-owned, in {sys.prefix}/{tool_wheels.KEPT}): root installs no source tree and "
+            "no egpu-setup fetched by name",
+            "install egpu-setup with `sudo bash scripts/install.sh` (it keeps them), or pass "
+            "--bundle DIR of a bundle built with its tool part",
+        )
 
     steps: list[Step] = []
     venv = venv_package_step(target, os_id, lock_timeout)
@@ -147,7 +162,8 @@ def _install_steps(
             version=__version__,
             python=SYSTEM_PYTHON,
             create_venv=not target.exists(f"{TOOL_VENV}/pyvenv.cfg"),
-            wheels_from=bundle_tool,
+            wheels_from=wheels.directory,
+            wheels=wheels.files,
             reason="the program the units and helpers run as root",
         )
     )

@@ -164,9 +164,10 @@ class PipInstall(Step):
 class InstallTool(Step):
     """egpu-setup itself into a root-owned venv on the target, the one its units and helpers run.
 
-    Made by the target's own Python (`python`, a path on the target), filled offline from wheels
-    built for that Python: from `wheels_from` (a bundle's tool/ directory on this machine), or
-    built from the running tool's source with this machine's pip configuration."""
+    Made by the target's own Python (`python`, a path on the target), filled offline from the
+    wheels egpu-setup keeps of itself or a pinned bundle's tool/ (install/tool_wheels.py): the
+    files `wheels` names in `wheels_from`, each copied and checked against its sha256 before pip
+    sees it."""
 
     kind: ClassVar[str] = "install-tool"
     part: ClassVar[str] = "config"
@@ -174,18 +175,17 @@ class InstallTool(Step):
     version: str
     python: str
     create_venv: bool
-    wheels_from: str | None = None
+    wheels_from: str
+    wheels: tuple[tuple[str, str], ...]  # (file name, sha256)
     reason: str = ""
 
     def describe(self) -> str:
         create = f"create venv {self.venv} with {self.python}; " if self.create_venv else ""
-        source = (
-            f"offline from {self.wheels_from}"
-            if self.wheels_from
-            else "from wheels built here for its Python"
-        )
         why = f" ({self.reason})" if self.reason else ""
-        return f"{create}install egpu-setup {self.version} into {self.venv} {source}{why}"
+        return (
+            f"{create}install egpu-setup {self.version} into {self.venv} from the "
+            f"{len(self.wheels)} wheels in {self.wheels_from}, pinned by sha256{why}"
+        )
 
 
 @dataclass(frozen=True)

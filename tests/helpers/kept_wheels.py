@@ -1,0 +1,51 @@
+"""The wheels egpu-setup keeps of itself, made for the Python the suite runs, as scripts/install.sh
+makes them for /opt/egpu-setup/tool (egpu_setup/state/tool_wheels.py).
+
+An editable install keeps none, and with none `install --root` refuses to put egpu-setup into an
+image. So the suite's own venv gets them once per run, before the workers start: this checkout's
+wheel as it is now, and the wheels it depends on from this machine's pip configuration, with
+their sha256s in SHA256SUMS, where the running egpu-setup looks (sys.prefix).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from egpu_setup.state.tool_wheels import KEPT, SUMS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def keep(cache: Path) -> Path:
+    """Make sys.prefix/KEPT hold this checkout's wheel and its dependencies; return the folder.
+    The dependencies are downloaded into `cache` once and copied from there."""
+    folder = Path(sys.prefix) / KEPT
+    deps = cache / "tool-dependencies"
+    deps.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    with tempfile.TemporaryDirectory(prefix="egpu-setup-kept-") as tmp:
+        subprocess.run(
+            [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", tmp, str(REPO)],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        ours = next(Path(tmp).glob("egpu_setup-*.whl"))
+        subprocess.run(
+            [*pip, "download", "--only-binary=:all:", "-d", str(deps), str(ours)],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, mode=0o755)
+        for wheel in [ours, *(w for w in deps.glob("*.whl") if not w.name.startswith("egpu_"))]:
+            shutil.copyfile(wheel, folder / wheel.name)
+    sums = [
+        f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n"
+        for w in sorted(folder.glob("*.whl"))
+    ]
+    (folder / SUMS).write_text("".join(sums))
+    return folder
