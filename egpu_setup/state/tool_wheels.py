@@ -51,13 +51,14 @@ def parse_sums(text: str, where: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
-def own(prefix: str = sys.prefix) -> KeptWheels | None:
-    """The wheels kept beside the running egpu-setup, when root owns them and the list is
-    readable; None when it keeps none (an editable install, pip into a venv of one's own)."""
+def own(prefix: str | None = None) -> KeptWheels | None:
+    """The wheels kept beside the running egpu-setup (below `prefix`, default sys.prefix), when
+    root owns them and the list is readable; None when it keeps none (an editable install, pip
+    into a venv of one's own)."""
     from egpu_setup.host.machine import read_regular
     from egpu_setup.host.trust import owned_by_root
 
-    folder = Path(prefix) / KEPT
+    folder = Path(sys.prefix if prefix is None else prefix) / KEPT
     sums = folder / SUMS
     if not owned_by_root([str(folder), str(sums)]):
         return None  # missing, or a user's: either way not wheels root may install
