@@ -17,18 +17,50 @@ from packaging.utils import canonicalize_name
 from egpu_setup.host.machine import Host
 
 
-def installed_packages(host: Host) -> dict[str, str]:
-    """name -> version of every package dpkg says is installed (reads /var/lib/dpkg/status)."""
+def _dpkg_status(host: Host) -> dict[str, tuple[str, str, str, str]]:
+    """name -> (want, flag, state, version) of every stanza of /var/lib/dpkg/status."""
     text = host.read("/var/lib/dpkg/status") or ""
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, str, str, str]] = {}
     for stanza in text.split("\n\n"):
         fields = dict(
             (m.group(1), m.group(2).strip())
             for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
         )
-        if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
-            out[fields["Package"]] = fields.get("Version", "")
+        status = fields.get("Status", "").split()
+        if fields.get("Package") and len(status) == 3:
+            want, flag, state = status
+            out[fields["Package"]] = (want, flag, state, fields.get("Version", ""))
     return out
+
+
+def installed_packages(host: Host) -> dict[str, str]:
+    """name -> version of every package dpkg has installed *and configured* (reads
+    /var/lib/dpkg/status): `Status: install ok installed`, or `hold ok installed` (apt-mark
+    hold). Nothing else counts (deb-status(5), dpkg(1) "Package states"): a package left
+    unpacked, half-configured, half-installed or with triggers pending by a killed or failed
+    run is not usable yet, and one marked `reinstreq` must be installed again; so the plan asks
+    apt for it again (after `dpkg --configure -a`, plan/build.py)."""
+    return {
+        name: version
+        for name, (want, flag, state, version) in _dpkg_status(host).items()
+        if want in ("install", "hold") and flag == "ok" and state == "installed"
+    }
+
+
+def present_packages(host: Host) -> dict[str, str]:
+    """name -> dpkg state of every package dpkg has anything of: its files in any state, even
+    half-installed, or only its conffiles (`config-files`, what a removal leaves). A package
+    an install left in any of these states is the install's to take back, and rollback
+    --packages purges it (dpkg --purge takes a package in every one of them)."""
+    return {name: state for name, (_w, _f, state, _v) in _dpkg_status(host).items()
+            if state != "not-installed"}  # fmt: skip
+
+
+def native_arch(status: str) -> str:
+    """What `dpkg --print-architecture` says, read from dpkg's status file text: dpkg itself is
+    always of the native architecture."""
+    m = re.search(r"^Package: dpkg\n(?:[^\n]+\n)*?Architecture: (\S+)", status, re.M)
+    return m.group(1) if m else "-"
 
 
 # dpkg's package states that `dpkg --audit` reports (dpkg(1), "Package states"; deb-status(5)):

@@ -15,7 +15,7 @@ from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.apt_sources import parse_deb822_sources
 from egpu_setup.plan.build import build_plan
-from egpu_setup.plan.installed import installed_packages
+from egpu_setup.plan.installed import installed_packages, present_packages
 from egpu_setup.plan.options import PlanOptions, parse_only
 from egpu_setup.plan.steps import AptInstall, AptRepository
 from helpers import install_values as values
@@ -163,6 +163,33 @@ def test_parsers_and_option_validation() -> None:
     assert check_index_url("http://127.0.0.1:8080/simple/")
     with pytest.raises(UsageError, match="only https"):
         check_index_url("http://mirror.example/simple/")
+
+
+@pytest.mark.parametrize(
+    ("status", "installed"),
+    [
+        ("install ok installed", True),
+        ("hold ok installed", True),  # apt-mark hold: there, and kept at its version
+        # what a killed or failed dpkg run leaves (deb-status(5)): not usable, so planned again
+        ("install ok unpacked", False),
+        ("install ok half-configured", False),
+        ("install reinstreq half-installed", False),
+        ("install ok triggers-pending", False),
+        ("install ok triggers-awaited", False),
+        ("install reinstreq installed", False),
+        ("deinstall ok installed", False),  # on its way out: apt-get install keeps it
+        ("deinstall ok config-files", False),
+        ("purge ok not-installed", False),
+    ],
+)
+def test_a_package_is_installed_only_when_dpkg_configured_it(
+    tmp_path: Path, status: str, installed: bool
+) -> None:
+    root = _root(tmp_path, MAIN_ONLY, f"Package: lab-driver\nStatus: {status}\nVersion: 1.0\n")
+    assert ("lab-driver" in installed_packages(RootHost(root))) is installed
+    # and rollback --packages purges it in every state that left something of it
+    present = "lab-driver" in present_packages(RootHost(root))
+    assert present is (not status.endswith("not-installed"))
 
 
 # -- the command ---------------------------------------------------------------------------------
