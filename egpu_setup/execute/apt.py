@@ -21,7 +21,13 @@ from egpu_setup.execute.dpkg_lock import lock_holder, wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
-from egpu_setup.plan.installed import installed_packages, native_arch, present_packages
+from egpu_setup.plan.installed import (
+    auto_installed,
+    installed_packages,
+    native_arch,
+    needs_reinstall,
+    present_packages,
+)
 from egpu_setup.plan.steps import AptInstall, AptRepository, bundle_apt_options
 
 log = get_logger("egpu_setup.execute")
@@ -57,7 +63,15 @@ def install(ctx: Context, step: AptInstall) -> tuple[str, str]:
     before dpkg starts, so rollback --packages takes back what got in however the run ends."""
     host = ctx.host
     wait_for_dpkg_lock(host, step.lock_timeout)
-    argv = step.argv()
+    # apt goes no further while dpkg says a package must be installed again, and a plain
+    # install calls it "already the newest version": named after --reinstall, it is unpacked
+    # again; one apt had as a dependency gets that mark back after (apt-mark(8): a package
+    # named on apt-get's command line is marked manually installed)
+    broken = tuple(sorted(needs_reinstall(host)))
+    auto = auto_installed(host) & set(broken) - set(step.packages)
+    if broken:
+        log.warning("dpkg left %s half-installed: installed again", " ".join(broken))
+    argv = step.argv(reinstall=broken)
     # read right before apt runs (after the lock wait): a package that was already there, in
     # any state but its conffiles alone, is not ours to remove, even on an upgrade that names it
     before = {n for n, state in present_packages(host).items() if state != "config-files"}
@@ -102,6 +116,8 @@ def install(ctx: Context, step: AptInstall) -> tuple[str, str]:
             rc=rc,
             stderr_tail=tail,
         )
+    if auto:
+        host.run_checked(["apt-mark", "auto", *sorted(auto)], env=APT_ENV, timeout=120)
     ours = [name for name in step.packages if name not in before]
     # and what apt brought with them that its simulation did not name: rollback --packages
     # purges those too, once nothing else needs them (execute/apt_remove.py)

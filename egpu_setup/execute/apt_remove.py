@@ -36,7 +36,7 @@ from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host
 from egpu_setup.host.process import Result
 from egpu_setup.log import get_logger
-from egpu_setup.plan.installed import native_arch, present_packages
+from egpu_setup.plan.installed import auto_installed, native_arch, present_packages
 
 log = get_logger("egpu_setup.rollback")
 
@@ -61,18 +61,6 @@ class Purged:
 
     purged: tuple[str, ...]
     kept: tuple[tuple[str, str], ...]  # (package, why)
-
-
-def auto_installed(host: Host) -> set[str]:
-    """Packages apt marks as installed only as a dependency (/var/lib/apt/extended_states,
-    `Auto-Installed: 1`; what `apt-mark showauto` lists)."""
-    text = host.read("/var/lib/apt/extended_states") or ""
-    out = set()
-    for stanza in text.split("\n\n"):
-        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
-        if name and re.search(r"^Auto-Installed:[ \t]*1[ \t]*$", stanza, re.M):
-            out.add(name.group(1))
-    return out
 
 
 def would_purge(host: Host, names: Sequence[str]) -> set[str]:

@@ -56,6 +56,27 @@ def present_packages(host: Host) -> dict[str, str]:
             if state != "not-installed"}  # fmt: skip
 
 
+def auto_installed(host: Host) -> set[str]:
+    """Packages apt marks as installed only as a dependency (/var/lib/apt/extended_states,
+    `Auto-Installed: 1`; what `apt-mark showauto` lists)."""
+    text = host.read("/var/lib/apt/extended_states") or ""
+    out = set()
+    for stanza in text.split("\n\n"):
+        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
+        if name and re.search(r"^Auto-Installed:[ \t]*1[ \t]*$", stanza, re.M):
+            out.add(name.group(1))
+    return out
+
+
+def needs_reinstall(host: Host) -> set[str]:
+    """Packages dpkg says must be installed again: flagged `reinstreq`, or `half-installed` (a
+    dpkg killed while it unpacked them). `dpkg --configure -a` cannot finish them and a plain
+    `apt-get install` calls them "already the newest version"; `--reinstall` unpacks them
+    again (apt-get(8))."""
+    return {name for name, (_w, flag, state, _v) in _dpkg_status(host).items()
+            if flag == "reinstreq" or state == "half-installed"}  # fmt: skip
+
+
 def native_arch(status: str) -> str:
     """What `dpkg --print-architecture` says, read from dpkg's status file text: dpkg itself is
     always of the native architecture."""

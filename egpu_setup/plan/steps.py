@@ -90,7 +90,10 @@ class AptInstall(Step):
     fetch_timeout: int = DEFAULT_APT_FETCH_TIMEOUT
     deadline: int = DEFAULT_APT_DEADLINE
 
-    def argv(self) -> list[str]:
+    def argv(self, reinstall: tuple[str, ...] = ()) -> list[str]:
+        """The apt-get command; with `reinstall`, the packages dpkg left half-installed, named
+        after `--reinstall` with the step's own (the executor reads dpkg's status as the step
+        starts)."""
         argv = [
             "apt-get",
             "-y",
@@ -108,9 +111,11 @@ class AptInstall(Step):
             "Dpkg::Options::=--force-confold",
         ]
         argv.append("install")
+        if reinstall:
+            argv.append("--reinstall")
         if self.no_install_recommends:
             argv.append("--no-install-recommends")
-        return [*argv, *self.packages]
+        return [*argv, *self.packages, *(p for p in reinstall if p not in self.packages)]
 
     def describe(self) -> str:
         rec = " --no-install-recommends" if self.no_install_recommends else ""
