@@ -50,8 +50,9 @@ def build_deb(
     return root / out.lstrip("/")
 
 
-def local_repository(root: Path, debs: list[Path]) -> None:
-    """A flat apt repository of `debs` inside the root (file:/tmp/repo), its lists fetched."""
+def local_repository(root: Path, debs: list[Path], uri: str = "file:/tmp/repo") -> None:
+    """A flat apt repository of `debs` inside the root (/tmp/repo), its lists fetched from
+    `uri`: the directory itself, or a server on this machine that serves it."""
     import hashlib
 
     stanzas = []
@@ -64,7 +65,7 @@ def local_repository(root: Path, debs: list[Path]) -> None:
         )
     (root / "tmp/repo/Packages").write_text("\n".join(stanzas))
     lst = root / "etc/apt/sources.list.d/lab.list"
-    lst.write_text("deb [trusted=yes] file:/tmp/repo ./\n")
+    lst.write_text(f"deb [trusted=yes] {uri} ./\n")
     done = chroot(
         root, "apt-get", "update", "-o", "Dir::Etc::sourcelist=sources.list.d/lab.list",
         "-o", "Dir::Etc::sourceparts=-", "-o", "APT::Get::List-Cleanup=0",
