@@ -36,14 +36,28 @@ from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host
 from egpu_setup.host.process import Result
 from egpu_setup.log import get_logger
-from egpu_setup.plan.installed import auto_installed, native_arch, present_packages
+from egpu_setup.plan.installed import (
+    auto_installed,
+    dpkg_interrupted,
+    native_arch,
+    present_packages,
+)
 
 log = get_logger("egpu_setup.rollback")
 
 LOCK_TIMEOUT_S = 600
 # the lock wait; and never apt's own autoremove along (a machine may set it in apt.conf): only
 # the packages named here are taken
-OPTIONS = ["-o", f"DPkg::Lock::Timeout={LOCK_TIMEOUT_S}", "-o", "APT::Get::AutomaticRemove=false"]
+OPTIONS = [
+    "-o",
+    f"DPkg::Lock::Timeout={LOCK_TIMEOUT_S}",
+    "-o",
+    "APT::Get::AutomaticRemove=false",
+    # a package a killed install left half-installed is purged too: dpkg refuses to remove one
+    # flagged reinstreq without it (dpkg(1), --force-remove-reinstreq)
+    "-o",
+    "Dpkg::Options::=--force-remove-reinstreq",
+]
 # apt-get -s: "Purg NAME [VERSION]" per package it would purge, "Remv" where it would only remove
 _SIMULATED = re.compile(r"^(?:Purg|Remv) (\S+)", re.M)
 # dpkg, when a package's prerm or postrm exits non-zero
@@ -70,6 +84,22 @@ def would_purge(host: Host, names: Sequence[str]) -> set[str]:
     res = _apt(host, ["apt-get", "-s", *OPTIONS, "purge", *names])
     native = ":" + native_arch(host.read("/var/lib/dpkg/status") or "")
     return {n.removesuffix(native) for n in _SIMULATED.findall(res.out)}
+
+
+def finish_interrupted(host: Host) -> None:
+    """`dpkg --configure -a` when a killed or failed dpkg run left work behind: apt reads only
+    dpkg's status file, not the journal a killed dpkg leaves in /var/lib/dpkg/updates/, so it
+    would call the packages that run unpacked "not installed" and leave them. What dpkg cannot
+    configure (a dependency half-installed) stays as it is, and is purged all the same."""
+    why = dpkg_interrupted(host)
+    if why is None:
+        return
+    log.warning("%s: running dpkg --configure -a first", why)
+    env = {**APT_ENV, **IMAGE_ENV} if host.kind == "root" else APT_ENV
+    argv = ["dpkg", "--force-confdef", "--force-confold", "--configure", "-a"]
+    res = host.stream(argv, env=env, on_line=show_line, timeout=LOCK_TIMEOUT_S + 600)
+    if res.rc != 0:
+        log.warning("dpkg --configure -a exited with %s; purging what it left", res.rc)
 
 
 def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:

@@ -217,9 +217,10 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
     _require_root(plan)
     with RunLock(plan.paths.lock, plan.paths.anchor):
         if options.packages:
-            from egpu_setup.execute.apt_remove import check_purge
+            from egpu_setup.execute.apt_remove import check_purge, finish_interrupted
 
-            check_purge(host, plan.packages)  # before anything changes: refused as a whole
+            finish_interrupted(host)  # else apt sees no package a killed install left unpacked
+            check_purge(host, plan.packages)  # before anything else changes: refused as a whole
         journal = Journal(plan.paths)
         run = new_run_id()
         journal.append(

@@ -18,18 +18,23 @@ from egpu_setup.host.machine import Host
 
 
 def _dpkg_status(host: Host) -> dict[str, tuple[str, str, str, str]]:
-    """name -> (want, flag, state, version) of every stanza of /var/lib/dpkg/status."""
-    text = host.read("/var/lib/dpkg/status") or ""
+    """name -> (want, flag, state, version) of every package in dpkg's database: the status
+    file, then the journal of changes not yet merged into it (/var/lib/dpkg/updates/, files
+    named by number, applied in order; what a killed dpkg leaves), as dpkg reads them itself
+    (modstatdb_init in dpkg's lib/dpkg/dbmodify.c,
+    https://git.dpkg.org/cgit/dpkg/dpkg.git/tree/lib/dpkg/dbmodify.c)."""
     out: dict[str, tuple[str, str, str, str]] = {}
-    for stanza in text.split("\n\n"):
-        fields = dict(
-            (m.group(1), m.group(2).strip())
-            for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
-        )
-        status = fields.get("Status", "").split()
-        if fields.get("Package") and len(status) == 3:
-            want, flag, state = status
-            out[fields["Package"]] = (want, flag, state, fields.get("Version", ""))
+    journal = sorted((n for n in host.listdir("/var/lib/dpkg/updates") if n.isdigit()), key=int)
+    for path in ["/var/lib/dpkg/status", *(f"/var/lib/dpkg/updates/{n}" for n in journal)]:
+        for stanza in (host.read(path) or "").split("\n\n"):
+            fields = dict(
+                (m.group(1), m.group(2).strip())
+                for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
+            )
+            status = fields.get("Status", "").split()
+            if fields.get("Package") and len(status) == 3:
+                want, flag, state = status
+                out[fields["Package"]] = (want, flag, state, fields.get("Version", ""))
     return out
 
 
@@ -98,18 +103,9 @@ UNFINISHED_STATES = (
 
 def unfinished_packages(host: Host) -> list[str]:
     """Packages an interrupted dpkg run left unfinished: in one of UNFINISHED_STATES, or flagged
-    `reinstreq` ("in a very bad inconsistent state"). Read from /var/lib/dpkg/status."""
-    text = host.read("/var/lib/dpkg/status") or ""
-    out = []
-    for stanza in text.split("\n\n"):
-        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
-        status = re.search(r"^Status:[ \t]*(\S+)[ \t]+(\S+)[ \t]+(\S+)", stanza, re.M)
-        if not name or not status:
-            continue
-        _want, flag, state = status.groups()
-        if flag == "reinstreq" or state in UNFINISHED_STATES:
-            out.append(name.group(1))
-    return out
+    `reinstreq` ("in a very bad inconsistent state"). Read from dpkg's database."""
+    return [name for name, (_w, flag, state, _v) in _dpkg_status(host).items()
+            if flag == "reinstreq" or state in UNFINISHED_STATES]  # fmt: skip
 
 
 def dpkg_interrupted(host: Host) -> str | None:

@@ -35,6 +35,7 @@ pytestmark = [
 NAMED = ("linux-headers-amd64", "nvidia-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")
 BROUGHT = "lab-nvidia-libs"
 KILLS = {"rename": 4, "fsync": 2}  # dpkg's, spread over its unpack
+EXPECTED = dict.fromkeys((*NAMED, BROUGHT), "ii")  # dpkg-query's abbreviation: configured
 
 
 @pytest.fixture(scope="module")
@@ -96,25 +97,31 @@ def _in_egpu_setup(found: list[kill_points.Point]) -> list[kill_points.Point]:
     return [found[start], saved]
 
 
+@pytest.fixture(scope="module")
+def dpkg_points(image: Path, tmp_path_factory: pytest.TempPathFactory) -> list[kill_points.Point]:
+    """Every call of the uninterrupted install, children included (strace -f); it ends with
+    each package installed."""
+    ref = tmp_path_factory.mktemp("apt-kill-ref") / "image"
+    subprocess.run(["cp", "-a", str(image), str(ref)], check=True)
+    done, found = kill_points.follow_points(_install(ref), env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {n: s for n, s in _statuses(ref).items() if n in EXPECTED} == EXPECTED
+    return found
+
+
 def test_killed_in_the_apt_step_the_same_install_converges_and_rollback_purges(
-    image: Path, tmp_path: Path
+    image: Path, dpkg_points: list[kill_points.Point], tmp_path: Path
 ) -> None:
     env = _env()
     before = _statuses(image)
     assert not set(before) & {*NAMED, BROUGHT}
     ref = tmp_path / "ref"
     subprocess.run(["cp", "-a", str(image), str(ref)], check=True)
-    done, found = kill_points.follow_points(_install(ref), env=env)
+    done, own = kill_points.points(_install(ref), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    expected = {name: "ii" for name in (*NAMED, BROUGHT)}
-    assert {n: s for n, s in _statuses(ref).items() if n in expected} == expected
-    ref2 = tmp_path / "ref2"
-    subprocess.run(["cp", "-a", str(image), str(ref2)], check=True)
-    done, own = kill_points.points(_install(ref2), env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    chosen = [*_in_dpkg(found), *_in_egpu_setup([p for p in own if str(ref2) in p.args
-                                                 or p.syscall in kill_points.STARTS])]  # fmt: skip
-    assert len(chosen) == sum(KILLS.values()) + 2, [str(p) for p in found if p.program]
+    chosen = [*_in_dpkg(dpkg_points), *_in_egpu_setup([p for p in own if str(ref) in p.args
+                                                       or p.syscall in kill_points.STARTS])]  # fmt: skip
+    assert len(chosen) == sum(KILLS.values()) + 2, [str(p) for p in dpkg_points if p.program]
     failures = 0
     for k, point in enumerate(chosen):
         r = tmp_path / f"r{k}"
@@ -138,7 +145,7 @@ def test_killed_in_the_apt_step_the_same_install_converges_and_rollback_purges(
         assert again.returncode == 0, f"{point}: {again.stderr[-3000:]}"
         audit = _debroot.chroot(r, "dpkg", "--audit")
         assert audit.returncode == 0 and audit.stdout == "", f"{point}: {audit.stdout}"
-        assert {n: s for n, s in _statuses(r).items() if n in expected} == expected, point
+        assert {n: s for n, s in _statuses(r).items() if n in EXPECTED} == EXPECTED, point
         assert _recorded(r) == {**dict.fromkeys(NAMED, False), BROUGHT: True}, point
         back = subprocess.run(
             _argv(r, "rollback", "--packages"), env=env, capture_output=True, text=True
@@ -148,3 +155,31 @@ def test_killed_in_the_apt_step_the_same_install_converges_and_rollback_purges(
         assert _recorded(r) == {}, point
         shutil.rmtree(r)
     assert failures >= KILLS["rename"]  # every kill at a rename of dpkg's ended in an error
+
+
+def test_rollback_right_after_dpkg_was_killed_purges_what_it_left(
+    image: Path, dpkg_points: list[kill_points.Point], tmp_path: Path
+) -> None:
+    """No second install: dpkg's journal of the killed run is still in /var/lib/dpkg/updates/
+    (apt, which reads only the status file, sees none of its packages), one package unpacked
+    and one half-installed. rollback --packages finishes dpkg's work first and purges both."""
+    env = _env()
+    before = _statuses(image)
+    renames = [p for p in dpkg_points if p.program == "dpkg" and p.syscall == "rename"]
+    point = renames[len(renames) // 3]  # in the unpack of the second package
+    r = tmp_path / "r"
+    subprocess.run(["cp", "-a", str(image), str(r)], check=True)
+    res = kill_points.kill_in(point, _install(r), env=env)
+    assert res.returncode == 1 and "hint:" in res.stderr, f"{point}: {res.stderr[-2000:]}"
+    assert [n for n in (r / "var/lib/dpkg/updates").iterdir() if n.name.isdigit()]
+    left = {n: s for n, s in _statuses(r).items() if n in EXPECTED}
+    assert set(left.values()) >= {"iU", "iHR"}, left  # unpacked; half-installed, reinstreq
+    back = subprocess.run(
+        _argv(r, "rollback", "--packages"), env=env, capture_output=True, text=True
+    )
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert "running dpkg --configure -a first" in back.stderr
+    assert _statuses(r) == before
+    audit = _debroot.chroot(r, "dpkg", "--audit")
+    assert audit.returncode == 0 and audit.stdout == "", audit.stdout
+    assert _recorded(r) == {}

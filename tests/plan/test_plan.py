@@ -15,7 +15,7 @@ from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.apt_sources import parse_deb822_sources
 from egpu_setup.plan.build import build_plan
-from egpu_setup.plan.installed import installed_packages, present_packages
+from egpu_setup.plan.installed import installed_packages, present_packages, unfinished_packages
 from egpu_setup.plan.options import PlanOptions, parse_only
 from egpu_setup.plan.steps import AptInstall, AptRepository
 from helpers import install_values as values
@@ -150,9 +150,8 @@ def test_keep_and_host_managed_drivers_plan_no_apt(tmp_path: Path) -> None:
 
 
 def test_parsers_and_option_validation() -> None:
-    assert installed_packages(type("H", (), {"read": lambda self, p: DPKG_STATUS})()) == {
-        "nvidia-driver": "535.261.03-1"
-    }
+    status_only = {"read": lambda self, p: DPKG_STATUS, "listdir": lambda self, p: []}
+    assert installed_packages(type("H", (), status_only)()) == {"nvidia-driver": "535.261.03-1"}
     assert (
         parse_deb822_sources("Types: deb\nURIs: x\nSuites: a\nComponents: main\nEnabled: no\n", "f")
         == []
@@ -190,6 +189,28 @@ def test_a_package_is_installed_only_when_dpkg_configured_it(
     # and rollback --packages purges it in every state that left something of it
     present = "lab-driver" in present_packages(RootHost(root))
     assert present is (not status.endswith("not-installed"))
+
+
+def test_dpkgs_own_journal_is_read_after_its_status_file(tmp_path: Path) -> None:
+    """A killed dpkg leaves its changes in /var/lib/dpkg/updates/NNNN, not yet in the status
+    file: they are read in order over it, and its unfinished temp file (tmp.i) is not."""
+    root = _root(tmp_path, MAIN_ONLY, DPKG_STATUS)
+    updates = root / "var/lib/dpkg/updates"
+    updates.mkdir()
+    (updates / "0000").write_text("Package: lab-lib\nStatus: install ok half-installed\n")
+    (updates / "0001").write_text("Package: lab-lib\nStatus: install ok unpacked\n")
+    (updates / "0002").write_text(
+        "Package: nvidia-driver\nStatus: install ok half-configured\nVersion: 1\n"
+    )
+    (updates / "tmp.i").write_text("Package: lab-lib\nStatus: install ok installed\n")
+    host = RootHost(root)
+    assert installed_packages(host) == {}
+    assert present_packages(host) == {
+        "nvidia-driver": "half-configured",
+        "firmware-nvidia-gsp": "config-files",
+        "lab-lib": "unpacked",
+    }
+    assert unfinished_packages(host) == ["nvidia-driver", "lab-lib"]
 
 
 # -- the command ---------------------------------------------------------------------------------
