@@ -118,18 +118,18 @@ def install(ctx: Context, step: AptInstall) -> tuple[str, str]:
         )
     if auto:
         host.run_checked(["apt-mark", "auto", *sorted(auto)], env=APT_ENV, timeout=120)
-    ours = [name for name in step.packages if name not in before]
-    # and what apt brought with them that its simulation did not name: rollback --packages
-    # purges those too, once nothing else needs them (execute/apt_remove.py)
+    # what apt installed that its simulation did not name: recorded too; the dependencies
+    # rollback --packages purges once nothing else needs them (execute/apt_remove.py)
     after = installed_packages(host)
-    for name in ours:
-        if name in after:
+    for name in step.packages:
+        if name not in before and name in after:
             ctx.manifest.add_package(name, ctx.run_id)
     for name in sorted(set(after) - before - set(step.packages)):
         ctx.manifest.add_package(name, ctx.run_id, pulled_in=True)
     ctx.manifest.save()
     notes = []
-    kept_note = len(step.packages) - len(ours)
+    recorded = {p["name"] for p in ctx.manifest.packages}  # by this run or a killed one
+    kept_note = sum(1 for name in step.packages if name not in recorded)
     if kept_note:
         notes.append(f"{kept_note} already installed, not recorded for rollback")
     if step.for_part == "driver":
@@ -172,7 +172,7 @@ def record_coming(ctx: Context, step: AptInstall, argv: list[str], before: set[s
             stderr_tail=(res.out + res.err)[-2000:],
         )
     native = ":" + native_arch(ctx.host.read("/var/lib/dpkg/status") or "")
-    # else an upgrade of what was there: not ours
+    # an Inst line for a package already there is an upgrade or a reinstall: not ours
     coming = {n.removesuffix(native) for n in _INST.findall(res.out)} - before
     for name in step.packages:  # the named ones first, in the plan's order, then the rest
         if name in coming:
