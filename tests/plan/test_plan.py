@@ -213,6 +213,25 @@ def test_dpkgs_own_journal_is_read_after_its_status_file(tmp_path: Path) -> None
     assert unfinished_packages(host) == ["nvidia-driver", "lab-lib"]
 
 
+def test_the_apt_get_command_carries_its_deadlines_and_a_reinstall() -> None:
+    step = AptInstall(("nvidia-driver", "lab-lib"), True, lock_timeout=30, fetch_timeout=20)
+    common = [
+        "apt-get", "-y",
+        "-o", "DPkg::Lock::Timeout=30",
+        "-o", "Acquire::http::Timeout=20",
+        "-o", "Acquire::https::Timeout=20",
+        "-o", "Dpkg::Options::=--force-confdef",
+        "-o", "Dpkg::Options::=--force-confold",
+        "install",
+    ]  # fmt: skip
+    assert step.argv() == [*common, "--no-install-recommends", "nvidia-driver", "lab-lib"]
+    # what dpkg left half-installed, named once, after the step's own
+    assert step.argv(reinstall=("lab-lib", "lab-dep")) == [
+        *common, "--reinstall", "--no-install-recommends", "nvidia-driver", "lab-lib", "lab-dep"
+    ]  # fmt: skip
+    assert step.deadline == 3600 and AptInstall(("x",)).fetch_timeout == 60
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 
