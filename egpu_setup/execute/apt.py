@@ -9,17 +9,25 @@ we name it (docs/sources.md, "Non-interactive apt").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError
+from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError, TimedOut
 from egpu_setup.execute.apt_key import fetch_verified_key
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.dpkg_lock import lock_holder, wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
-from egpu_setup.plan.installed import installed_packages
+from egpu_setup.plan.installed import (
+    auto_installed,
+    installed_packages,
+    native_arch,
+    needs_reinstall,
+    present_packages,
+)
 from egpu_setup.plan.steps import AptInstall, AptRepository, bundle_apt_options
 
 log = get_logger("egpu_setup.execute")
@@ -50,24 +58,57 @@ def raise_if_locked(host: Host, output: str, timeout: float) -> None:
         )
 
 
-def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
+def install(ctx: Context, step: AptInstall) -> tuple[str, str]:
+    """apt-get install the step's packages. What it is about to install is in the manifest
+    before dpkg starts, so rollback --packages takes back what got in however the run ends."""
     host = ctx.host
     wait_for_dpkg_lock(host, step.lock_timeout)
-    argv = step.argv(simulate=simulate)
-    # read right before apt runs (after the lock wait): a package that was already there is not
-    # ours to remove, even on an upgrade that names it (rollback --packages)
-    before = installed_packages(host)
-    planned: list[str] = []
+    # apt goes no further while dpkg says a package must be installed again, and a plain
+    # install calls it "already the newest version": named after --reinstall, it is unpacked
+    # again; one apt had as a dependency gets that mark back after (apt-mark(8): a package
+    # named on apt-get's command line is marked manually installed)
+    broken = tuple(sorted(needs_reinstall(host)))
+    auto = auto_installed(host) & set(broken) - set(step.packages)
+    if broken:
+        log.warning("dpkg left %s half-installed: installed again", " ".join(broken))
+    argv = step.argv(reinstall=broken)
+    # read right before apt runs (after the lock wait): a package that was already there, in
+    # any state but its conffiles alone, is not ours to remove, even on an upgrade that names it
+    before = {n for n, state in present_packages(host).items() if state != "config-files"}
+    record_coming(ctx, step, argv, before)
+    fetching: list[str] = []  # the URL of apt's last Get: line, for a deadline
 
     def line(text: str) -> None:
         show_line(text)
-        if text.startswith("Inst "):  # apt-get -s: one line per package it would install
-            planned.append(text)
+        if _FETCH.match(text):
+            fetching[:] = [text.split()[1]]
 
-    res = host.stream(argv, env=APT_ENV, on_line=line)
+    deadline = step.lock_timeout + step.deadline
+    res = host.stream(argv, env=APT_ENV, on_line=line, timeout=deadline)
     rc, tail = res.rc, res.tail()
+    if res.timed_out:
+        raise TimedOut(
+            f"`{' '.join(argv)}` did not finish within {deadline:g} s and was stopped"
+            + (f"; it was downloading from {_server(fetching[0])}" if fetching else ""),
+            "a slow or stalled mirror: check the network and the apt sources it uses "
+            "(/etc/apt/sources.list*), then run the same command again; what was downloaded is "
+            "kept, and rollback --packages removes what got in",
+            argv=argv,
+            timeout=deadline,
+        )
     if rc != 0:
         raise_if_locked(host, tail, step.lock_timeout)
+        stalled = sorted({_server(u) for u in _FAILED.findall(tail)})
+        if stalled:
+            raise ExecutionError(
+                f"`{' '.join(argv)}` could not download from {', '.join(stalled)} (exit {rc}; "
+                f"apt gives up on a server silent for {step.fetch_timeout} s)",
+                "check the network and that server (the apt sources, /etc/apt/sources.list*), "
+                "then run the same command again; `apt-get update` shows whether it answers",
+                argv=argv,
+                rc=rc,
+                stderr_tail=tail,
+            )
         raise ExecutionError(
             f"`{' '.join(argv)}` exited with {rc}",
             "the apt output above says why; `egpu-setup doctor` may know the cause",
@@ -75,20 +116,20 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
             rc=rc,
             stderr_tail=tail,
         )
-    if simulate:
-        return "simulated", f"apt-get -s: {len(planned)} packages would be installed"
-    ours = [name for name in step.packages if name not in before]
-    # and what apt brought with them: rollback --packages purges those too, once nothing else
-    # needs them (execute/apt_remove.py)
+    if auto:
+        host.run_checked(["apt-mark", "auto", *sorted(auto)], env=APT_ENV, timeout=120)
+    # what apt installed that its simulation did not name: recorded too; the dependencies
+    # rollback --packages purges once nothing else needs them (execute/apt_remove.py)
     after = installed_packages(host)
-    brought = sorted(set(after) - set(before) - set(step.packages))
-    for name in ours:
-        ctx.manifest.add_package(name, ctx.run_id)
-    for name in brought:
+    for name in step.packages:
+        if name not in before and name in after:
+            ctx.manifest.add_package(name, ctx.run_id)
+    for name in sorted(set(after) - before - set(step.packages)):
         ctx.manifest.add_package(name, ctx.run_id, pulled_in=True)
     ctx.manifest.save()
     notes = []
-    kept_note = len(step.packages) - len(ours)
+    recorded = {p["name"] for p in ctx.manifest.packages}  # by this run or a killed one
+    kept_note = sum(1 for name in step.packages if name not in recorded)
     if kept_note:
         notes.append(f"{kept_note} already installed, not recorded for rollback")
     if step.for_part == "driver":
@@ -100,7 +141,48 @@ def install(ctx: Context, step: AptInstall, simulate: bool) -> tuple[str, str]:
     return "done", "; ".join(notes)
 
 
-def add_repository(ctx: Context, step: AptRepository, simulate: bool) -> tuple[str, str]:
+# apt-get's progress: "Get:1 http://host/debian bookworm/main amd64 jq amd64 1.6-2.1 [64.9 kB]";
+# and its summary of a download that failed: "E: Failed to fetch http://host/pool/...deb  ..."
+_FETCH = re.compile(r"^Get:\d+ \S+://")
+_FAILED = re.compile(r"^E: Failed to fetch (\S+://\S+)", re.M)
+# apt-get -s: "Inst NAME [OLD] (NEW ...)" for each package it would unpack
+_INST = re.compile(r"^Inst (\S+)", re.M)
+
+
+def _server(url: str) -> str:
+    """The host (and port) of a URL apt printed: the server to name."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else url
+
+
+def record_coming(ctx: Context, step: AptInstall, argv: list[str], before: set[str]) -> None:
+    """Put in the manifest, before dpkg starts, every package this install will add: the named
+    ones and what apt brings with them, as apt's own simulation lists them (`apt-get -s`, no
+    lock taken, apt-get(8)). Killed or failed midway, the run leaves them recorded, and
+    rollback --packages purges whichever got in (execute/apt_remove.py skips the rest)."""
+    sim = [argv[0], "-s", *argv[1:]]
+    res = ctx.host.run(sim, env=APT_ENV, timeout=step.deadline)
+    if res.rc != 0:
+        raise_if_locked(ctx.host, res.out + res.err, step.lock_timeout)
+        raise ExecutionError(
+            f"`{' '.join(sim)}` exited with {res.rc}: apt cannot install these packages",
+            "the apt output says why; `egpu-setup doctor` may know the cause",
+            argv=sim,
+            rc=res.rc,
+            stderr_tail=(res.out + res.err)[-2000:],
+        )
+    native = ":" + native_arch(ctx.host.read("/var/lib/dpkg/status") or "")
+    # an Inst line for a package already there is an upgrade or a reinstall: not ours
+    coming = {n.removesuffix(native) for n in _INST.findall(res.out)} - before
+    for name in step.packages:  # the named ones first, in the plan's order, then the rest
+        if name in coming:
+            ctx.manifest.add_package(name, ctx.run_id)
+    for name in sorted(coming - set(step.packages)):
+        ctx.manifest.add_package(name, ctx.run_id, pulled_in=True)
+    ctx.manifest.save()
+
+
+def add_repository(ctx: Context, step: AptRepository) -> tuple[str, str]:
     """Verify the key first; then keyring, pin, sources; then apt-get update (undone on failure)."""
     keyring: bytes | None = None
     if step.keyring_url:

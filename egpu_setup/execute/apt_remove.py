@@ -36,14 +36,28 @@ from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host
 from egpu_setup.host.process import Result
 from egpu_setup.log import get_logger
-from egpu_setup.plan.installed import installed_packages
+from egpu_setup.plan.installed import (
+    auto_installed,
+    dpkg_interrupted,
+    native_arch,
+    present_packages,
+)
 
 log = get_logger("egpu_setup.rollback")
 
 LOCK_TIMEOUT_S = 600
 # the lock wait; and never apt's own autoremove along (a machine may set it in apt.conf): only
 # the packages named here are taken
-OPTIONS = ["-o", f"DPkg::Lock::Timeout={LOCK_TIMEOUT_S}", "-o", "APT::Get::AutomaticRemove=false"]
+OPTIONS = [
+    "-o",
+    f"DPkg::Lock::Timeout={LOCK_TIMEOUT_S}",
+    "-o",
+    "APT::Get::AutomaticRemove=false",
+    # a package a killed install left half-installed is purged too: dpkg refuses to remove one
+    # flagged reinstreq without it (dpkg(1), --force-remove-reinstreq)
+    "-o",
+    "Dpkg::Options::=--force-remove-reinstreq",
+]
 # apt-get -s: "Purg NAME [VERSION]" per package it would purge, "Remv" where it would only remove
 _SIMULATED = re.compile(r"^(?:Purg|Remv) (\S+)", re.M)
 # dpkg, when a package's prerm or postrm exits non-zero
@@ -63,38 +77,35 @@ class Purged:
     kept: tuple[tuple[str, str], ...]  # (package, why)
 
 
-def auto_installed(host: Host) -> set[str]:
-    """Packages apt marks as installed only as a dependency (/var/lib/apt/extended_states,
-    `Auto-Installed: 1`; what `apt-mark showauto` lists)."""
-    text = host.read("/var/lib/apt/extended_states") or ""
-    out = set()
-    for stanza in text.split("\n\n"):
-        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
-        if name and re.search(r"^Auto-Installed:[ \t]*1[ \t]*$", stanza, re.M):
-            out.add(name.group(1))
-    return out
-
-
 def would_purge(host: Host, names: Sequence[str]) -> set[str]:
     """Every package `apt-get purge NAMES` would take, by apt's own simulation: native ones
     by name, another architecture's as name:arch (a foreign twin, e.g. Steam's :i386
     libraries, is never mistaken for the native package egpu-setup installed)."""
     res = _apt(host, ["apt-get", "-s", *OPTIONS, "purge", *names])
-    native = ":" + _native_arch(host.read("/var/lib/dpkg/status") or "")
+    native = ":" + native_arch(host.read("/var/lib/dpkg/status") or "")
     return {n.removesuffix(native) for n in _SIMULATED.findall(res.out)}
 
 
-def _native_arch(status: str) -> str:
-    """What `dpkg --print-architecture` says, read from dpkg's status file: dpkg itself is
-    always of the native architecture."""
-    m = re.search(r"^Package: dpkg\n(?:[^\n]+\n)*?Architecture: (\S+)", status, re.M)
-    return m.group(1) if m else "-"
+def finish_interrupted(host: Host) -> None:
+    """`dpkg --configure -a` when a killed or failed dpkg run left work behind: apt reads only
+    dpkg's status file, not the journal a killed dpkg leaves in /var/lib/dpkg/updates/, so it
+    would call the packages that run unpacked "not installed" and leave them. What dpkg cannot
+    configure (a dependency half-installed) stays as it is, and is purged all the same."""
+    why = dpkg_interrupted(host)
+    if why is None:
+        return
+    log.warning("%s: running dpkg --configure -a first", why)
+    env = {**APT_ENV, **IMAGE_ENV} if host.kind == "root" else APT_ENV
+    argv = ["dpkg", "--force-confdef", "--force-confold", "--configure", "-a"]
+    res = host.stream(argv, env=env, on_line=show_line, timeout=LOCK_TIMEOUT_S + 600)
+    if res.rc != 0:
+        log.warning("dpkg --configure -a exited with %s; purging what it left", res.rc)
 
 
 def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:
     """The named packages still installed; EgpuSetupError (nothing changed) when purging them
     would take a package egpu-setup did not install."""
-    there = installed_packages(host)
+    there = present_packages(host)
     named = tuple(n for n in named if _base(n) in there)
     if not named:
         return ()
@@ -113,10 +124,7 @@ def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
     """Purge `named` (the caller ran check_purge on them before changing anything) and those
     of `pulled_in` that nothing else installed depends on, together (a second run only after
     a removal script refused)."""
-    from egpu_setup.execute.executor import SIMULATE_ENV
-
-    simulate = os.environ.get(SIMULATE_ENV) == "1"
-    there = installed_packages(host)
+    there = present_packages(host)
     named = [n for n in named if _base(n) in there]
     auto = auto_installed(host)
     kept: list[tuple[str, str]] = []
@@ -130,9 +138,9 @@ def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
             deps.append(dep)
     free, held = _not_needed_by_others(host, named, deps)
     kept += held
-    dirs = {} if simulate else _aliased_dirs(host, [*named, *free])
+    dirs = _aliased_dirs(host, [*named, *free])
     try:
-        done, refused = _purge_refusing(host, [*named, *free], simulate)
+        done, refused = _purge_refusing(host, [*named, *free])
     finally:  # a purge that failed halfway may have deleted some too
         _restore_aliased_dirs(host, dirs)
     return Purged(done, tuple(kept) + refused)
@@ -225,7 +233,7 @@ def _not_needed_by_others(
 
 
 def _purge_refusing(
-    host: Host, names: Sequence[str], simulate: bool
+    host: Host, names: Sequence[str]
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """Purge `names`. When a package's removal script refuses, that package and what it
     depends on among `names` are kept (with their auto-installed mark, which apt dropped when
@@ -234,7 +242,7 @@ def _purge_refusing(
         return (), ()
     auto_before = auto_installed(host)
     try:
-        _purge(host, names, simulate)
+        _purge(host, names)
         return tuple(names), ()
     except ExecutionError as exc:
         out = exc.stderr_tail
@@ -242,7 +250,7 @@ def _purge_refusing(
         refused = {_base(n) for n in named}
         if not refused:
             raise
-    there = installed_packages(host)
+    there = present_packages(host)
     left = [n for n in names if _base(n) in there]
     needed = _depends_closure(host, refused, {_base(n) for n in left})
     # a refused purge may leave the package removed but its configuration there (dpkg's `rc`):
@@ -257,7 +265,7 @@ def _purge_refusing(
             kept += [(n, f"purging it would remove {' '.join(others)}") for n in rest]
             rest = []
         else:
-            _purge(host, rest, simulate)
+            _purge(host, rest)
     auto = [n for n, _why in kept if _base(n) in auto_before]
     if auto:
         _apt(host, ["apt-mark", "auto", *auto])
@@ -269,7 +277,7 @@ def _depends_closure(host: Host, names: set[str], within: set[str]) -> set[str]:
     """`names` and, within `within`, every package they depend on (Depends, Pre-Depends: each
     alternative counts), from dpkg's status file."""
     text = host.read("/var/lib/dpkg/status") or ""
-    native = _native_arch(text)
+    native = native_arch(text)
     depends: dict[str, set[str]] = {}
     for stanza in text.split("\n\n"):
         found = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
@@ -292,12 +300,10 @@ def _depends_closure(host: Host, names: set[str], within: set[str]) -> set[str]:
     return out
 
 
-def _purge(host: Host, names: Sequence[str], simulate: bool) -> None:
+def _purge(host: Host, names: Sequence[str]) -> None:
     if not names:
         return
     argv = ["apt-get", "-y", *OPTIONS, "purge", *names]
-    if simulate:
-        argv.insert(1, "-s")
     env = {**APT_ENV, **IMAGE_ENV} if host.kind == "root" else APT_ENV
     _apt(host, argv, env, show_line)
 

@@ -46,21 +46,18 @@ from egpu_setup.state.verify_marker import write_verify_marker
 
 log = get_logger("egpu_setup.execute")
 
-SIMULATE_ENV = "EGPU_SETUP_APT_SIMULATE"  # "1": apt-get -s, for tests in a debootstrap root
 INSTALLER_ENV = "EGPU_SETUP_INSTALLER"  # auto (uv when on PATH) / uv / pip
 
 
 @dataclass(frozen=True)
 class ExecOptions:
-    simulate_apt: bool = False
     installer: str = "auto"  # auto (uv when on PATH) / uv / pip
     force: bool = False
 
     @classmethod
     def from_env(cls, *, force: bool = False) -> ExecOptions:
-        """The test and lab switches read from the environment (SIMULATE_ENV, INSTALLER_ENV)."""
+        """The lab's switch read from the environment (INSTALLER_ENV)."""
         return cls(
-            simulate_apt=os.environ.get(SIMULATE_ENV) == "1",
             installer=os.environ.get(INSTALLER_ENV, "auto"),
             force=force,
         )
@@ -71,7 +68,7 @@ class StepResult:
     index: int
     kind: str
     description: str
-    status: str  # done / simulated / skipped
+    status: str  # done / skipped
     seconds: float
     detail: str = ""
 
@@ -242,9 +239,9 @@ def _apply(
         execute_files.link_managed(ctx, step.path, step.target)
         return "done", ""
     if isinstance(step, AptRepository):
-        return execute_apt.add_repository(ctx, step, options.simulate_apt)
+        return execute_apt.add_repository(ctx, step)
     if isinstance(step, AptInstall):
-        return execute_apt.install(ctx, step, options.simulate_apt)
+        return execute_apt.install(ctx, step)
     if isinstance(step, PipInstall):
         return execute_pip.install(ctx, step, options.installer)
     if isinstance(step, InstallTool):
@@ -256,9 +253,13 @@ def _apply(
             if step.skip_if_missing:
                 return "skipped", f"{step.argv[0]} is not installed here: nothing to do"
             raise ExecutionError(f"{step.argv[0]} not found", "install it", argv=step.argv, rc=127)
-        if options.simulate_apt and step.for_part == "driver":
-            return "simulated", "not run: apt steps are simulated"
-        host.run_checked(step.argv, timeout=1800, on_line=show_line)
+        # dpkg --configure -a finishing a killed run's packages: their maintainer scripts ask
+        # nothing and a changed conffile is kept, as in every apt run (execute/apt.py)
+        env = execute_apt.APT_ENV if step.argv[0] == "dpkg" else None
+        argv = list(step.argv)
+        if argv[0] == "dpkg":
+            argv[1:1] = ["--force-confdef", "--force-confold"]
+        host.run_checked(argv, timeout=1800, on_line=show_line, env=env)
         undo = undo_argv(step.argv)
         if undo is not None:  # rollback takes it back (`boltctl forget`, `grubby --remove-args`)
             ctx.manifest.add_command(list(step.argv), undo, ctx.run_id)

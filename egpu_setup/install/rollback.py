@@ -217,9 +217,10 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
     _require_root(plan)
     with RunLock(plan.paths.lock, plan.paths.anchor):
         if options.packages:
-            from egpu_setup.execute.apt_remove import check_purge
+            from egpu_setup.execute.apt_remove import check_purge, finish_interrupted
 
-            check_purge(host, plan.packages)  # before anything changes: refused as a whole
+            finish_interrupted(host)  # else apt sees no package a killed install left unpacked
+            check_purge(host, plan.packages)  # before anything else changes: refused as a whole
         journal = Journal(plan.paths)
         run = new_run_id()
         journal.append(
@@ -389,7 +390,6 @@ def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tu
     """Purge the recorded packages (execute/apt_remove.py), remove the venvs; what stays is
     kept in the manifest for a later rollback, and returned with the reason: (packages, venvs)."""
     from egpu_setup.execute.apt_remove import purge
-    from egpu_setup.execute.executor import SIMULATE_ENV
     from egpu_setup.execute.undo import remove_empty_dirs, remove_tree
 
     kept: Kept = ()
@@ -399,9 +399,8 @@ def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tu
         done = purge(host, named, deps)
         log.info("purged %d packages egpu-setup installed", len(done.purged))
         kept = done.kept
-        if os.environ.get(SIMULATE_ENV) != "1":
-            stay = {name for name, _why in kept}
-            manifest.packages = [p for p in manifest.packages if p["name"] in stay]
+        stay = {name for name, _why in kept}
+        manifest.packages = [p for p in manifest.packages if p["name"] in stay]
     created: list[str] = []
     running = _running_venv(host)
     kept_venvs: Kept = ()

@@ -128,11 +128,8 @@ def outcome_text(outcome: Outcome) -> str:
             lines.append(f"After the reboot: {outcome.seen.text()}")
         return "\n".join(lines + summary_lines(outcome.prepared.advice))
     changed = sum(1 for s in result.steps if s.status == "done")
-    simulated = sum(1 for s in result.steps if s.status == "simulated")
     skipped = sum(1 for s in result.steps if s.status == "skipped")
-    lines = [
-        f"Done: {changed} changed, {simulated} simulated, {skipped} skipped (run {result.run_id})."
-    ]
+    lines = [f"Done: {changed} changed, {skipped} skipped (run {result.run_id})."]
     lines += [f"  {s.index + 1}. {s.status}: {s.detail}" for s in result.steps if s.detail]
     if outcome.verify is not None:
         lines.append(f"verify: {'FAILED' if outcome.verify_failed else 'ok'}{_on(outcome.verify)}")

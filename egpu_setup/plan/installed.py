@@ -17,18 +17,76 @@ from packaging.utils import canonicalize_name
 from egpu_setup.host.machine import Host
 
 
-def installed_packages(host: Host) -> dict[str, str]:
-    """name -> version of every package dpkg says is installed (reads /var/lib/dpkg/status)."""
-    text = host.read("/var/lib/dpkg/status") or ""
-    out: dict[str, str] = {}
-    for stanza in text.split("\n\n"):
-        fields = dict(
-            (m.group(1), m.group(2).strip())
-            for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
-        )
-        if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
-            out[fields["Package"]] = fields.get("Version", "")
+def _dpkg_status(host: Host) -> dict[str, tuple[str, str, str, str]]:
+    """name -> (want, flag, state, version) of every package in dpkg's database: the status
+    file, then the journal of changes not yet merged into it (/var/lib/dpkg/updates/, files
+    named by number, applied in order; what a killed dpkg leaves), as dpkg reads them itself
+    (modstatdb_init in dpkg's lib/dpkg/dbmodify.c,
+    https://git.dpkg.org/cgit/dpkg/dpkg.git/tree/lib/dpkg/dbmodify.c)."""
+    out: dict[str, tuple[str, str, str, str]] = {}
+    journal = sorted((n for n in host.listdir("/var/lib/dpkg/updates") if n.isdigit()), key=int)
+    for path in ["/var/lib/dpkg/status", *(f"/var/lib/dpkg/updates/{n}" for n in journal)]:
+        for stanza in (host.read(path) or "").split("\n\n"):
+            fields = dict(
+                (m.group(1), m.group(2).strip())
+                for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
+            )
+            status = fields.get("Status", "").split()
+            if fields.get("Package") and len(status) == 3:
+                want, flag, state = status
+                out[fields["Package"]] = (want, flag, state, fields.get("Version", ""))
     return out
+
+
+def installed_packages(host: Host) -> dict[str, str]:
+    """name -> version of every package dpkg has installed *and configured* (reads
+    /var/lib/dpkg/status): `Status: install ok installed`, or `hold ok installed` (apt-mark
+    hold). Nothing else counts (deb-status(5), dpkg(1) "Package states"): a package left
+    unpacked, half-configured, half-installed or with triggers pending by a killed or failed
+    run is not usable yet, and one marked `reinstreq` must be installed again; so the plan asks
+    apt for it again (after `dpkg --configure -a`, plan/build.py)."""
+    return {
+        name: version
+        for name, (want, flag, state, version) in _dpkg_status(host).items()
+        if want in ("install", "hold") and flag == "ok" and state == "installed"
+    }
+
+
+def present_packages(host: Host) -> dict[str, str]:
+    """name -> dpkg state of every package dpkg has anything of: its files in any state, even
+    half-installed, or only its conffiles (`config-files`, what a removal leaves). A package
+    an install left in any of these states is the install's to take back, and rollback
+    --packages purges it (dpkg --purge takes a package in every one of them)."""
+    return {name: state for name, (_w, _f, state, _v) in _dpkg_status(host).items()
+            if state != "not-installed"}  # fmt: skip
+
+
+def auto_installed(host: Host) -> set[str]:
+    """Packages apt marks as installed only as a dependency (/var/lib/apt/extended_states,
+    `Auto-Installed: 1`; what `apt-mark showauto` lists)."""
+    text = host.read("/var/lib/apt/extended_states") or ""
+    out = set()
+    for stanza in text.split("\n\n"):
+        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
+        if name and re.search(r"^Auto-Installed:[ \t]*1[ \t]*$", stanza, re.M):
+            out.add(name.group(1))
+    return out
+
+
+def needs_reinstall(host: Host) -> set[str]:
+    """Packages dpkg says must be installed again: flagged `reinstreq`, or `half-installed` (a
+    dpkg killed while it unpacked them). `dpkg --configure -a` cannot finish them and a plain
+    `apt-get install` calls them "already the newest version"; `--reinstall` unpacks them
+    again (apt-get(8))."""
+    return {name for name, (_w, flag, state, _v) in _dpkg_status(host).items()
+            if flag == "reinstreq" or state == "half-installed"}  # fmt: skip
+
+
+def native_arch(status: str) -> str:
+    """What `dpkg --print-architecture` says, read from dpkg's status file text: dpkg itself is
+    always of the native architecture."""
+    m = re.search(r"^Package: dpkg\n(?:[^\n]+\n)*?Architecture: (\S+)", status, re.M)
+    return m.group(1) if m else "-"
 
 
 # dpkg's package states that `dpkg --audit` reports (dpkg(1), "Package states"; deb-status(5)):
@@ -45,18 +103,9 @@ UNFINISHED_STATES = (
 
 def unfinished_packages(host: Host) -> list[str]:
     """Packages an interrupted dpkg run left unfinished: in one of UNFINISHED_STATES, or flagged
-    `reinstreq` ("in a very bad inconsistent state"). Read from /var/lib/dpkg/status."""
-    text = host.read("/var/lib/dpkg/status") or ""
-    out = []
-    for stanza in text.split("\n\n"):
-        name = re.search(r"^Package:[ \t]*(\S+)", stanza, re.M)
-        status = re.search(r"^Status:[ \t]*(\S+)[ \t]+(\S+)[ \t]+(\S+)", stanza, re.M)
-        if not name or not status:
-            continue
-        _want, flag, state = status.groups()
-        if flag == "reinstreq" or state in UNFINISHED_STATES:
-            out.append(name.group(1))
-    return out
+    `reinstreq` ("in a very bad inconsistent state"). Read from dpkg's database."""
+    return [name for name, (_w, flag, state, _v) in _dpkg_status(host).items()
+            if flag == "reinstreq" or state in UNFINISHED_STATES]  # fmt: skip
 
 
 def dpkg_interrupted(host: Host) -> str | None:

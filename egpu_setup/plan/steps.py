@@ -10,6 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 DEFAULT_APT_LOCK_TIMEOUT = 600  # seconds apt waits for the dpkg lock (DPkg::Lock::Timeout)
+# seconds a download may go without a byte before apt gives it up (Acquire::http::Timeout and
+# Acquire::https::Timeout, apt.conf(5): "applies to the connection as well as the data
+# timeout"); set on the command line so a machine's own apt.conf cannot make it hang for hours
+DEFAULT_APT_FETCH_TIMEOUT = 60
+# seconds the whole apt-get install may take past its lock wait: the driver's ~400 packages,
+# unpacking them, and DKMS compiling the module on a slow laptop fit in it many times over
+DEFAULT_APT_DEADLINE = 3600
 
 
 @dataclass(frozen=True)
@@ -80,26 +87,35 @@ class AptInstall(Step):
     reason: str = ""
     for_part: str = "driver"
     sources_list: str | None = None  # offline bundle: apt sees this one source and nothing else
+    fetch_timeout: int = DEFAULT_APT_FETCH_TIMEOUT
+    deadline: int = DEFAULT_APT_DEADLINE
 
-    def argv(self, simulate: bool = False) -> list[str]:
+    def argv(self, reinstall: tuple[str, ...] = ()) -> list[str]:
+        """The apt-get command; with `reinstall`, the packages dpkg left half-installed, named
+        after `--reinstall` with the step's own (the executor reads dpkg's status as the step
+        starts)."""
         argv = [
             "apt-get",
             "-y",
             *bundle_apt_options(self.sources_list),
             "-o",
             f"DPkg::Lock::Timeout={self.lock_timeout}",
+            "-o",
+            f"Acquire::http::Timeout={self.fetch_timeout}",
+            "-o",
+            f"Acquire::https::Timeout={self.fetch_timeout}",
             # a user-modified conffile is kept, never prompts (dpkg(1), --force-conf*)
             "-o",
             "Dpkg::Options::=--force-confdef",
             "-o",
             "Dpkg::Options::=--force-confold",
         ]
-        if simulate:
-            argv.append("-s")
         argv.append("install")
+        if reinstall:
+            argv.append("--reinstall")
         if self.no_install_recommends:
             argv.append("--no-install-recommends")
-        return [*argv, *self.packages]
+        return [*argv, *self.packages, *(p for p in reinstall if p not in self.packages)]
 
     def describe(self) -> str:
         rec = " --no-install-recommends" if self.no_install_recommends else ""

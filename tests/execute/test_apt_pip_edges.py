@@ -118,7 +118,7 @@ def test_components_skip_ppas_and_third_party_and_apt_stays_usable(tmp_path: Pat
     mirror = _debroot.host_mirror()
     assert re.findall(r"^URIs: (.*)$", repo.content, re.M) == [mirror], repo.content
     assert "127.0.0.1" not in repo.content and "Signed-By" not in repo.content
-    execute_apt.add_repository(_ctx(host, paths), repo, simulate=False)
+    execute_apt.add_repository(_ctx(host, paths), repo)
     # every source together: no "Conflicting values set for option Signed-By"
     sim = _chroot(root, "apt-get", "-s", "install", "nvidia-driver")
     assert sim.returncode == 0, sim.stderr
@@ -140,7 +140,7 @@ def test_update_refreshes_our_source_only_a_stale_repo_does_not_roll_it_back(
         values.facts(), None, values.resolution(), (), host, PlanOptions(target="root", only=DRIVER)
     )
     repo = next(s for s in plan.steps if isinstance(s, AptRepository))
-    assert execute_apt.add_repository(_ctx(host, paths), repo, simulate=False) == ("done", "")
+    assert execute_apt.add_repository(_ctx(host, paths), repo) == ("done", "")
     assert (root / repo.sources_path.lstrip("/")).read_text() == repo.content
     lists = {p.name for p in (root / "var/lib/apt/lists").iterdir()}
     assert any("_contrib_binary-amd64_Packages" in n for n in lists)
@@ -187,7 +187,7 @@ def test_only_packages_missing_before_apt_ran_are_recorded(tmp_path: Path) -> No
     paths = StatePaths.for_root(root)
     ctx = _ctx(host, paths)
     step = AptInstall(("hello", "debianutils"), no_install_recommends=True)
-    status, detail = execute_apt.install(ctx, step, simulate=False)
+    status, detail = execute_apt.install(ctx, step)
     assert status == "done" and "1 already installed" in detail
     assert _chroot(root, "dpkg-query", "-W", "hello").returncode == 0
     assert [p["name"] for p in Manifest.load(paths).packages] == ["hello"]
@@ -368,7 +368,7 @@ def test_a_deb_swapped_after_planning_stages_nothing(tmp_path: Path) -> None:
     (b / "debs/debian-12/extra_1_amd64.deb").write_bytes(b"not in the manifest")
     paths = StatePaths.for_root(root)
     with pytest.raises(ExecutionError, match=r"b_2\.0_amd64\.deb changed after it was checked"):
-        execute_apt.add_repository(_ctx(host, paths), repo, simulate=False)
+        execute_apt.add_repository(_ctx(host, paths), repo)
     staged = root / "var/lib/egpu-setup/bundle-apt/debian-12"
     assert not staged.exists() or not any(staged.iterdir())
     assert not (root / repo.sources_path.lstrip("/")).exists()

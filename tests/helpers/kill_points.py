@@ -10,6 +10,12 @@ same command again and kills it there.
 
 Only the process started is traced (no -f): the kill lands in egpu-setup itself, and whatever
 it started must end with it (host/process.py's parent-death signal).
+
+`follow_points()` and `kill_in()` trace the children too (-f), to kill a program egpu-setup
+started (dpkg, midway through unpacking) as it enters its Nth call. strace counts the calls
+of each tracee apart (`when=N` is the Nth rename *of that process*), so a point is the first
+call in the run at which any process reaches its Nth: the reference run says which process
+that is and where it was.
 """
 
 from __future__ import annotations
@@ -38,8 +44,11 @@ class Point:
     n: int
     args: str
 
+    program: str = ""  # with -f: what the process that makes it runs (dpkg, apt-get, python3)
+
     def __str__(self) -> str:
-        return f"{self.syscall}#{self.n} {self.args[:120]}"
+        who = f" in {self.program}" if self.program else ""
+        return f"{self.syscall}#{self.n}{who} {self.args[:120]}"
 
 
 def _strace(extra: Sequence[str], argv: Sequence[str]) -> list[str]:
@@ -73,6 +82,60 @@ def points(
         counts[call] = counts.get(call, 0) + 1
         found.append(Point(call, counts[call], m["args"]))
     return res, found
+
+
+# with -f: `123 renameat2(...) = 0`, or `123 fsync(5</x> <unfinished ...>` when another
+# process's line came between its entry and its end; `123 execve("/usr/bin/dpkg", ...`
+_FOLLOWED = re.compile(
+    r"^(?P<pid>\d+)\s+(?P<call>\w+)\((?P<args>.*?)(?:\)\s+=\s+-?\d+|\s*<unfinished)"
+)
+
+
+def follow_points(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[Point]]:
+    """Run `argv` once to the end under strace -f. Every (syscall, n) at which some process
+    first reaches its nth call of that syscall, with that process's program and arguments."""
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "trace"
+        res = subprocess.run(
+            [STRACE or "strace", "-f", "-qq", "-e", f"trace={','.join((*SYSCALLS, 'execve'))}",
+             "-y", "-s", "256", "-o", str(log), "--", *argv],
+            env=dict(env) if env is not None else None,
+            capture_output=True,
+            text=True,
+            check=False,
+        )  # fmt: skip
+        lines = log.read_text(errors="replace").splitlines()
+    program: dict[str, str] = {}
+    counts: dict[tuple[str, str], int] = {}
+    reached: dict[tuple[str, int], Point] = {}
+    for line in lines:
+        m = _FOLLOWED.match(line)
+        if m is None:
+            continue
+        pid, call = m["pid"], m["call"]
+        if call == "execve":
+            program[pid] = m["args"].split(",", 1)[0].strip('"').rsplit("/", 1)[-1]
+            continue
+        n = counts[pid, call] = counts.get((pid, call), 0) + 1
+        reached.setdefault((call, n), Point(call, n, m["args"], program.get(pid, "?")))
+    return res, list(reached.values())
+
+
+def kill_in(
+    point: Point, argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `argv` again under strace -f: the first process to enter its `point.n`th call of
+    `point.syscall` (in the reference run, `point.program`) gets SIGKILL there."""
+    inject = f"inject={point.syscall}:signal=KILL:when={point.n}"
+    return subprocess.run(
+        _strace(["-f", "-o", os.devnull, "-e", inject], argv),
+        env=dict(env) if env is not None else None,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def kill_at(

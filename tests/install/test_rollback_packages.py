@@ -31,6 +31,8 @@ from egpu_setup.plan.steps import AptInstall
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
 from helpers import debroot as _debroot
+from helpers.local_apt import build_deb as _build_deb
+from helpers.local_apt import local_repository as _local_repository
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +51,7 @@ _chroot = _debroot.chroot
 def _install_jq(root: Path) -> Manifest:
     paths = StatePaths.for_root(root)
     ctx = Context(RootHost(root), Manifest.load(paths), "test-run")
-    status, _detail = execute_apt.install(ctx, AptInstall((NAMED,), True), simulate=False)
+    status, _detail = execute_apt.install(ctx, AptInstall((NAMED,), True))
     assert status == "done"
     return Manifest.load(paths)
 
@@ -66,69 +68,6 @@ def _later_package(root: Path, name: str, depends: str) -> None:
     assert _chroot(root, "dpkg-deb", "--build", f"/tmp/{name}", deb).returncode == 0
     done = _chroot(root, "dpkg", "-i", deb)
     assert done.returncode == 0, done.stderr
-
-
-def _build_deb(
-    root: Path,
-    name: str,
-    depends: str = "",
-    prerm: str = "",
-    files: tuple[str, ...] = (),
-    arch: str = "all",
-    multi_arch: str = "",
-) -> Path:
-    """A package built in the root with its own dpkg-deb: `depends`, a prerm script, `files`
-    (a path ending in / is an empty directory)."""
-    build = root / "tmp" / "build" / f"{name}_{arch}"
-    (build / "DEBIAN").mkdir(parents=True)
-    control = (
-        f"Package: {name}\nVersion: 1.0\nArchitecture: {arch}\nMaintainer: Lab <lab@example.org>\n"
-        + (f"Multi-Arch: {multi_arch or 'same'}\n" if arch != "all" or multi_arch else "")
-        + (f"Depends: {depends}\n" if depends else "")
-        + "Description: a lab package\n"
-    )
-    (build / "DEBIAN/control").write_text(control)
-    if prerm:
-        (build / "DEBIAN/prerm").write_text(f"#!/bin/sh\n{prerm}\n")
-        (build / "DEBIAN/prerm").chmod(0o755)
-    (build / "usr/share/doc" / name).mkdir(parents=True)
-    (build / "usr/share/doc" / name / "README").write_text(f"{name}\n")
-    for path in files:
-        target = build / path.strip("/")
-        if path.endswith("/"):
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(f"{name}\n")
-    out = f"/tmp/repo/{name}_1.0_{arch}.deb"
-    (root / "tmp/repo").mkdir(exist_ok=True)
-    done = _chroot(
-        root, "dpkg-deb", "--root-owner-group", "--build", f"/tmp/build/{name}_{arch}", out
-    )
-    assert done.returncode == 0, done.stderr
-    return root / out.lstrip("/")
-
-
-def _local_repository(root: Path, debs: list[Path]) -> None:
-    """A flat apt repository of `debs` inside the root (file:/tmp/repo), its lists fetched."""
-    import hashlib
-
-    stanzas = []
-    for deb in debs:
-        fields = _chroot(root, "dpkg-deb", "-f", f"/tmp/repo/{deb.name}").stdout.strip()
-        data = deb.read_bytes()
-        stanzas.append(
-            f"{fields}\nFilename: ./{deb.name}\nSize: {len(data)}\n"
-            f"SHA256: {hashlib.sha256(data).hexdigest()}\n"
-        )
-    (root / "tmp/repo/Packages").write_text("\n".join(stanzas))
-    lst = root / "etc/apt/sources.list.d/lab.list"
-    lst.write_text("deb [trusted=yes] file:/tmp/repo ./\n")
-    done = _chroot(
-        root, "apt-get", "update", "-o", "Dir::Etc::sourcelist=sources.list.d/lab.list",
-        "-o", "Dir::Etc::sourceparts=-", "-o", "APT::Get::List-Cleanup=0",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _rollback(root: Path) -> str:
@@ -218,7 +157,7 @@ def test_a_dependency_whose_removal_script_refuses_is_kept_and_the_rest_purged(
     _local_repository(root, [guard, glue, lib, tool])
     paths = StatePaths.for_root(root)
     ctx = Context(RootHost(root), Manifest.load(paths), "test-run")
-    execute_apt.install(ctx, AptInstall(("lab-driver",), True), simulate=False)
+    execute_apt.install(ctx, AptInstall(("lab-driver",), True))
     recorded = Manifest.load(paths).packages
     assert [(p["name"], p.get("pulled_in", False)) for p in recorded] == [
         ("lab-driver", False),
@@ -257,7 +196,7 @@ def test_a_directory_dpkg_loses_through_merged_usr_is_made_again(
     os.chmod(hooks, 0o750)
     paths = StatePaths.for_root(root)
     ctx = Context(RootHost(root), Manifest.load(paths), "test-run")
-    execute_apt.install(ctx, AptInstall(("lab-driver",), True), simulate=False)
+    execute_apt.install(ctx, AptInstall(("lab-driver",), True))
     assert (hooks / "x").is_file()
     with caplog.at_level("INFO", logger="egpu_setup.rollback"):
         _rollback(root)
@@ -307,7 +246,7 @@ def test_a_foreign_architecture_twin_installed_since_is_never_taken_for_ours(roo
     _local_repository(root, [common, twin, tool])
     paths = StatePaths.for_root(root)
     ctx = Context(RootHost(root), Manifest.load(paths), "test-run")
-    execute_apt.install(ctx, AptInstall(("lab-driver",), True), simulate=False)
+    execute_apt.install(ctx, AptInstall(("lab-driver",), True))
     assert _chroot(root, "dpkg", "--add-architecture", "i386").returncode == 0
     done = _chroot(root, "dpkg", "-i", f"/tmp/repo/{foreign.name}")
     assert done.returncode == 0, done.stderr

@@ -15,7 +15,7 @@ from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.apt_sources import parse_deb822_sources
 from egpu_setup.plan.build import build_plan
-from egpu_setup.plan.installed import installed_packages
+from egpu_setup.plan.installed import installed_packages, present_packages, unfinished_packages
 from egpu_setup.plan.options import PlanOptions, parse_only
 from egpu_setup.plan.steps import AptInstall, AptRepository
 from helpers import install_values as values
@@ -150,9 +150,8 @@ def test_keep_and_host_managed_drivers_plan_no_apt(tmp_path: Path) -> None:
 
 
 def test_parsers_and_option_validation() -> None:
-    assert installed_packages(type("H", (), {"read": lambda self, p: DPKG_STATUS})()) == {
-        "nvidia-driver": "535.261.03-1"
-    }
+    status_only = {"read": lambda self, p: DPKG_STATUS, "listdir": lambda self, p: []}
+    assert installed_packages(type("H", (), status_only)()) == {"nvidia-driver": "535.261.03-1"}
     assert (
         parse_deb822_sources("Types: deb\nURIs: x\nSuites: a\nComponents: main\nEnabled: no\n", "f")
         == []
@@ -163,6 +162,74 @@ def test_parsers_and_option_validation() -> None:
     assert check_index_url("http://127.0.0.1:8080/simple/")
     with pytest.raises(UsageError, match="only https"):
         check_index_url("http://mirror.example/simple/")
+
+
+@pytest.mark.parametrize(
+    ("status", "installed"),
+    [
+        ("install ok installed", True),
+        ("hold ok installed", True),  # apt-mark hold: there, and kept at its version
+        # what a killed or failed dpkg run leaves (deb-status(5)): not usable, so planned again
+        ("install ok unpacked", False),
+        ("install ok half-configured", False),
+        ("install reinstreq half-installed", False),
+        ("install ok triggers-pending", False),
+        ("install ok triggers-awaited", False),
+        ("install reinstreq installed", False),
+        ("deinstall ok installed", False),  # on its way out: apt-get install keeps it
+        ("deinstall ok config-files", False),
+        ("purge ok not-installed", False),
+    ],
+)
+def test_a_package_is_installed_only_when_dpkg_configured_it(
+    tmp_path: Path, status: str, installed: bool
+) -> None:
+    root = _root(tmp_path, MAIN_ONLY, f"Package: lab-driver\nStatus: {status}\nVersion: 1.0\n")
+    assert ("lab-driver" in installed_packages(RootHost(root))) is installed
+    # and rollback --packages purges it in every state that left something of it
+    present = "lab-driver" in present_packages(RootHost(root))
+    assert present is (not status.endswith("not-installed"))
+
+
+def test_dpkgs_own_journal_is_read_after_its_status_file(tmp_path: Path) -> None:
+    """A killed dpkg leaves its changes in /var/lib/dpkg/updates/NNNN, not yet in the status
+    file: they are read in order over it, and its unfinished temp file (tmp.i) is not."""
+    root = _root(tmp_path, MAIN_ONLY, DPKG_STATUS)
+    updates = root / "var/lib/dpkg/updates"
+    updates.mkdir()
+    (updates / "0000").write_text("Package: lab-lib\nStatus: install ok half-installed\n")
+    (updates / "0001").write_text("Package: lab-lib\nStatus: install ok unpacked\n")
+    (updates / "0002").write_text(
+        "Package: nvidia-driver\nStatus: install ok half-configured\nVersion: 1\n"
+    )
+    (updates / "tmp.i").write_text("Package: lab-lib\nStatus: install ok installed\n")
+    host = RootHost(root)
+    assert installed_packages(host) == {}
+    assert present_packages(host) == {
+        "nvidia-driver": "half-configured",
+        "firmware-nvidia-gsp": "config-files",
+        "lab-lib": "unpacked",
+    }
+    assert unfinished_packages(host) == ["nvidia-driver", "lab-lib"]
+
+
+def test_the_apt_get_command_carries_its_deadlines_and_a_reinstall() -> None:
+    step = AptInstall(("nvidia-driver", "lab-lib"), True, lock_timeout=30, fetch_timeout=20)
+    common = [
+        "apt-get", "-y",
+        "-o", "DPkg::Lock::Timeout=30",
+        "-o", "Acquire::http::Timeout=20",
+        "-o", "Acquire::https::Timeout=20",
+        "-o", "Dpkg::Options::=--force-confdef",
+        "-o", "Dpkg::Options::=--force-confold",
+        "install",
+    ]  # fmt: skip
+    assert step.argv() == [*common, "--no-install-recommends", "nvidia-driver", "lab-lib"]
+    # what dpkg left half-installed, named once, after the step's own
+    assert step.argv(reinstall=("lab-lib", "lab-dep")) == [
+        *common, "--reinstall", "--no-install-recommends", "nvidia-driver", "lab-lib", "lab-dep"
+    ]  # fmt: skip
+    assert step.deadline == 3600 and AptInstall(("x",)).fetch_timeout == 60
 
 
 # -- the command ---------------------------------------------------------------------------------
