@@ -177,10 +177,16 @@ class Builder:
         self.parts[part] = {"inputs": inputs, "files": sorted(files)}
         self.downloaded.append(part)
 
-    def _run(self, argv: Sequence[str], what: str, timeout: float = DOWNLOAD_TIMEOUT) -> str:
+    def _run(
+        self,
+        argv: Sequence[str],
+        what: str,
+        timeout: float = DOWNLOAD_TIMEOUT,
+        env: dict[str, str] | None = None,
+    ) -> str:
         log.warning("%s", what)
         log.info("run: %s", " ".join(argv))
-        res = self.host.run(list(argv), timeout=timeout)
+        res = self.host.run(list(argv), timeout=timeout, env=env)
         if res.rc != 0:
             tail = (res.err or res.out).strip().splitlines()[-15:]
             raise ExecutionError(
@@ -280,13 +286,10 @@ class Builder:
         (PIP_CONFIG_FILE=/dev/null, its source variables unset), so no find-links or
         extra-index-url of this machine can mix a second source into it; --no-deps keeps the
         general-index packages out of this call."""
-        from egpu_setup.execute.pip import SOURCE_ENV
-
-        unset = [a for v in (*SOURCE_ENV, "PIP_CONFIG_FILE") for a in ("-u", v)]
+        # the child's environment is clean already (host/process.py: no PIP_* of the caller);
+        # pip's own configuration files are switched off here, so the Python is started
+        # directly (isolated with -I), not through `env`, whose child the gateway cannot see
         argv = [
-            "env",
-            *unset,
-            f"PIP_CONFIG_FILE={os.devnull}",
             *self._pip(),
             *base,
             "--no-deps",
@@ -294,7 +297,9 @@ class Builder:
             index,
             *target.resolution.torch.requirements,
         ]
-        self._run(argv, f"{target.name}: torch wheels from {index}")
+        self._run(
+            argv, f"{target.name}: torch wheels from {index}", env={"PIP_CONFIG_FILE": os.devnull}
+        )
 
     def _download_dependencies(
         self, python: str, group: list[Target], base: list[str], pool_dir: Path
