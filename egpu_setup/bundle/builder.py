@@ -183,10 +183,11 @@ class Builder:
         what: str,
         timeout: float = DOWNLOAD_TIMEOUT,
         env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> str:
         log.warning("%s", what)
         log.info("run: %s", " ".join(argv))
-        res = self.host.run(list(argv), timeout=timeout, env=env)
+        res = self.host.run(list(argv), timeout=timeout, env=env, cwd=cwd)
         if res.rc != 0:
             tail = (res.err or res.out).strip().splitlines()[-15:]
             raise ExecutionError(
@@ -381,9 +382,10 @@ class Builder:
             timeout=300,
         )
         index = self._run(
-            ["env", "-C", str(dest), "dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
+            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
             f"{target.distro}: Packages index for {len(names)} .debs",
             timeout=600,
+            cwd=dest,  # the index names each file as ./NAME.deb, as a flat repository wants
         )
         atomic_write(dest / "Packages", index.encode(), 0o644)
         self._record(part, inputs, [f"{part}/{n}" for n in sorted(names)] + [f"{part}/Packages"])

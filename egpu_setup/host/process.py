@@ -64,6 +64,11 @@ _PASSED_ON = re.compile(
 # Programs that run the argv after their "--" (a Python after them is isolated too).
 _WRAPPERS = frozenset({"runuser", "setpriv", "unshare", "enter.py"})
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+# Launchers that start a program they look up by name (env(1), nice(1), timeout(1), ...): what
+# they run escapes both the absolute path and the -I above, so the gateway starts none of them.
+_BY_NAME_LAUNCHERS = frozenset(
+    {"env", "nice", "ionice", "nohup", "stdbuf", "timeout", "xargs", "sudo", "doas", "chrt"}
+)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -241,6 +246,13 @@ def prepare(argv: Sequence[str]) -> list[str]:
     "--", isolated with -I right after the interpreter."""
     if not argv:
         raise ExecutionError("an empty command", "report this as a bug", argv=[], rc=127)
+    if os.path.basename(argv[0]) in _BY_NAME_LAUNCHERS:
+        raise ExecutionError(
+            f"{argv[0]} starts a program by name, past the checks every child gets",
+            "report this as a bug: the program itself is to be started (env: the env= argument)",
+            argv=list(argv),
+            rc=127,
+        )
     out = list(argv)
     out[0] = program(out[0])
     at = 0

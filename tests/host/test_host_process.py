@@ -202,3 +202,7 @@ def test_bare_and_relative_programs_come_from_the_system_path_only() -> None:
     with pytest.raises(ExecutionError, match="relative path"):
         prepare(["./python3", "-c", "1"])
     assert prepare(["/usr/bin/python3", "-m", "venv", "x"])[:3] == ["/usr/bin/python3", "-I", "-m"]
+    # a launcher that looks its program up by name would run a Python without -I, off PATH
+    for launcher in ("env", "/usr/bin/env", "nice", "timeout"):
+        with pytest.raises(ExecutionError, match="starts a program by name"):
+            prepare([launcher, "python3", "-m", "pip"])
