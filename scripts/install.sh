@@ -80,6 +80,15 @@ echo "downloading the wheels egpu-setup depends on ..." >&2
 "${pip[@]}" download --only-binary=:all: --dest "$wheels" "${ours[0]}" >&2 ||
   fail 1 "pip could not download egpu-setup's dependencies" \
     "check the network or the index in /etc/pip.conf, then run this again"
+# and for the Python of every distribution egpu-setup knows, so it can put itself into an image
+# of another release than this machine's (PyYAML and MarkupSafe are built per Python)
+sed -n 's/^ *python: "\(3\.[0-9]*\)".*/\1/p' "$src/egpu_setup/data/distros.yaml" | sort -u |
+  while read -r py; do
+    [ "$py" = "$version" ] && continue
+    "${pip[@]}" download --only-binary=:all: --implementation cp --python-version "$py" \
+      --dest "$wheels" "${ours[0]}" >&2 ||
+      echo "warning: no wheels of egpu-setup's dependencies for Python $py: images with it need a bundle" >&2
+  done
 (cd "$wheels" && sha256sum -- *.whl >SHA256SUMS)
 # pins each kept wheel by version and hash: pip installs those files and no other
 requirements=$(mktemp)

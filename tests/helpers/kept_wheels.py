@@ -34,10 +34,13 @@ def keep(cache: Path) -> Path:
             check=True, capture_output=True, timeout=300,
         )  # fmt: skip
         ours = next(Path(tmp).glob("egpu_setup-*.whl"))
-        subprocess.run(
-            [*pip, "download", "--only-binary=:all:", "-d", str(deps), str(ours)],
-            check=True, capture_output=True, timeout=300,
-        )  # fmt: skip
+        # for the Python of each distribution egpu-setup knows, as scripts/install.sh does
+        for python in [None, *_pythons()]:
+            which = ["--implementation", "cp", "--python-version", python] if python else []
+            subprocess.run(
+                [*pip, "download", "--only-binary=:all:", *which, "-d", str(deps), str(ours)],
+                check=True, capture_output=True, timeout=300,
+            )  # fmt: skip
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True, mode=0o755)
@@ -49,3 +52,11 @@ def keep(cache: Path) -> Path:
     ]
     (folder / SUMS).write_text("".join(sums))
     return folder
+
+
+def _pythons() -> list[str]:
+    """The Python of every distribution in egpu_setup/data/distros.yaml."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "egpu_setup/data/distros.yaml").read_text())
+    return sorted({d["python"] for d in data["distros"]})
