@@ -237,9 +237,26 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
             # the whole environment, not added to ours: the source variables it drops stay
             # dropped
             host.run_checked(argv, env=env, replace_env=True, on_line=show_line)
+            # neither venv nor pip/uv fsyncs what it writes: the step is done (journal,
+            # manifest, the venv's mark) only once it is on disk, or a power cut leaves a venv
+            # a later run would trust (plan/installed.py judges what is there)
+            _make_durable(host, step.venv)
             if i == 0 and step.create_venv:
                 mark_venv(host, step.venv, ctx.run_id)
     return "done", f"with {'uv' if uv else 'pip'}"
+
+
+def _make_durable(host: Host, venv: str) -> None:
+    from egpu_setup.state.atomic import sync_filesystem
+
+    try:
+        sync_filesystem(host.real_path(venv), anchor=host.root)
+    except OSError as exc:
+        raise EgpuSetupError(
+            f"{venv}: what was installed could not be written to disk ({exc.strerror})",
+            f"check the disk that holds {venv} (`dmesg`, `df -h {venv}`), then run again: "
+            "the step is not counted as done",
+        ) from exc
 
 
 IMAGE_BUNDLE = "/run/egpu-setup/bundle"

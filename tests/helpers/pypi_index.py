@@ -24,16 +24,23 @@ from helpers.loopback import LoopbackServer
 TORCH_SPEC = "torch==2.13.0"
 
 
-def build_wheel(directory: Path, name: str, version: str, body: str = "") -> Path:
-    """A minimal, valid pure-Python wheel (METADATA, WHEEL, RECORD with hashes)."""
+def build_wheel(
+    directory: Path, name: str, version: str, body: str = "", *, script: bool = False
+) -> Path:
+    """A minimal, valid pure-Python wheel (METADATA, WHEEL, RECORD with hashes); `script`: a
+    console script named `name` (entry_points.txt), which the installer writes into bin/ as
+    torch's torchrun is."""
     mod = name.replace("-", "_")
     dist = f"{mod}-{version}"
     files = {
-        f"{mod}/__init__.py": f"__version__ = {version!r}\n{body}",
+        f"{mod}/__init__.py": f"__version__ = {version!r}\ndef main():\n    print(__version__)\n"
+        + body,
         f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: egpu-setup-tests\n"
         "Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
+    if script:
+        files[f"{dist}.dist-info/entry_points.txt"] = f"[console_scripts]\n{name} = {mod}:main\n"
     record = []
     for path, text in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
