@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 DEFAULT_APT_LOCK_TIMEOUT = 600  # seconds apt waits for the dpkg lock (DPkg::Lock::Timeout)
+# seconds pip/uv may take over a whole torch install (install --download-timeout): a CUDA torch
+# and its libraries are about 3 GB, an hour at 7 Mbit/s
+DEFAULT_DOWNLOAD_TIMEOUT = 3600
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class PipInstall(Step):
     # the venv is there but half-made by a failed run (plan/venv.py): made again with --clear
     rebuild_venv: bool = False
     requirements_sha256: str | None = None  # the executor installs only from these bytes
+    download_timeout: int = DEFAULT_DOWNLOAD_TIMEOUT  # the install's deadline (execute/pip.py)
 
     def describe(self) -> str:
         create = f"create venv {self.venv}; " if self.create_venv else ""

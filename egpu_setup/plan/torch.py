@@ -67,6 +67,7 @@ def torch_steps(
                 find_links=b.find_links,
                 requirements_file=b.requirements_file,
                 rebuild_venv=half_made,
+                download_timeout=options.download_timeout,
                 requirements_sha256=b.requirements_sha256,
             ),
         ]
@@ -83,6 +84,7 @@ def torch_steps(
             run_as=_run_as(host, options, installed),
             reason=why,
             rebuild_venv=half_made,
+            download_timeout=options.download_timeout,
         ),
     ]
 

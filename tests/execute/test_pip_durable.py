@@ -4,11 +4,13 @@ helpers/loop_ext4.py), real pip installs from a loopback PEP 503 index."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from egpu_setup.errors import EgpuSetupError
 from egpu_setup.host.machine import LiveHost
 from egpu_setup.plan.installed import incomplete_distributions, venv_versions
 from helpers import pypi_index as _pypi_index
@@ -91,3 +93,32 @@ def test_a_half_installed_distribution_is_rebuilt(tmp_path: Path, index, lost: s
     assert [s.status for s in result.steps] == ["done"]
     _record_complete(venv, "1.0")
     assert plan_torch(venv, PROBE, index.url).steps == ()
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_corrupt_wheel_fails_and_the_fixed_index_then_succeeds(
+    tmp_path: Path, installer: str
+) -> None:
+    """The index serves a wheel cut in half (listed with its own sha256, so only the unpacking
+    finds it out): the run fails with error/hint and counts nothing done. The mirror then fixes
+    the file at the same URL, and the next run installs the good one into the venv the first
+    made: nothing of the bad wheel is reused from the installer's cache (uv kept it, and the
+    next run failed on its hash, until egpu-setup cleaned it)."""
+    if installer == "uv" and shutil.which("uv") is None:
+        pytest.skip("uv not on PATH (.ci/run installs it)")
+    (tmp_path / "good").mkdir()
+    (tmp_path / "bad").mkdir()
+    good = _pypi_index.build_wheel(tmp_path / "good", "egpu-probe", "1.0", script=True)
+    bad = tmp_path / "bad" / good.name
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    venv = tmp_path / "venv"
+    with _pypi_index.LocalIndex([bad]) as index:
+        with pytest.raises(EgpuSetupError) as caught:
+            install_torch(venv, PROBE, index.url, installer)
+        assert caught.value.hint, caught.value.message
+        assert "egpu-probe" not in (venv_versions(LiveHost(), str(venv)) or {})
+        index.replace(bad, good)
+        _plan, result = install_torch(venv, PROBE, index.url, installer)
+        assert [s.status for s in result.steps] == ["done"]
+        _record_complete(venv, "1.0")
+        assert plan_torch(venv, PROBE, index.url).steps == ()

@@ -4,6 +4,7 @@ tests: a loopback index, a venv on a loop-mounted ext4)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from egpu_setup.execute.executor import ExecOptions, ExecResult, execute
 from egpu_setup.host.machine import LiveHost
@@ -15,21 +16,26 @@ from egpu_setup.state.paths import StatePaths
 from helpers import install_values as values
 
 
-def plan_torch(venv: Path, requirements: tuple[str, ...], index: str) -> Plan:
+def plan_torch(venv: Path, requirements: tuple[str, ...], index: str, **options: Any) -> Plan:
     return build_plan(
         values.facts(),
         None,
         values.resolution(torch_requirements=requirements, index_url=index),
         (),
         LiveHost(),
-        PlanOptions(only=frozenset({"torch"}), venv=str(venv), target="live"),
+        PlanOptions(only=frozenset({"torch"}), venv=str(venv), target="live", **options),
     )
 
 
 def install_torch(
-    venv: Path, requirements: tuple[str, ...], index: str, installer: str = "pip"
+    venv: Path,
+    requirements: tuple[str, ...],
+    index: str,
+    installer: str = "pip",
+    **options: Any,
 ) -> tuple[Plan, ExecResult]:
-    plan = plan_torch(venv, requirements, index)
+    """plan_torch's plan (`options`: more PlanOptions), run by the executor as root."""
+    plan = plan_torch(venv, requirements, index, **options)
     paths = StatePaths.for_root(Path("/"))
     with RunLock(paths.lock):
         return plan, execute(

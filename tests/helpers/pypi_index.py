@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import http.server
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 
@@ -73,9 +75,14 @@ def cache_dir() -> Path:
 
 
 class LocalIndex:
-    """`with LocalIndex(wheels) as idx: idx.url` -> "http://127.0.0.1:PORT/simple/"."""
+    """`with LocalIndex(wheels) as idx: idx.url` -> "http://127.0.0.1:PORT/simple/".
 
-    def __init__(self, wheels: list[Path]):
+    trickle=S: the pages answer at once, every wheel one byte each S seconds (a stalled mirror
+    that never quite goes silent), until the client hangs up or the index closes."""
+
+    def __init__(self, wheels: list[Path], *, trickle: float | None = None):
+        self.trickle = trickle
+        self._closed = threading.Event()
         self._tmp = tempfile.TemporaryDirectory(prefix="egpu-setup-index-")
         self.dir = Path(self._tmp.name)
         by_project: dict[str, list[Path]] = {}
@@ -102,8 +109,39 @@ class LocalIndex:
         )
 
     def __enter__(self) -> LocalIndex:
-        self.server = LoopbackServer(root=self.dir)
+        self.server = LoopbackServer(
+            root=self.dir, respond=self._trickle if self.trickle is not None else None
+        )
         return self
+
+    def replace(self, old: Path, new: Path) -> None:
+        """Serve `new` where `old` was, at the same URL, its page listing new's sha256 (a
+        mirror that fixed a broken file in place)."""
+        served = self.dir / "files" / old.name
+        served.unlink()
+        os.symlink(new.resolve(), served)
+        for page in (self.dir / "simple").glob("*/index.html"):
+            before, after = (hashlib.sha256(w.read_bytes()).hexdigest() for w in (old, new))
+            page.write_text(page.read_text().replace(before, after))
+
+    def _trickle(self, h: http.server.BaseHTTPRequestHandler) -> bool:
+        if not h.path.startswith("/files/"):
+            return False
+        body = (self.dir / h.path.removeprefix("/")).read_bytes()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/octet-stream")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        for i in range(len(body)):
+            if self._closed.wait(self.trickle):
+                break
+            try:
+                h.wfile.write(body[i : i + 1])
+                h.wfile.flush()
+            except OSError:  # the client gave up: what the test waits for
+                break
+        h.close_connection = True
+        return True
 
     @property
     def requests(self) -> list[str]:
@@ -115,5 +153,6 @@ class LocalIndex:
         return f"{self.server.url}simple/"
 
     def __exit__(self, *exc: object) -> None:
+        self._closed.set()
         self.server.close()
         self._tmp.cleanup()
