@@ -273,7 +273,7 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
                     _drop_from_uv_cache(host, step, uv, env, exc.stderr_tail)
                 if last and exc.rc is None:  # run_checked's deadline: the session was ended
                     raise _missed_deadline(step) from exc
-                raise
+                raise _disk_error(host, step.venv, exc.stderr_tail) or exc from exc
             # neither venv nor pip/uv fsyncs what it writes: the step is done (journal,
             # manifest, the venv's mark) only once it is on disk, or a power cut leaves a venv
             # a later run would trust (plan/installed.py judges what is there)
@@ -310,6 +310,51 @@ def _is_requirement(text: str) -> bool:
     except InvalidRequirement:
         return False
     return True
+
+
+# strerror(3)'s words for ENOSPC, EDQUOT and EROFS, as pip and uv print them, and errno's
+# number, which a translated message (the caller's LC_MESSAGES reaches the child) keeps
+_DISK_FULL = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "os error 28")
+_READ_ONLY = ("Read-only file system", "[Errno 30]", "os error 30")
+# less than this left to root counts as full after a failure: `python -m venv` hides why
+# ensurepip failed (it captures its output), so the filesystem itself is asked (statvfs(3))
+_NEARLY_FULL = 32 * 2**20
+
+
+def _disk_error(host: Host, venv: str, out: str) -> EgpuSetupError | None:
+    """The installer's failure said as what it was, when the venv's filesystem is read-only or
+    full (by statvfs, or by the installer's own words): named, with the space there is; None
+    for any other failure."""
+    st = _fs_of(host, venv)
+    read_only = st is not None and bool(st.f_flag & os.ST_RDONLY)
+    if read_only or any(words in out for words in _READ_ONLY):
+        return EgpuSetupError(
+            f"{venv} is on a read-only filesystem: the venv could not be written",
+            f"remount it read-write (`findmnt -T {venv}`) or pass --venv PATH elsewhere, then "
+            "run again: what was left half-made is rebuilt",
+        )
+    free = None if st is None else st.f_bfree * st.f_frsize
+    if not any(words in out for words in _DISK_FULL) and (free is None or free >= _NEARLY_FULL):
+        return None
+    shown = "unknown" if free is None else f"{free / 2**20:.0f} MiB"
+    return EgpuSetupError(
+        f"{venv}: no space left on its filesystem ({shown} free): the install stopped part-way",
+        # torch 2.13.0+cpu alone is 754 MiB installed; the CUDA builds bring several GiB of
+        # NVIDIA libraries besides
+        "free space there (a CPU torch needs about 1 GiB, a CUDA one several) or pass --venv "
+        "PATH on a larger disk, then run again: what was left half-made is rebuilt",
+    )
+
+
+def _fs_of(host: Host, venv: str) -> os.statvfs_result | None:
+    """statvfs of the filesystem that holds (or would hold) `venv`."""
+    where = host.real_path(venv)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        return os.statvfs(where)
+    except OSError:
+        return None
 
 
 def _missed_deadline(step: PipInstall) -> EgpuSetupError:

@@ -29,27 +29,43 @@ def _run(*argv: str) -> None:
 
 
 class LoopExt4:
-    """`mount`: where the filesystem is mounted (while it is)."""
+    """`mount`: where the filesystem is mounted (while it is), from loop device `device`."""
 
     def __init__(self, image: Path, mount: Path):
         self.image = image
         self.mount = mount
+        self.device = _attach(image)
 
     def power_cut(self) -> None:
-        """Shut the filesystem down losing its uncommitted journal, unmount, mount again."""
+        """Shut the filesystem down losing its uncommitted journal, unmount, and mount it again
+        from a new loop device: a process elsewhere that copied the mount into its own
+        namespace (unshare --mount) keeps the shut-down superblock alive, and mounting the
+        same device again would hand it back."""
         fd = os.open(self.mount, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", EXT4_GOING_FLAGS_NOLOGFLUSH))
         finally:
             os.close(fd)
         _run("umount", str(self.mount))
-        _run("mount", "-o", "loop", str(self.image), str(self.mount))
+        _run("losetup", "-d", self.device)
+        self.device = _attach(self.image)
+        _run("mount", self.device, str(self.mount))
+
+
+def _attach(image: Path) -> str:
+    return subprocess.run(
+        ["losetup", "--find", "--show", str(image)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
 
 
 @contextlib.contextmanager
 def loop_ext4(directory: Path, size_mib: int = 96) -> Iterator[LoopExt4]:
-    """An ext4 of `size_mib` MiB mounted at directory/mnt, unmounted (and its loop device
-    detached: `mount -o loop` sets autoclear) on the way out however the test ends."""
+    """An ext4 of `size_mib` MiB on a loop device of its own, mounted at directory/mnt;
+    unmounted and the device detached on the way out however the test ends."""
     if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
         pytest.skip("needs root and mkfs.ext4 (.ci/run installs e2fsprogs)")
     image = directory / "ext4.img"
@@ -58,13 +74,17 @@ def loop_ext4(directory: Path, size_mib: int = 96) -> Iterator[LoopExt4]:
     with open(image, "wb") as f:
         f.truncate(size_mib * 1024 * 1024)
     _run("mkfs.ext4", "-q", "-F", str(image))
-    _run("mount", "-o", "loop", str(image), str(mount))
+    fs = LoopExt4(image, mount)
     try:
+        _run("mount", fs.device, str(mount))
         os.chmod(mount, 0o755)
-        yield LoopExt4(image, mount)
+        yield fs
     finally:
-        if os.path.ismount(mount):
-            try:
-                _run("umount", str(mount))
-            except subprocess.CalledProcessError:
-                _run("umount", "-l", str(mount))
+        try:
+            if os.path.ismount(mount):
+                try:
+                    _run("umount", str(mount))
+                except subprocess.CalledProcessError:
+                    _run("umount", "-l", str(mount))
+        finally:
+            _run("losetup", "-d", fs.device)
