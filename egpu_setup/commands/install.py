@@ -99,6 +99,14 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     show_default=True,
     help="Seconds to wait for the package manager's lock.",
 )
+@click.option(
+    "--download-timeout",
+    type=click.IntRange(10, 86400),
+    default=3600,
+    show_default=True,
+    help="Seconds torch's download and install may take in all; a connection silent for 60 s "
+    "(or this, when less) is given up on.",
+)
 @enclosure_option("The Thunderbolt enclosure to enrol (and pin) when the eGPU is not yet visible.")
 @click.option(
     "--verify/--no-verify",
@@ -126,6 +134,7 @@ def command(
     from_dir: str | None,
     force: bool,
     lock_timeout: int,
+    download_timeout: int,
     enclosure: str | None,
     run_verify: bool,
     matrix_choice: str,
@@ -157,6 +166,7 @@ def command(
         from_dir=from_dir,
         force=force,
         lock_timeout=lock_timeout,
+        download_timeout=download_timeout,
         run_verify=run_verify,
         matrix=matrix_choice,
         enclosure=enclosure,

@@ -20,14 +20,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from egpu_setup.compat.index_url import installer_index
-from egpu_setup.errors import EgpuSetupError
+from egpu_setup.errors import EgpuSetupError, ExecutionError
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.files import Context, missing_parents
 from egpu_setup.execute.undo import mark_venv
@@ -53,6 +57,11 @@ SOURCE_ENV = (
     "UV_BREAK_SYSTEM_PACKAGES",
     "VIRTUAL_ENV",
 )
+
+
+# seconds of silence on a connection before pip/uv give up on it (pip's own default is 15, uv's
+# 30: a loaded mirror of multi-GB CUDA wheels can be slower than that to start sending)
+STALL_TIMEOUT = 60
 
 
 # Where root's own session points caches and config; meaningless (and root-owned) for the user
@@ -172,13 +181,27 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
                 "install",
                 "--progress-bar",
                 "on",
+                "--timeout",
+                str(stall_timeout(step)),
                 *installer_index(step.index_url, uv=False)[0],
                 *step.requirements,
             ]
         )
-    if step.run_as:
-        out = [["runuser", "-u", step.run_as, "--", *argv] for argv in out]
-    return out
+    return _as_user(step, out)
+
+
+def stall_timeout(step: PipInstall) -> int:
+    """Seconds a connection may send nothing before pip/uv give up on it (pip --timeout,
+    UV_HTTP_TIMEOUT; both are read timeouts, so a server that trickles a byte at a time never
+    trips them: the step's deadline, download_timeout, ends that)."""
+    return min(STALL_TIMEOUT, step.download_timeout)
+
+
+def _as_user(step: PipInstall, argvs: list[list[str]]) -> list[list[str]]:
+    """Each command as the user who owns the venv (the plan's run_as), or as it is."""
+    if not step.run_as:
+        return argvs
+    return [["runuser", "-u", step.run_as, "--", *argv] for argv in argvs]
 
 
 def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[str]]:
@@ -204,9 +227,7 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
         )
     else:
         out.append([py, "-I", "-m", "pip", "install", "--progress-bar", "on", *offline])
-    if step.run_as:
-        out = [["runuser", "-u", step.run_as, "--", *argv] for argv in out]
-    return out
+    return _as_user(step, out)
 
 
 def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
@@ -229,17 +250,134 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
 
         check_index_redirects(step.index_url)
         env.update(installer_index(step.index_url, uv is not None)[1])
+    env["UV_HTTP_TIMEOUT"] = str(stall_timeout(step))
     if step.create_venv:
         ctx.manifest.add_venv(step.venv, ctx.run_id, missing_parents(host, step.venv))
         ctx.manifest.save()
     with _pinned_requirements(step) as pinned, _bundle_seen_from(host, pinned) as seen:
-        for i, argv in enumerate(commands(seen, uv)):
+        argvs = commands(seen, uv)
+        for i, argv in enumerate(argvs):
             # the whole environment, not added to ours: the source variables it drops stay
-            # dropped
-            host.run_checked(argv, env=env, replace_env=True, on_line=show_line)
+            # dropped; the install (the last command) has the step's deadline, the venv none
+            last = i == len(argvs) - 1
+            try:
+                host.run_checked(
+                    argv,
+                    env=env,
+                    replace_env=True,
+                    on_line=show_line,
+                    timeout=step.download_timeout if last else None,
+                )
+            except ExecutionError as exc:
+                if last and uv:
+                    _drop_from_uv_cache(host, step, uv, env, exc.stderr_tail)
+                if last and exc.rc is None:  # run_checked's deadline: the session was ended
+                    raise _missed_deadline(step) from exc
+                raise _disk_error(host, step.venv, exc.stderr_tail) or exc from exc
+            # neither venv nor pip/uv fsyncs what it writes: the step is done (journal,
+            # manifest, the venv's mark) only once it is on disk, or a power cut leaves a venv
+            # a later run would trust (plan/installed.py judges what is there)
+            _make_durable(host, step.venv)
             if i == 0 and step.create_venv:
                 mark_venv(host, step.venv, ctx.run_id)
     return "done", f"with {'uv' if uv else 'pip'}"
+
+
+# uv's words for a wheel it fetched and could not use (uv 0.13: "Failed to download `NAME==V`",
+# "Failed to extract archive: FILE.whl", "Hash mismatch for `NAME==V`")
+_UV_BAD_WHEEL = re.compile(r"(?:Failed to download|Hash mismatch for) `([A-Za-z0-9._-]+)")
+
+
+def _drop_from_uv_cache(
+    host: Host, step: PipInstall, uv: str, env: dict[str, str], out: str
+) -> None:
+    """uv keeps what it downloaded, a wheel it could not unpack too, and hands the same bytes
+    to the next run from the same URL, which then fails on the hash (a mirror that fixed the
+    file in place never gets through). After a failed install the named distributions' cache
+    entries go (`uv cache clean PACKAGE...`): those the step asked for and those uv named as
+    bad. Best effort: a cache it cannot clean is the next run's `error:`, not this one's."""
+    names = {Requirement(text).name for text in step.requirements if _is_requirement(text)}
+    names.update(_UV_BAD_WHEEL.findall(out))
+    if not names:
+        return
+    (argv,) = _as_user(step, [[uv, "cache", "clean", *sorted(names)]])
+    host.stream(argv, env=env, replace_env=True, timeout=120)
+
+
+def _is_requirement(text: str) -> bool:
+    try:
+        Requirement(text)
+    except InvalidRequirement:
+        return False
+    return True
+
+
+# strerror(3)'s words for ENOSPC, EDQUOT and EROFS, as pip and uv print them, and errno's
+# number, which a translated message (the caller's LC_MESSAGES reaches the child) keeps
+_DISK_FULL = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "os error 28")
+_READ_ONLY = ("Read-only file system", "[Errno 30]", "os error 30")
+# less than this left to root counts as full after a failure: `python -m venv` hides why
+# ensurepip failed (it captures its output), so the filesystem itself is asked (statvfs(3))
+_NEARLY_FULL = 32 * 2**20
+
+
+def _disk_error(host: Host, venv: str, out: str) -> EgpuSetupError | None:
+    """The installer's failure said as what it was, when the venv's filesystem is read-only or
+    full (by statvfs, or by the installer's own words): named, with the space there is; None
+    for any other failure."""
+    st = _fs_of(host, venv)
+    read_only = st is not None and bool(st.f_flag & os.ST_RDONLY)
+    if read_only or any(words in out for words in _READ_ONLY):
+        return EgpuSetupError(
+            f"{venv} is on a read-only filesystem: the venv could not be written",
+            f"remount it read-write (`findmnt -T {venv}`) or pass --venv PATH elsewhere, then "
+            "run again: what was left half-made is rebuilt",
+        )
+    free = None if st is None else st.f_bfree * st.f_frsize
+    if not any(words in out for words in _DISK_FULL) and (free is None or free >= _NEARLY_FULL):
+        return None
+    shown = "unknown" if free is None else f"{free / 2**20:.0f} MiB"
+    return EgpuSetupError(
+        f"{venv}: no space left on its filesystem ({shown} free): the install stopped part-way",
+        # torch 2.13.0+cpu alone is 754 MiB installed; the CUDA builds bring several GiB of
+        # NVIDIA libraries besides
+        "free space there (a CPU torch needs about 1 GiB, a CUDA one several) or pass --venv "
+        "PATH on a larger disk, then run again: what was left half-made is rebuilt",
+    )
+
+
+def _fs_of(host: Host, venv: str) -> os.statvfs_result | None:
+    """statvfs of the filesystem that holds (or would hold) `venv`."""
+    where = host.real_path(venv)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        return os.statvfs(where)
+    except OSError:
+        return None
+
+
+def _missed_deadline(step: PipInstall) -> EgpuSetupError:
+    source = step.find_links or urlsplit(step.index_url).hostname or step.index_url
+    return EgpuSetupError(
+        f"torch's install from {source} did not finish within {step.download_timeout} s "
+        "(--download-timeout) and was stopped: the index sent too slowly or stalled",
+        "check the connection to that host (or use a closer mirror with --index-url), or allow "
+        "more with --download-timeout SECONDS; run again: nothing half-installed is kept",
+    )
+
+
+def _make_durable(host: Host, venv: str) -> None:
+    from egpu_setup.state.atomic import sync_filesystem
+
+    try:
+        sync_filesystem(host.real_path(venv), anchor=host.root)
+    except OSError as exc:
+        raise EgpuSetupError(
+            f"{venv}: what was installed could not be written to disk ({exc.strerror})",
+            f"check the disk that holds {venv} (`dmesg`, `df -h {venv}`), then run again: "
+            "the step is not counted as done",
+        ) from exc
 
 
 IMAGE_BUNDLE = "/run/egpu-setup/bundle"

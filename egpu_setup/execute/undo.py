@@ -37,6 +37,7 @@ from egpu_setup.state.atomic import (
     sha256,
 )
 from egpu_setup.state.manifest import Manifest
+from egpu_setup.state.paths import MARK_VENV
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
 log = get_logger("egpu_setup.execute")
@@ -71,7 +72,6 @@ IMAGE_OWNED = (
     MACHINE_ID,
     "/var/lib/dbus/machine-id",
 )
-MARK_VENV = ".egpu-setup-venv"  # written into each venv egpu-setup creates (mark_venv)
 
 
 def remove_empty_dirs(host: Host, dirs: list[str]) -> None:

@@ -199,6 +199,7 @@ def plan_options(
         index_url=options.index_url,
         force=options.force,
         apt_lock_timeout=options.lock_timeout,
+        download_timeout=options.download_timeout,
         # A recording is planned as the live machine it describes (it can never execute).
         target="root" if target.kind == "root" else "live",
         pending_reboot=pending_reboot(paths, target),

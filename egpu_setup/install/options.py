@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from egpu_setup.plan.options import DEFAULT_VENV
+from egpu_setup.plan.steps import DEFAULT_DOWNLOAD_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class InstallOptions:
     from_dir: str | None = None
     force: bool = False
     lock_timeout: int = 600
+    download_timeout: int = DEFAULT_DOWNLOAD_TIMEOUT
     run_verify: bool = True
     matrix: str = "shipped"  # "updated": the overlay of `matrix update` decides (--matrix)
     enclosure: str | None = None  # --enclosure UUID: the Thunderbolt device to enrol and tie

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from egpu_setup.errors import UsageError
 from egpu_setup.plan.apt_sources import SOURCES_DIR
-from egpu_setup.plan.steps import DEFAULT_APT_LOCK_TIMEOUT
+from egpu_setup.plan.steps import DEFAULT_APT_LOCK_TIMEOUT, DEFAULT_DOWNLOAD_TIMEOUT
 
 PARTS = ("driver", "torch", "config")
 
@@ -21,6 +21,7 @@ class PlanOptions:
     index_url: str | None = None  # a lab mirror of the variant index; replaces it, never extra
     force: bool = False
     apt_lock_timeout: int = DEFAULT_APT_LOCK_TIMEOUT
+    download_timeout: int = DEFAULT_DOWNLOAD_TIMEOUT
     target: str = "live"  # live / root: what kind of system the steps land on
     pending_reboot: str | None = None  # reason from the journal when a reboot is still owed
     sudo_user: str | None = None

@@ -17,6 +17,9 @@ DEFAULT_APT_FETCH_TIMEOUT = 60
 # seconds the whole apt-get install may take past its lock wait: the driver's ~400 packages,
 # unpacking them, and DKMS compiling the module on a slow laptop fit in it many times over
 DEFAULT_APT_DEADLINE = 3600
+# seconds pip/uv may take over a whole torch install (install --download-timeout): a CUDA torch
+# and its libraries are about 3 GB, an hour at 7 Mbit/s
+DEFAULT_DOWNLOAD_TIMEOUT = 3600
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ class PipInstall(Step):
     # the venv is there but half-made by a failed run (plan/venv.py): made again with --clear
     rebuild_venv: bool = False
     requirements_sha256: str | None = None  # the executor installs only from these bytes
+    download_timeout: int = DEFAULT_DOWNLOAD_TIMEOUT  # the install's deadline (execute/pip.py)
 
     def describe(self) -> str:
         create = f"create venv {self.venv}; " if self.create_venv else ""

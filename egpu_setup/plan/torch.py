@@ -9,7 +9,7 @@ from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
-from egpu_setup.plan.installed import venv_versions
+from egpu_setup.plan.installed import incomplete_distributions, venv_versions
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, PipInstall, Step
 from egpu_setup.plan.venv import missing_venv_package, venv_state
@@ -42,10 +42,13 @@ def torch_steps(
     if not missing:
         return []
     if half_made:
-        warnings.append(
-            f"{options.venv} was left half-made by a failed run (pyvenv.cfg and bin/python, no "
-            "pip, no bin/activate): it is rebuilt"
+        broken = incomplete_distributions(host, options.venv)
+        what = (
+            ", ".join(f"{name}: {why}" for name, why in sorted(broken.items()))
+            if broken
+            else "pyvenv.cfg and bin/python, no pip, no bin/activate"
         )
+        warnings.append(f"{options.venv} was left half-made by a failed run ({what}): rebuilt")
     b = options.bundle
     first = _venv_package_step(facts, host, resolution, options, installed is None)
     if b is not None:
@@ -64,6 +67,7 @@ def torch_steps(
                 find_links=b.find_links,
                 requirements_file=b.requirements_file,
                 rebuild_venv=half_made,
+                download_timeout=options.download_timeout,
                 requirements_sha256=b.requirements_sha256,
             ),
         ]
@@ -80,6 +84,7 @@ def torch_steps(
             run_as=_run_as(host, options, installed),
             reason=why,
             rebuild_venv=half_made,
+            download_timeout=options.download_timeout,
         ),
     ]
 

@@ -8,11 +8,19 @@ then setup_scripts (bin/activate) (Debian 12 /usr/lib/python3.11/venv/__init__.p
 is "ensurepip is not available ... apt install python3.11-venv"). What it leaves is recognised
 here by exactly that shape, so a user's own healthy venv (every one has bin/activate: stdlib,
 `--without-pip` and uv venvs alike) is never touched.
+
+A venv egpu-setup made (its MARK_VENV) that holds a distribution whose install did not finish
+(plan/installed.py: a kill or a power cut mid-install) is half-made too: pip cannot repair it in
+place (it refuses to uninstall a distribution without RECORD), and the venv is root's own, so
+it is rebuilt. A user's venv with one is never rebuilt: the distribution is just not counted.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from egpu_setup.plan.installed import incomplete_distributions
+from egpu_setup.state.paths import MARK_VENV
 
 
 def venv_state(host: Any, venv: str) -> str:
@@ -24,6 +32,8 @@ def venv_state(host: Any, venv: str) -> str:
         return "not-a-venv"
     has_python = host.exists(f"{venv}/bin/python") or host.readlink(f"{venv}/bin/python")
     if has_python and not host.exists(f"{venv}/bin/activate") and not _has_pip(host, venv):
+        return "half-made"
+    if host.exists(f"{venv}/{MARK_VENV}") and incomplete_distributions(host, venv):
         return "half-made"
     return "healthy"
 

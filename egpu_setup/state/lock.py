@@ -86,6 +86,13 @@ class RunLock:
             errno.EISDIR: "is a directory, not a lock file",
             errno.ELOOP: "is a symbolic link, which egpu-setup never follows",
         }.get(exc.errno or 0, f"cannot be opened: {exc.strerror or exc}")
+        if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            # the folder, not the file, is what must change: a read-only or full filesystem
+            return EgpuSetupError(
+                f"the run lock {self.path} {what}",
+                f"make {self.path.parent} writable (remount it read-write, or free space on "
+                "it) or point EGPU_SETUP_STATE_DIR elsewhere, then run again",
+            )
         return EgpuSetupError(
             f"the run lock {self.path} {what}",
             f"remove {self.path} (egpu-setup creates the file itself) and run again",

@@ -27,6 +27,8 @@ from pathlib import Path
 from egpu_setup.errors import EgpuSetupError, UsageError
 
 STATE_DIR = "/var/lib/egpu-setup"
+# written into each venv egpu-setup creates (execute/undo.py mark_venv): the venv is root's own
+MARK_VENV = ".egpu-setup-venv"
 
 
 LOCK_PATH = "/run/lock/egpu-setup.lock"

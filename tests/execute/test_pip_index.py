@@ -9,36 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.execute.pip import commands, installer_env
-from egpu_setup.host.machine import LiveHost
-from egpu_setup.plan.build import build_plan
-from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import PipInstall
-from egpu_setup.state.lock import RunLock
-from egpu_setup.state.paths import StatePaths
-from helpers import install_values as values
 from helpers import pypi_index as _pypi_index
+from helpers.pip_install import install_torch, plan_torch
 
-
-def _plan(venv: Path, requirements: tuple[str, ...], index: str):
-    return build_plan(
-        values.facts(),
-        None,
-        values.resolution(torch_requirements=requirements, index_url=index),
-        (),
-        LiveHost(),
-        PlanOptions(only=frozenset({"torch"}), venv=str(venv), target="live"),
-    )
-
-
-def _install(venv: Path, requirements: tuple[str, ...], index: str, installer: str):
-    plan = _plan(venv, requirements, index)
-    paths = StatePaths.for_root(Path("/"))
-    with RunLock(paths.lock):
-        return plan, execute(
-            plan, LiveHost(), paths, ExecOptions(installer=installer), lambda _t: None
-        )
+_plan = plan_torch
+_install = install_torch
 
 
 @pytest.fixture

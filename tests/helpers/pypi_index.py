@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import http.server
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 
@@ -24,16 +26,23 @@ from helpers.loopback import LoopbackServer
 TORCH_SPEC = "torch==2.13.0"
 
 
-def build_wheel(directory: Path, name: str, version: str, body: str = "") -> Path:
-    """A minimal, valid pure-Python wheel (METADATA, WHEEL, RECORD with hashes)."""
+def build_wheel(
+    directory: Path, name: str, version: str, body: str = "", *, script: bool = False
+) -> Path:
+    """A minimal, valid pure-Python wheel (METADATA, WHEEL, RECORD with hashes); `script`: a
+    console script named `name` (entry_points.txt), which the installer writes into bin/ as
+    torch's torchrun is."""
     mod = name.replace("-", "_")
     dist = f"{mod}-{version}"
     files = {
-        f"{mod}/__init__.py": f"__version__ = {version!r}\n{body}",
+        f"{mod}/__init__.py": f"__version__ = {version!r}\ndef main():\n    print(__version__)\n"
+        + body,
         f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: egpu-setup-tests\n"
         "Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
+    if script:
+        files[f"{dist}.dist-info/entry_points.txt"] = f"[console_scripts]\n{name} = {mod}:main\n"
     record = []
     for path, text in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
@@ -66,9 +75,14 @@ def cache_dir() -> Path:
 
 
 class LocalIndex:
-    """`with LocalIndex(wheels) as idx: idx.url` -> "http://127.0.0.1:PORT/simple/"."""
+    """`with LocalIndex(wheels) as idx: idx.url` -> "http://127.0.0.1:PORT/simple/".
 
-    def __init__(self, wheels: list[Path]):
+    trickle=S: the pages answer at once, every wheel one byte each S seconds (a stalled mirror
+    that never quite goes silent), until the client hangs up or the index closes."""
+
+    def __init__(self, wheels: list[Path], *, trickle: float | None = None):
+        self.trickle = trickle
+        self._closed = threading.Event()
         self._tmp = tempfile.TemporaryDirectory(prefix="egpu-setup-index-")
         self.dir = Path(self._tmp.name)
         by_project: dict[str, list[Path]] = {}
@@ -95,8 +109,39 @@ class LocalIndex:
         )
 
     def __enter__(self) -> LocalIndex:
-        self.server = LoopbackServer(root=self.dir)
+        self.server = LoopbackServer(
+            root=self.dir, respond=self._trickle if self.trickle is not None else None
+        )
         return self
+
+    def replace(self, old: Path, new: Path) -> None:
+        """Serve `new` where `old` was, at the same URL, its page listing new's sha256 (a
+        mirror that fixed a broken file in place)."""
+        served = self.dir / "files" / old.name
+        served.unlink()
+        os.symlink(new.resolve(), served)
+        for page in (self.dir / "simple").glob("*/index.html"):
+            before, after = (hashlib.sha256(w.read_bytes()).hexdigest() for w in (old, new))
+            page.write_text(page.read_text().replace(before, after))
+
+    def _trickle(self, h: http.server.BaseHTTPRequestHandler) -> bool:
+        if not h.path.startswith("/files/"):
+            return False
+        body = (self.dir / h.path.removeprefix("/")).read_bytes()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/octet-stream")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        for i in range(len(body)):
+            if self._closed.wait(self.trickle):
+                break
+            try:
+                h.wfile.write(body[i : i + 1])
+                h.wfile.flush()
+            except OSError:  # the client gave up: what the test waits for
+                break
+        h.close_connection = True
+        return True
 
     @property
     def requests(self) -> list[str]:
@@ -108,5 +153,6 @@ class LocalIndex:
         return f"{self.server.url}simple/"
 
     def __exit__(self, *exc: object) -> None:
+        self._closed.set()
         self.server.close()
         self._tmp.cleanup()

@@ -1,0 +1,116 @@
+"""The venv on a full or read-only filesystem (a small loop-mounted ext4): `error:` naming the
+venv (and the space left), exit 1, no traceback, nothing half-made trusted, and the next run,
+with space back or read-write again, ends with the distribution whole."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from egpu_setup.errors import EXIT_FAILED, EgpuSetupError
+from egpu_setup.host.machine import LiveHost
+from egpu_setup.plan.installed import venv_versions
+from helpers import pypi_index as _pypi_index
+from helpers.loop_ext4 import loop_ext4
+from helpers.pip_install import install_torch, plan_torch
+
+PROBE = ("egpu-probe==1.0",)
+
+
+@pytest.fixture
+def index(tmp_path: Path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    # 4 MB of source (a 20 kB wheel): more than the blocks a filled filesystem still finds
+    whl = _pypi_index.build_wheel(
+        wheels, "egpu-probe", "1.0", body=f"PAD = {'a' * 4_000_000!r}\n", script=True
+    )
+    with _pypi_index.LocalIndex([whl]) as idx:
+        yield idx
+
+
+def _fill(mount: Path) -> Path:
+    """Every block of the filesystem taken, root's reserve too (root writes into it)."""
+    filler = mount / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 2**20)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def _converged(venv: Path, index) -> None:
+    assert (venv_versions(LiveHost(), str(venv)) or {}).get("egpu-probe") == "1.0"
+    out = subprocess.run([venv / "bin/egpu-probe"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1.0"
+    assert plan_torch(venv, PROBE, index.url).steps == ()
+
+
+@pytest.mark.parametrize("when", ["before-the-venv", "after-the-venv"])
+def test_a_full_venv_filesystem_is_said_and_the_next_run_converges(
+    tmp_path: Path, index, when: str
+) -> None:
+    with loop_ext4(tmp_path, 96) as fs:
+        venv = fs.mount / "venv"
+        if when == "after-the-venv":  # the venv made, then the disk fills up before torch
+            subprocess.run(["python3", "-I", "-m", "venv", str(venv)], check=True)
+        filler = _fill(fs.mount)
+        with pytest.raises(EgpuSetupError) as caught:
+            install_torch(venv, PROBE, index.url)
+        exc = caught.value
+        assert exc.message.startswith(f"{venv}: no space left on its filesystem ("), exc.message
+        assert " MiB free)" in exc.message and exc.exit_code == EXIT_FAILED
+        assert exc.hint is not None and "--venv PATH" in exc.hint
+        assert "egpu-probe" not in (venv_versions(LiveHost(), str(venv)) or {})
+        filler.unlink()
+        install_torch(venv, PROBE, index.url)
+        _converged(venv, index)
+
+
+def test_a_read_only_venv_filesystem_is_said_and_the_next_run_converges(
+    tmp_path: Path, index
+) -> None:
+    with loop_ext4(tmp_path, 96) as fs:
+        venv = fs.mount / "venv"
+        subprocess.run(["mount", "-o", "remount,ro", str(fs.mount)], check=True)
+        with pytest.raises(EgpuSetupError) as caught:
+            install_torch(venv, PROBE, index.url)
+        assert caught.value.message == (
+            f"{venv} is on a read-only filesystem: the venv could not be written"
+        )
+        assert caught.value.exit_code == EXIT_FAILED
+        subprocess.run(["mount", "-o", "remount,rw", str(fs.mount)], check=True)
+        install_torch(venv, PROBE, index.url)
+        _converged(venv, index)
+
+
+def test_a_read_only_state_directory_is_said_and_the_next_run_converges(
+    tmp_path: Path, index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EGPU_SETUP_STATE_DIR on a read-only filesystem: the run stops at its lock, before any
+    change, naming the lock and saying what to make writable; read-write again, it runs."""
+    venv = tmp_path / "venv"
+    with loop_ext4(tmp_path, 16) as fs:
+        state = fs.mount / "state"
+        state.mkdir()
+        monkeypatch.setenv("EGPU_SETUP_STATE_DIR", str(state))
+        subprocess.run(["mount", "-o", "remount,ro", str(fs.mount)], check=True)
+        with pytest.raises(EgpuSetupError) as caught:
+            install_torch(venv, PROBE, index.url)
+        assert caught.value.message == (
+            f"the run lock {state}/egpu-setup.lock cannot be opened: Read-only file system"
+        )
+        assert caught.value.hint is not None
+        assert caught.value.hint.startswith(f"make {state} writable")
+        assert caught.value.exit_code == EXIT_FAILED and not venv.exists()
+        subprocess.run(["mount", "-o", "remount,rw", str(fs.mount)], check=True)
+        install_torch(venv, PROBE, index.url)
+        _converged(venv, index)
