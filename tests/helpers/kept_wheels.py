@@ -25,6 +25,11 @@ def keep(cache: Path) -> Path:
     """Make sys.prefix/KEPT hold this checkout's wheel and its dependencies; return the folder.
     The dependencies are downloaded into `cache` once and copied from there."""
     folder = Path(sys.prefix) / KEPT
+    done = cache / "kept-wheels.done"
+    # once per run: a pytest started inside the run (test_design_doc collects the suite) shares
+    # the cache and must not rebuild the wheels an image build is installing from
+    if done.is_file() and done.read_text() == str(folder) and (folder / SUMS).is_file():
+        return folder
     deps = cache / "tool-dependencies"
     deps.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
@@ -51,6 +56,7 @@ def keep(cache: Path) -> Path:
         for w in sorted(folder.glob("*.whl"))
     ]
     (folder / SUMS).write_text("".join(sums))
+    done.write_text(str(folder))
     return folder
 
 
