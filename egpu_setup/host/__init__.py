@@ -6,5 +6,6 @@ Modules: `machine` (Host and its three kinds: live, recorded `--from`, root-pref
 or refuse),
 `process` (starting a program: live output, a deadline, the whole session ended on timeout),
 `tracked_session` (verify's child: every descendant, setsid() ones too, ended afterwards),
-`identity` (the hash of /etc/machine-id every report records).
+`identity` (the hash of /etc/machine-id every report records),
+`libc` (syncfs(2), which the os module lacks).
 """

@@ -175,30 +175,16 @@ def fsync_dir(path: Path, *, anchor: Path = ROOT) -> None:
 
 
 def sync_filesystem(path: Path, *, anchor: Path = ROOT) -> None:
-    """Make everything written under `path` durable: syncfs(2) on a descriptor of it, which
-    writes back the whole filesystem it is on and, since Linux 5.8, reports a write-back error
-    as EIO/ENOSPC. What pip or uv write (thousands of files, none fsync'ed: pip's wheel
-    installer only renames) is then on disk before the journal says the step is done. Where
-    libc has no syncfs, sync(2), which does the same for every filesystem."""
+    """Make everything written under `path` durable: syncfs(2) on a descriptor of it
+    (host/libc.py). What pip or uv write (thousands of files, none fsync'ed: pip's wheel
+    installer only renames) is then on disk before the journal says the step is done."""
+    from egpu_setup.host.libc import syncfs
+
     with directory(path, anchor=anchor) as fd:
-        syncfs = _libc_syncfs()
-        if syncfs is None:
-            os.sync()
-            return
-        if syncfs(fd) != 0:
-            import ctypes
-
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code), str(path))
-
-
-def _libc_syncfs() -> Callable[[int], int] | None:
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
-    except (AttributeError, OSError):
-        return None
+        try:
+            syncfs(fd)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def _lstat_at(name: str, dfd: int) -> os.stat_result | None:
