@@ -38,6 +38,9 @@ from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.host.process import SYSTEM_PATH, home_of, passed_on
 from egpu_setup.plan.steps import PipInstall
+from egpu_setup.plan.venv import venv_state
+from egpu_setup.state.atomic import clean_temp_files, empty_dir, make_dirs
+from egpu_setup.state.paths import MARK_VENV
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
 SOURCE_ENV = (
@@ -149,14 +152,7 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
     out: list[list[str]] = []
     if step.find_links:
         return _offline_commands(step, uv, py)
-    if step.rebuild_venv:
-        # A venv a failed run left half-made (no pip, no activate): the stdlib's --clear empties
-        # it and runs ensurepip again, the same on every uv version (plan/venv.py)
-        out.append([step.python, "-I", "-m", "venv", "--clear", step.venv])
-    elif step.create_venv:
-        # the stdlib's venv with uv too: it seeds pip from ensurepip, with no network, where
-        # `uv venv --seed` fetches pip from uv's default index, which a lab's mirror is not
-        out.append([step.python, "-I", "-m", "venv", step.venv])
+    out.extend(_venv_command(step))
     if uv:
         out.append(
             [
@@ -204,14 +200,37 @@ def _as_user(step: PipInstall, argvs: list[list[str]]) -> list[list[str]]:
     return [["runuser", "-u", step.run_as, "--", *argv] for argv in argvs]
 
 
+def _venv_command(step: PipInstall) -> list[list[str]]:
+    """`python -m venv` where the step makes the venv: the stdlib's with uv too, as it seeds pip
+    from ensurepip with no network, where `uv venv --seed` fetches pip from an index. A venv a
+    failed run left half-made (plan/venv.py) is made again in place: root's own emptied by the
+    executor first with its mark kept (`_begin_own_venv`), a user's with --clear as that user."""
+    if not (step.create_venv or step.rebuild_venv):
+        return []
+    clear = ["--clear"] if step.rebuild_venv and step.run_as else []
+    return [[step.python, "-I", "-m", "venv", *clear, step.venv]]
+
+
+def _begin_own_venv(host: Host, step: PipInstall, run_id: str) -> None:
+    """Root's own venv is marked before anything is written in it (undo.mark_venv): a run killed
+    while venv or ensurepip writes leaves a venv that says it is egpu-setup's, which the next
+    run judges by its files (plan/venv.py: rebuilt when a distribution is unfinished) and
+    `rollback --packages` removes. venv --clear would take the mark too: a half-made one is
+    emptied here instead, the mark kept."""
+    where = host.location(step.venv)
+    if step.rebuild_venv:
+        empty_dir(where, keep=frozenset({MARK_VENV}), anchor=host.root)
+    else:
+        make_dirs(where, anchor=host.root)
+        clean_temp_files({where}, anchor=host.root)  # a mark a killed run was writing
+    mark_venv(host, step.venv, run_id)
+    _make_durable(host, step.venv)
+
+
 def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[str]]:
     """From an offline bundle: no index at all, every file checked against its --hash."""
     out: list[list[str]] = []
-    if step.create_venv:
-        # `python -m venv` seeds pip from ensurepip, with no network; `uv venv --seed` would
-        # have to fetch pip from an index
-        clear = ["--clear"] if step.rebuild_venv else []
-        out.append([step.python, "-I", "-m", "venv", *clear, step.venv])
+    out.extend(_venv_command(step))
     offline = [
         "--no-index",
         "--find-links",
@@ -232,13 +251,12 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
 
 def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
     host = ctx.host
-    real_venv = host.real_path(step.venv)
-    if real_venv.exists() and not (real_venv / "pyvenv.cfg").is_file():
+    if venv_state(host, step.venv) == "not-a-venv":
         raise EgpuSetupError(
             f"{step.venv} exists and is not a virtual environment (no pyvenv.cfg)",
             "egpu-setup never installs into a system Python (PEP 668); pass --venv NEW_PATH",
         )
-    # a venv that exists (a half-made one too, which --clear would rebuild in place) is
+    # a venv that exists (a half-made one too, which is rebuilt in place) is
     # root's own, or root does not touch it
     exists = not step.create_venv or step.rebuild_venv
     if exists and not step.run_as and host.kind == "live":
@@ -254,6 +272,11 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
     if step.create_venv:
         ctx.manifest.add_venv(step.venv, ctx.run_id, missing_parents(host, step.venv))
         ctx.manifest.save()
+    if (step.create_venv or step.rebuild_venv) and not step.run_as:
+        try:
+            _begin_own_venv(host, step, ctx.run_id)
+        except OSError as exc:
+            raise _disk_error(host, step.venv, os.strerror(exc.errno or 0)) or exc from exc
     with _pinned_requirements(step) as pinned, _bundle_seen_from(host, pinned) as seen:
         argvs = commands(seen, uv)
         for i, argv in enumerate(argvs):
@@ -278,7 +301,7 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
             # manifest, the venv's mark) only once it is on disk, or a power cut leaves a venv
             # a later run would trust (plan/installed.py judges what is there)
             _make_durable(host, step.venv)
-            if i == 0 and step.create_venv:
+            if i == 0 and step.create_venv and step.run_as:  # a user's: made by them first
                 mark_venv(host, step.venv, ctx.run_id)
     return "done", f"with {'uv' if uv else 'pip'}"
 

@@ -282,8 +282,9 @@ def clean_temp(host: Host, manifest: Manifest) -> list[Path]:
 
 
 def remove_tree(host: Host, path: str) -> bool:
-    """Delete a venv egpu-setup created: only a real directory (not a link) that holds a
-    pyvenv.cfg and the mark egpu-setup left when it made it; True when it was removed."""
+    """Delete a venv egpu-setup created: only a real directory (not a link) that holds the mark
+    egpu-setup left in it before making it (a run killed before venv wrote pyvenv.cfg leaves
+    just the mark); True when it was removed."""
     import shutil
 
     real = location(host, path)
@@ -291,7 +292,7 @@ def remove_tree(host: Host, path: str) -> bool:
     if st is None:
         return False
     marked = os.path.isfile(real / MARK_VENV) and not os.path.islink(real / MARK_VENV)
-    if stat.S_ISDIR(st.st_mode) and (real / "pyvenv.cfg").is_file() and marked:
+    if stat.S_ISDIR(st.st_mode) and marked:
         shutil.rmtree(real)
         return True
     why = "a link" if stat.S_ISLNK(st.st_mode) else "not a venv egpu-setup made"

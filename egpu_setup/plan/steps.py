@@ -162,7 +162,7 @@ class PipInstall(Step):
     # offline bundle: --no-index --find-links DIR --require-hashes -r FILE (index_url unused)
     find_links: str | None = None
     requirements_file: str | None = None
-    # the venv is there but half-made by a failed run (plan/venv.py): made again with --clear
+    # the venv is there but half-made by a failed run (plan/venv.py): made again in place
     rebuild_venv: bool = False
     requirements_sha256: str | None = None  # the executor installs only from these bytes
     download_timeout: int = DEFAULT_DOWNLOAD_TIMEOUT  # the install's deadline (execute/pip.py)

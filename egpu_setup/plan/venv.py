@@ -20,20 +20,26 @@ from __future__ import annotations
 from typing import Any
 
 from egpu_setup.plan.installed import incomplete_distributions
+from egpu_setup.state.atomic import TMP_MARK
 from egpu_setup.state.paths import MARK_VENV
 
 
 def venv_state(host: Any, venv: str) -> str:
-    """absent / healthy / half-made (pyvenv.cfg and bin/python, but no bin/activate and no pip)
-    / not-a-venv (a directory without pyvenv.cfg: preflight refuses it)."""
+    """absent (or an empty directory) / healthy / half-made (pyvenv.cfg and bin/python, but no
+    bin/activate and no pip; or egpu-setup's mark with an unfinished distribution or no
+    pyvenv.cfg yet) / not-a-venv (a directory without pyvenv.cfg or mark: preflight refuses)."""
     if not host.exists(venv) and host.readlink(venv) is None:
         return "absent"
+    if host.is_dir(venv) and all(TMP_MARK in name for name in host.listdir(venv)):
+        return "absent"  # made, and nothing in it yet but the temp of a mark being written
+    marked = host.exists(f"{venv}/{MARK_VENV}")
     if not host.exists(f"{venv}/pyvenv.cfg"):
-        return "not-a-venv"
+        # egpu-setup marks its venv before venv writes anything (execute/pip.py)
+        return "half-made" if marked else "not-a-venv"
     has_python = host.exists(f"{venv}/bin/python") or host.readlink(f"{venv}/bin/python")
     if has_python and not host.exists(f"{venv}/bin/activate") and not _has_pip(host, venv):
         return "half-made"
-    if host.exists(f"{venv}/{MARK_VENV}") and incomplete_distributions(host, venv):
+    if marked and incomplete_distributions(host, venv):
         return "half-made"
     return "healthy"
 

@@ -160,6 +160,31 @@ def remove_dir(path: Path, *, anchor: Path = ROOT) -> None:
         os.rmdir(path.name, dir_fd=dfd)
 
 
+def empty_dir(path: Path, *, keep: frozenset[str] = frozenset(), anchor: Path = ROOT) -> None:
+    """Remove everything in the directory `path` but the names in `keep`, walking each subtree
+    by descriptor: a link anywhere in it is removed, never followed."""
+    with directory(path, anchor=anchor) as dfd:
+        for name in os.listdir(dfd):
+            if name not in keep:
+                _remove_at(dfd, name)
+
+
+def _remove_at(dfd: int, name: str) -> None:
+    st = _lstat_at(name, dfd)
+    if st is None:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dfd)
+        return
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        for child in os.listdir(fd):
+            _remove_at(fd, child)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dfd)
+
+
 def make_dirs(
     path: Path, *, anchor: Path = ROOT, mode: int = 0o755, owner: tuple[int, int] | None = None
 ) -> None:
