@@ -334,7 +334,10 @@ def _nouveau_bound(ctx: _Context) -> list[str]:
 
 # A line of nouveau at a device: "nouveau 0000:01:00.0: DRM: ..." or, before Linux 4.x,
 # "nouveau  [  DEVICE][0000:01:00.0] ...". "unknown chipset" is nouveau giving the device up
-# (its probe then fails with -19), so such an address was never driven.
+# (its probe then fails with -19), and the driver core's "probe with driver nouveau failed with
+# error -2" (drivers/base/dd.c, after e.g. "gsp ctor failed: -2" for a GPU without its GSP
+# firmware) says the same: such an address was never driven.
+_NOUVEAU_GAVE_UP = ("unknown chipset", "probe with driver nouveau failed")
 _NOUVEAU_AT_RE = re.compile(
     r"nouveau (?:\s*\[\s*\w+\]\[)?(?P<addr>(?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.\d)"
 )
@@ -342,7 +345,7 @@ _NOUVEAU_AT_RE = re.compile(
 
 def _nouveau_driving(ctx: _Context) -> list[Hit]:
     at = [(h, m["addr"]) for h in ctx.dmesg.nouveau if (m := _NOUVEAU_AT_RE.search(h.message))]
-    given_up = {addr for h, addr in at if "unknown chipset" in h.message}
+    given_up = {addr for h, addr in at if any(m in h.message for m in _NOUVEAU_GAVE_UP)}
     return [h for h, addr in at if addr not in given_up]
 
 

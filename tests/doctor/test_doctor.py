@@ -1108,3 +1108,19 @@ def test_the_gpus_bar_failure_leaves_out_a_usb_port_bridge():
     assert any("BAR1 is 0M @ 0x0 (PCI:0000:0a:00.0)" in e for e in bar.evidence)
     assert not any("7b:02.0" in e for e in bar.evidence)
     assert "pci-bridge-window-unassigned" not in ids(found)
+
+
+def test_nouveau_that_failed_its_probe_does_not_hold_the_gpu():
+    """Dasharo/dasharo-issues#1597: nouveau named the AD107, its GSP constructor failed and the
+    driver core says its probe failed: it holds nothing. Lines of nouveau driving the same
+    address (NixOS/nixpkgs#29514, "DRM: VRAM: 2048 MiB") do raise nouveau-bound."""
+    failed = (
+        "[    5.559076] nouveau 0000:01:00.0: NVIDIA AD107 (197000a1)\n"
+        "[    5.559105] nouveau 0000:01:00.0: gsp ctor failed: -2\n"
+        "[    5.561770] nouveau 0000:01:00.0: probe with driver nouveau failed with error -2\n"
+    )
+    assert "nouveau-bound" not in ids(diagnose(facts(gpus=()), DoctorInput(dmesg=failed)))
+    driving = "Sep 17 20:06:40 n1 kernel: nouveau 0000:01:00.0: DRM: VRAM: 2048 MiB\n"
+    found = only(diagnose(facts(gpus=()), DoctorInput(dmesg=driving)), "nouveau-bound")
+    assert "kernel log shows" in found.summary
+    assert any("DRM: VRAM: 2048 MiB" in e for e in found.evidence)
