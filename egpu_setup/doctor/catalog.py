@@ -36,6 +36,17 @@ CATALOG: tuple[Spec, ...] = (
         ),
     ),
     Spec(
+        "pci-bridge-window-unassigned",
+        "info",
+        "A kernel log that names no GPU shows PCI bridges that got no memory window; which device "
+        "is behind them it does not say (a dock's USB controller port as often as a hot-plug "
+        "port).",
+        (
+            "Linux kernel-parameters.txt (pci=realloc, hpmmioprefsize: what the fix would be)",
+            "fwupd/fwupd#343, fwupd/firmware-lenovo#279 (dock and T470s logs, no GPU)",
+        ),
+    ),
+    Spec(
         "pcie-link-degraded",
         "warning",
         "The GPU's PCIe link trained narrower or slower than the connection allows.",

@@ -1008,16 +1008,47 @@ def test_a_pasted_dock_log_without_a_gpu():
         "link at 0000:00:1d.0 (capable of 31.504 Gb/s with 8.0 GT/s PCIe x4 link)\n"
     )
     found = diagnose(facts(gpus=()), DoctorInput(dmesg=log))
-    bar = only(found, "pci-bar-allocation-failed")
-    assert bar.severity == "warning" and "hot-plug bridges" in bar.summary
-    assert not any("io  size" in e for e in bar.evidence)
+    # The log names no GPU: no boot configuration fix for a bridge that may lead to a USB port,
+    # only what the log shows (the memory window of 02:02.0, not the I/O windows).
+    assert "pci-bar-allocation-failed" not in ids(found)
+    window = only(found, "pci-bridge-window-unassigned")
+    assert window.severity == "info" and "0000:02:02.0" in window.summary
+    assert "0000:02:01.0" not in window.summary
+    assert any("BAR 15: failed to assign" in e for e in window.evidence)
+    assert not any("io  size" in e for e in window.evidence)
+    assert "pci=realloc" not in window.fix and "grub" not in window.fix.lower()
     # An NVMe SSD (class 0108) limited to x2 is nothing a GPU goes through.
     assert "pcie-link-degraded" not in ids(found)
     # With the host's GPUs known (none NVIDIA), a dock's bridge windows are not blamed.
     igpu = Gpu("0000:00:02.0", vendor="intel", vendor_id="8086", external=False)
-    assert "pci-bar-allocation-failed" not in ids(
-        diagnose(facts(gpus=(igpu,)), DoctorInput(dmesg=log))
+    known = ids(diagnose(facts(gpus=(igpu,)), DoctorInput(dmesg=log)))
+    assert "pci-bar-allocation-failed" not in known
+    assert "pci-bridge-window-unassigned" not in known
+
+
+def test_a_bar_failure_off_the_gpus_chain_is_not_the_gpus():
+    """A GPU behind 0000:02:01.0 (bus 04-6a); the dock's USB port 0000:02:02.0 (bus 6b) got no
+    prefetchable window: not the GPU's problem, no boot change. The same failure on the GPU's
+    own bridge is."""
+    enum = (
+        "[1.0] pci 0000:02:01.0: PCI bridge to [bus 04-6a]\n"
+        "[1.0] pci 0000:02:02.0: PCI bridge to [bus 6b]\n"
+        "[1.0] pci 0000:05:00.0: [10de:1b80] type 00 class 0x030000\n"
     )
+
+    def failing(bridge: str) -> str:
+        return (
+            f"[2.0] pci {bridge}: BAR 15: no space for [mem size 0x00200000 64bit pref]\n"
+            f"[2.0] pci {bridge}: BAR 15: failed to assign [mem size 0x00200000 64bit pref]\n"
+        )
+
+    off_chain = ids(diagnose(facts(gpus=()), DoctorInput(dmesg=enum + failing("0000:02:02.0"))))
+    assert "pci-bar-allocation-failed" not in off_chain
+    assert "pci-bridge-window-unassigned" not in off_chain  # a GPU is known: its chain is clean
+    on_chain = diagnose(facts(gpus=()), DoctorInput(dmesg=enum + failing("0000:02:01.0")))
+    bar = only(on_chain, "pci-bar-allocation-failed")
+    assert bar.severity == "error" and "pci=realloc" in bar.fix
+    assert any("0000:02:01.0: BAR 15" in e for e in bar.evidence)
 
 
 def test_nvidia_smi_alone_says_the_driver_is_not_loaded():
@@ -1064,3 +1095,32 @@ def test_a_hung_nvidia_smi_is_named_and_ended_at_its_deadline(
     )
     assert "GPU or the driver stopped answering" in hung.fix
     assert "nvidia-smi did not answer within 1 s and was ended" in caplog.text
+
+
+def test_the_gpus_bar_failure_leaves_out_a_usb_port_bridge():
+    """Dunedan/mbp-2016-linux#60: NVRM says the GPU at 0a:00.0 got no BAR1; 7b:02.0, a bridge
+    to bus 7d alone, also got no prefetchable window. The finding is the GPU's, and its evidence
+    is the GPU's line, not the other bridge's."""
+    sample = Path(__file__).parents[1] / "data/real/kernel-log"
+    text = (sample / "mbp2016-tb3-egpu-bar15-and-nvrm-bar1-invalid.txt").read_text()
+    found = diagnose(facts(gpus=()), DoctorInput(dmesg=text.split("\n", 1)[1]))
+    bar = only(found, "pci-bar-allocation-failed")
+    assert any("BAR1 is 0M @ 0x0 (PCI:0000:0a:00.0)" in e for e in bar.evidence)
+    assert not any("7b:02.0" in e for e in bar.evidence)
+    assert "pci-bridge-window-unassigned" not in ids(found)
+
+
+def test_nouveau_that_failed_its_probe_does_not_hold_the_gpu():
+    """Dasharo/dasharo-issues#1597: nouveau named the AD107, its GSP constructor failed and the
+    driver core says its probe failed: it holds nothing. Lines of nouveau driving the same
+    address (NixOS/nixpkgs#29514, "DRM: VRAM: 2048 MiB") do raise nouveau-bound."""
+    failed = (
+        "[    5.559076] nouveau 0000:01:00.0: NVIDIA AD107 (197000a1)\n"
+        "[    5.559105] nouveau 0000:01:00.0: gsp ctor failed: -2\n"
+        "[    5.561770] nouveau 0000:01:00.0: probe with driver nouveau failed with error -2\n"
+    )
+    assert "nouveau-bound" not in ids(diagnose(facts(gpus=()), DoctorInput(dmesg=failed)))
+    driving = "Sep 17 20:06:40 n1 kernel: nouveau 0000:01:00.0: DRM: VRAM: 2048 MiB\n"
+    found = only(diagnose(facts(gpus=()), DoctorInput(dmesg=driving)), "nouveau-bound")
+    assert "kernel log shows" in found.summary
+    assert any("DRM: VRAM: 2048 MiB" in e for e in found.evidence)
