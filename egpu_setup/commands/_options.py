@@ -107,6 +107,10 @@ def cuda_option(help: str) -> Decorator:
     return click.option("--cuda", default=None, metavar="VARIANT", help=help)
 
 
+def rocm_option(help: str) -> Decorator:
+    return click.option("--rocm", default=None, metavar="VARIANT", help=help)
+
+
 def index_url_option(help: str) -> Decorator:
     return click.option("--index-url", default=None, metavar="URL", help=help)
 

@@ -20,6 +20,7 @@ from egpu_setup.commands._options import (
     matrix_option,
     profile_option,
     python_option,
+    rocm_option,
     torch_option,
 )
 
@@ -35,13 +36,17 @@ Examples:
   egpu-setup resolve --gpu "GTX 1080 Ti" --distro debian-12 --python 3.11 --json
   egpu-setup resolve --gpu 10de:2684 --platform wsl --driver 572.60
   egpu-setup resolve --profile rtx4090 --torch ">=2.9,<2.12" --cuda cu128
+  egpu-setup resolve --gpu "RX 7900 XTX" --distro ubuntu-24.04 --python 3.12 --rocm rocm7.2
   egpu-setup resolve --from ./bug-report-bundle
   egpu-setup resolve --matrix updated          # with what the last `matrix update` read
 """
 )
 @json_option
 @from_option
-@click.option("--gpu", help="The eGPU: PCI id (10de:2b85 or 2b85) or a name ('RTX 5090').")
+@click.option(
+    "--gpu",
+    help="The eGPU: PCI id (10de:2b85, 2b85, 1002:744c) or a name ('RTX 5090', 'RX 7900 XTX').",
+)
 @click.option("--driver", "driver", metavar="VER", help="Installed NVIDIA driver, e.g. 550.163.01.")
 @click.option("--distro", metavar="ID-VER", help="Distribution, e.g. ubuntu-24.04, debian-12.")
 @python_option(
@@ -54,6 +59,7 @@ Examples:
 )
 @torch_option("torch version or specifier: 2.9.1, '>=2.7'.")
 @cuda_option("Wheel variant: cu126, cu128, cu130, ... or cpu.")
+@rocm_option("An AMD GPU's torch ROCm variant: rocm7.1, rocm7.2, ...")
 @driver_branch_option("Use exactly this driver branch (580).")
 @profile_option("A GPU profile (name or YAML file).")
 @matrix_option
@@ -67,6 +73,7 @@ def command(
     platform: str | None,
     torch_spec: str | None,
     cuda: str | None,
+    rocm: str | None,
     driver_branch: int | None,
     profile_name: str | None,
     matrix_choice: str,
@@ -97,6 +104,7 @@ def command(
         platform=platform,
         torch_spec=torch_spec,
         cuda=cuda,
+        rocm=rocm,
         driver_branch=driver_branch,
     )
     from egpu_setup.compat.matrix import select_matrix

@@ -4,5 +4,6 @@ Modules: `versions` (driver, CUDA, Python and compute-capability values), `matri
 snapshot, plus the overlay), `overlay` (the cached `matrix update` result), `fetch` (`matrix
 update`: the PyTorch wheel index, read and validated), `index_url` (the one rule for an index
 URL), `gpus` (the GPU table), `glibc` (each torch release's glibc floor and each distribution's
-glibc), `shipped` (the data files, read from their compiled form once a process).
+glibc), `shipped` (the data files, read from their compiled form once a process), `rocm` (AMD GPUs'
+gfx targets and the torch ROCm wheels' targets).
 """

@@ -31,6 +31,7 @@ SOURCES = (
     "gpus.yaml",
     "known_issues.yaml",
     "pcie_tunnels.yaml",
+    "rocm.yaml",
     "torch.yaml",
 )
 COMPILED_DIR = os.path.join(

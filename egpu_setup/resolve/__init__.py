@@ -8,5 +8,6 @@ Modules: `resolution` (the frozen answer and its JSON), `constraints` (what was 
 `target`, `wheels`, `glibc_floor` (the wheels a distribution's C library loads), `branches`,
 `packages`, `driver`, `explain` (what a newer driver would unlock, and why a request is
 impossible), `resolver` (the entry point), `drift` (what `--matrix updated` would choose
-differently: `matrix update` prints it).
+differently: `matrix update` prints it), `rocm` (an AMD GPU: its ROCm wheel, or why its link
+cannot run ROCm).
 """

@@ -24,6 +24,7 @@ class Constraints:
 
     torch_spec: str | None = None  # "2.9.1", "2.9", ">=2.7", "==2.5.1", "2.9.1+cu128"
     cuda: str | None = None  # "cu128" / "cpu"
+    rocm: str | None = None  # "rocm7.2": an AMD GPU's torch ROCm variant (resolve/rocm.py)
     driver_branch: int | None = None  # --driver-branch N: exactly this branch
     min_branch: int | None = None
     preferred_branch: int | None = None

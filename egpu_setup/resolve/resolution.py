@@ -29,12 +29,13 @@ class NvidiaRepo:
 @dataclass(frozen=True)
 class DriverPlan:
     installed: str | None
-    action: Literal["keep", "install", "upgrade", "host-managed"]
+    # "in-kernel": amdgpu, part of the kernel: nothing to install but its firmware
+    action: Literal["keep", "install", "upgrade", "host-managed", "in-kernel"]
     branch: int | None
     minimum: str | None
     flavour: Literal["open", "proprietary"] | None
     packages: tuple[str, ...]
-    source: Literal["distro", "nvidia-repo", "host"]
+    source: Literal["distro", "nvidia-repo", "host", "kernel"]
     apt_components: tuple[str, ...] = ()
     repo: NvidiaRepo | None = None
 
@@ -155,16 +156,22 @@ def format_resolution(r: Resolution, *, warnings: bool = True) -> str:
         ident = f" [{r.gpu.pci_id}]" if r.gpu.pci_id else ""
         lines.append(
             f"GPU      {r.gpu.name}{ident}, {r.gpu.architecture or 'architecture unknown'}, "
-            f"compute capability {r.gpu.compute_capability or 'unknown'}"
+            + (
+                f"compute capability {r.gpu.compute_capability or 'unknown'}"
+                if r.driver.action != "in-kernel"
+                else "ROCm"
+            )
         )
-    if d.action == "keep":
+    if d.action == "in-kernel":
+        drv = "amdgpu, in the kernel: no driver to install"
+    elif d.action == "keep":
         drv = f"keep {d.installed} ({d.flavour or 'unknown'} modules)"
     elif d.action == "host-managed":
         who = "the Windows host" if r.platform == "wsl" else "you"
         drv = f"managed by {who}" + (f", installed {d.installed}" if d.installed else "")
         if d.branch and r.platform != "wsl":
             drv += f", suggested branch {d.branch}"
-    else:
+    else:  # install / upgrade
         where = "NVIDIA CUDA repo" if d.source == "nvidia-repo" else f"{r.archive} archive"
         drv = f"{d.action} branch {d.branch} ({d.flavour} modules) from the {where}"
         if d.installed:

@@ -35,12 +35,20 @@ from egpu_setup.compat.versions import (
     parse_variant,
 )
 from egpu_setup.detect.facts import HostFacts, OsFacts
-from egpu_setup.errors import MatrixError, UsageError
+from egpu_setup.errors import MatrixError, UnsupportedHardware, UsageError
 from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.constraints import Constraints, parse_distro, parse_python
 from egpu_setup.resolve.driver import DriverCase, driver_unknown_gpu, linux_driver, wsl_driver
 from egpu_setup.resolve.glibc_floor import within_glibc
-from egpu_setup.resolve.resolution import MatrixUsed, Notes, Resolution
+from egpu_setup.resolve.resolution import (
+    DriverPlan,
+    MatrixUsed,
+    Notes,
+    Resolution,
+    ResolvedGpu,
+    TorchPlan,
+)
+from egpu_setup.resolve.rocm import amd_target, parse_rocm_variant, resolve_rocm
 from egpu_setup.resolve.target import Target, pick_target
 from egpu_setup.resolve.wheels import FALLBACK_PYTHON, candidates, torch_plan
 
@@ -88,6 +96,9 @@ def _resolve(
     )
     distro, distro_label = _distro(os_facts, c, m, n)
     python = _python(facts, c, distro, n)
+    amd = _amd(facts, c, m, distro, python, platform, distro_label, n)
+    if amd is not None:
+        return amd
     target, others = pick_target(facts, profile, c, m, n)
     want_gpu = _explain_target(target, installed, c, n)
     cands = candidates(m, python, target, want_gpu, c.torch_spec, c.cuda)
@@ -122,8 +133,24 @@ def _resolve(
             f"{target.cc if target else '?'}: kernels are JIT-compiled from PTX on first use "
             "(slow first start)"
         )
+    gpu = target.gpu if target else None
+    return _answer(gpu, driver, torch, python, platform, n, distro_label, distro, m, c)
+
+
+def _answer(
+    gpu: ResolvedGpu | None,
+    driver: DriverPlan,
+    torch: TorchPlan,
+    python: str,
+    platform: Literal["linux", "wsl"],
+    n: Notes,
+    distro_label: str | None,
+    distro: Distro | None,
+    m: Matrix,
+    c: Constraints,
+) -> Resolution:
     return Resolution(
-        gpu=target.gpu if target else None,
+        gpu=gpu,
         driver=driver,
         torch=torch,
         python=python,
@@ -157,6 +184,8 @@ def _checked(c: Constraints, m: Matrix, n: Notes) -> Constraints:
             c = replace(c, cuda=parse_variant(c.cuda))
         except ValueError as exc:
             raise UsageError(f"--cuda: {exc}", "use e.g. --cuda cu128 or --cuda cpu") from exc
+    if c.rocm is not None:
+        c = replace(c, rocm=parse_rocm_variant(c.rocm))
     if c.flavour not in ("open", "proprietary", "auto"):
         raise UsageError(f"driver flavour {c.flavour!r} is not open, proprietary or auto")
     if c.driver_branch is not None and m.branch(c.driver_branch) is None:
@@ -166,6 +195,46 @@ def _checked(c: Constraints, m: Matrix, n: Notes) -> Constraints:
             f"known branches: {known}",
         )
     return c
+
+
+def _amd(
+    facts: HostFacts | None,
+    c: Constraints,
+    m: Matrix,
+    distro: Distro | None,
+    python: str,
+    platform: Literal["linux", "wsl"],
+    distro_label: str | None,
+    n: Notes,
+) -> Resolution | None:
+    """The ROCm answer when the GPU to plan for is an AMD one (resolve/rocm.py), else None."""
+    if c.cuda == "cpu":
+        return None
+    target = amd_target(facts, c)
+    if target is None:
+        if c.rocm is not None:
+            raise UsageError(
+                f"--rocm {c.rocm}: no AMD GPU found or named",
+                "pass the card with --gpu, e.g. --gpu 'RX 7900 XTX' or --gpu 1002:744c",
+            )
+        return None
+    if c.cuda is not None:
+        raise UsageError(
+            f"--cuda {c.cuda}: the GPU is an AMD {target.model.name}, which runs ROCm, not CUDA",
+            "use --rocm VARIANT (e.g. --rocm rocm7.2), or --cuda cpu for the CPU build",
+        )
+    if platform == "wsl":
+        raise UnsupportedHardware(
+            "PyTorch publishes its ROCm wheels for Linux only, not for WSL",
+            "run Linux natively, or pass --cuda cpu for the CPU build",
+        )
+    # the host's own release decides glibc; its package archive (a derivative's base) firmware
+    distro_id, distro_ver = _distro_key(facts.os if facts is not None else None, c, m)
+    archive = (distro_id, distro_ver)
+    if distro is not None:
+        archive = (distro.label.rsplit("-", 1)[0], distro.label.rsplit("-", 1)[1])
+    a = resolve_rocm(target, m, c, python, (distro_id, distro_ver), archive, n)
+    return _answer(a.gpu, a.driver, a.torch, python, platform, n, distro_label, distro, m, c)
 
 
 def _matrix_used(m: Matrix) -> MatrixUsed:

@@ -504,7 +504,13 @@ CASES: list[Case] = [
         flavour="proprietary",
     ),
     # -- bad input -----------------------------------------------------------------------------------
-    Case("amd-id", {**U24, "gpu": "1002:73bf"}, error=UsageError, message="is not NVIDIA"),
+    Case("intel-id", {**U24, "gpu": "8086:56a0"}, error=UsageError, message="is not NVIDIA"),
+    Case(
+        "unknown-amd-id",
+        {**U24, "gpu": "1002:ffff"},
+        error=UsageError,
+        message="not in egpu-setup's ROCm table",
+    ),
     Case(
         "unknown-nvidia-id",
         {**U24, "gpu": "10de:ffff"},
@@ -893,7 +899,11 @@ def test_cli_json(cli) -> None:
             "error: --gpu 10de:ffff: unknown NVIDIA device id",
             "hint: pass the card's name",
         ),
-        (["--gpu", "1002:744c"], "error: --gpu 1002:744c: vendor 1002 is not NVIDIA", "hint: "),
+        (
+            ["--gpu", "1002:ffff"],
+            "error: --gpu 1002:ffff: AMD device ffff is not in egpu-setup's ROCm table",
+            "hint: name a card the table knows",
+        ),
         (
             ["--gpu", "2684", "--torch", "~=banana"],
             "error: --torch '~=banana' is not a version",
