@@ -84,7 +84,9 @@ def as_nobody(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def egpu_setup(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+def egpu_setup(
+    *args: str, state: Path, home: str = "/nonexistent"
+) -> subprocess.CompletedProcess[str]:
     """This checkout's egpu-setup as nobody, by the system Python (the test venv's interpreter
     lies under root's 0700 home), its dependencies from the test venv."""
     deps = next((CHECKOUT / ".ci" / "venv" / "lib").glob("python3.*/site-packages"))
@@ -95,6 +97,7 @@ def egpu_setup(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
         *args,
         PYTHONPATH=f"{CHECKOUT}:{deps}",
         EGPU_SETUP_STATE_DIR=str(state),
+        HOME=home,
     )
 
 
@@ -138,6 +141,26 @@ def test_nobody_gets_a_venv_on_the_root_torch(lab: Path) -> None:
     constraints = (target / "egpu-setup-constraints.txt").read_text()
     assert f"torch=={metadata.version('torch')}\n" in constraints
     assert f"constraint = {target}/egpu-setup-constraints.txt" in (target / "pip.conf").read_text()
+    # a torch of the user's own would shadow the verified one: pip refuses it, naming why
+    pypi_index.build_wheel(wheels, "torch", "99.0").chmod(0o644)
+    other = as_nobody(
+        py, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), "torch==99.0"
+    )
+    assert other.returncode != 0 and "torch==99.0" in other.stdout + other.stderr
+    assert not list(site_packages(target).glob("torch*"))
+    # verify --venv checks it, the torch it imports being the root venv's
+    check = egpu_setup(
+        "verify",
+        "--venv",
+        str(target),
+        "--device",
+        "cpu",
+        "--quick",
+        "--json",
+        state=lab / "state",
+        home=str(lab / "home"),  # verify keeps its state in the user's own home
+    )
+    assert check.returncode == 0, check.stderr
     # the torch venv: unchanged, and the user cannot write to it
     assert fingerprint(root_venv) == before
     write = as_nobody("/usr/bin/touch", f"{site_packages(root_venv)}/planted")
