@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profiles": ("profiles", "List, show and check GPU profiles."),
     "matrix": ("matrix", "Show or update the driver/CUDA/torch compatibility data."),
     "bundle": ("bundle", "Build an offline bundle (wheelhouse, .debs) for many laptops."),
+    "venv": ("venv", "Make a venv of your own on the verified, root-owned torch (not as root)."),
     "report": ("report", "Merge install/verify reports from many machines into one table."),
     "firstboot": (
         "firstboot",

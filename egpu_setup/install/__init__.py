@@ -13,5 +13,6 @@ for the summary), `day_after` (the verify after the reboot), `rollback` (what ro
 restores, and doing it), `tool` (which egpu-setup the units run, and installing it
 root-owned), `lab_image` (what `--root` adds: the tool, the first-boot marker, the seal),
 `enrol` (enrolling the enclosure: one core for install and the first boot), `firstboot`
-(`egpu-setup firstboot`, a lab image's first boot).
+(`egpu-setup firstboot`, a lab image's first boot), `user_venv` (`egpu-setup venv`: a user's
+own venv on the root-owned torch venv).
 """
