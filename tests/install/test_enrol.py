@@ -315,3 +315,21 @@ def test_firstboot_without_an_egpu_ends_cleanly_and_keeps_the_marker(tmp_path: P
     out = json.loads(res.stdout)
     assert out["outcome"] == "no-egpu" and marker.exists()
     assert "no eGPU is connected" in json.loads(Path(out["report"]).read_text())["message"]
+
+
+@pytest.mark.parametrize("host", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_a_dry_run_says_once_what_waits_for_authorization(host: str) -> None:
+    """Over every recorded host: where a device waits for authorization, the dry run names it in
+    one statement (what install enrols or asks), never also "none is authorized" beside it."""
+    facts = detect_host(RecordedHost(FIXTURES / host))
+    if not enrol.needs_enrolment(facts):
+        return
+    res = run_cli("install", "--profile", "rtx4090", "--from", str(FIXTURES / host), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    naming = [
+        line
+        for line in res.stderr.splitlines()
+        if any(d.unique_id and d.unique_id in line for d in enrol.candidates(facts))
+    ]
+    assert len(naming) == 1 and "install asks which one" in naming[0], res.stderr
+    assert "none is authorized" not in res.stderr, res.stderr
