@@ -101,6 +101,10 @@ def run_firstboot(options: FirstbootOptions, say: Callable[[str], None]) -> Firs
     enrolled = None
     if enrol.needs_enrolment(facts):
         choice = enrol.choose(enrol.candidates(facts), policy)
+        refused = enrol.unpinned_refusal(choice, facts, profile.hotplug)
+        if refused:
+            outcome = FirstbootOutcome("not-enrolled", refused, devices=devices)
+            return _finish(host, options, outcome, say)
         if choice.device is None:
             return _finish(
                 host,
