@@ -244,6 +244,12 @@ def require_enrolled_key(target: Host, key: str) -> None:
 EACH_LAPTOP = "each-laptop"
 
 
+def _distro(facts: HostFacts) -> str:
+    """ "Debian 12": the image's distribution, as its os-release names it."""
+    name = (facts.os.id or "this distribution").capitalize()
+    return f"{name} {facts.os.version_id}" if facts.os.version_id else name
+
+
 def image_actions(
     facts: HostFacts, plan: Plan, hotplug: HotplugOptions, target: Host, only: frozenset[str]
 ) -> list[PersonAction]:
@@ -266,12 +272,34 @@ def image_actions(
                     f"at the laptop: `sudo mokutil --import {key}` with a one-time password",
                     _ENROL,
                     "instead: turn Secure Boot off in the firmware setup, or build the image "
-                    "from a distribution whose archive ships the module prebuilt and signed "
-                    "(Ubuntu: linux-modules-nvidia-<branch>-<flavour>)",
+                    f"from a distribution whose archive ships the module prebuilt and signed "
+                    f"({_distro(facts)}'s has none; Ubuntu's linux-modules-nvidia-<branch>-"
+                    "<flavour> are signed by Canonical's key, which shim trusts)",
                 ),
             )
         )
-    if "config" in only and not hotplug.pinned_enclosures and not hotplug.first_boot_enrol_model:
+    model = hotplug.first_boot_enrol_model
+    if "config" in only and not hotplug.pinned_enclosures and model:
+        guard = (
+            "the profile accepts a domain without IOMMU DMA protection (hotplug.accept_no_iommu)"
+            if hotplug.accept_no_iommu
+            else "only where the domain has IOMMU DMA protection"
+        )
+        actions.append(
+            PersonAction(
+                "enclosure-by-model",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device that "
+                f"calls itself '{model}' (hotplug.first_boot_enrol_model), by its unique id, "
+                f"{guard}",
+                (
+                    "at the laptop: connect the lab's enclosure before any other Thunderbolt "
+                    "device (anything claiming that name first is trusted)",
+                    "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures)",
+                ),
+            )
+        )
+    if "config" in only and not hotplug.pinned_enclosures and not model:
         actions.append(
             PersonAction(
                 "enclosure-to-pin",
