@@ -237,6 +237,24 @@ def require_enrolled_key(target: Host, key: str) -> None:
         )
 
 
+def mok_status(host: Host, secure_boot: bool | None) -> str | None:
+    """The first-boot report's `mok`: "mok-needed" while Secure Boot is on and the key DKMS
+    signed the installed NVIDIA module with is not enrolled (or only imported, waiting for
+    MokManager), "mok-enrolled" once it is; None where no key is in question (Secure Boot off
+    or unknown, no DKMS-built driver, no key yet) or mokutil cannot tell."""
+    from egpu_setup.plan.installed import installed_packages
+
+    if not secure_boot or not any(_is_dkms_nvidia(p) for p in installed_packages(host)):
+        return None
+    key = next((k for k in MOK_KEYS if host.exists(k)), None)
+    if key is None:
+        return None
+    state = key_state(host, key)
+    return {"enrolled": "mok-enrolled", "not-enrolled": "mok-needed", "pending": "mok-needed"}.get(
+        state
+    )
+
+
 # -- a lab image (--root): what each laptop that boots it will need --------------------------------
 
 # Every laptop booting the image asks for these, not the build machine, so they are shown and never
