@@ -15,6 +15,7 @@ from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import ActionRequired
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import AptInstall, Plan
+from egpu_setup.profile.types import HotplugOptions
 
 
 @dataclass(frozen=True)
@@ -154,10 +155,16 @@ def key_state(target: Host, key: str) -> str:
 
 def has_dkms_driver(plan: Plan, target: Host) -> bool:
     """The plan installs a driver whose module DKMS builds; or, planning no driver, such a
-    driver is installed (a plan that installs one replaces it).
+    driver is installed (a plan that installs one replaces it)."""
+    return bool(dkms_packages(plan, target))
+
+
+def dkms_packages(plan: Plan, target: Host) -> tuple[str, ...]:
+    """The driver packages whose module DKMS builds: the planned ones, or, planning none, the
+    installed ones.
 
     Ubuntu's linux-modules-nvidia-* are prebuilt and signed by Canonical's key, which the
-    firmware already trusts: no enrolment for them."""
+    firmware already trusts: a plan with them needs no enrolment."""
     from egpu_setup.plan.installed import installed_packages
 
     planned = [
@@ -167,8 +174,10 @@ def has_dkms_driver(plan: Plan, target: Host) -> bool:
         for p in s.packages
     ]
     if planned:
-        return not any(p.startswith("linux-modules-nvidia-") for p in planned)
-    return any(_is_dkms_nvidia(p) for p in installed_packages(target))
+        if any(p.startswith("linux-modules-nvidia-") for p in planned):
+            return ()
+        return tuple(p for p in planned if _is_dkms_nvidia(p)) or tuple(planned)
+    return tuple(p for p in installed_packages(target) if _is_dkms_nvidia(p))
 
 
 def _is_dkms_nvidia(package: str) -> bool:
@@ -226,3 +235,124 @@ def require_enrolled_key(target: Host, key: str) -> None:
             "reboot, pick 'Enroll MOK' in the blue MokManager screen and type the password "
             "chosen at import, then run this command again",
         )
+
+
+def mok_status(host: Host, secure_boot: bool | None) -> str | None:
+    """The first-boot report's `mok`: "mok-needed" while Secure Boot is on and the key DKMS
+    signed the installed NVIDIA module with is not enrolled (or only imported, waiting for
+    MokManager), "mok-enrolled" once it is; None where no key is in question (Secure Boot off
+    or unknown, no DKMS-built driver, no key yet) or mokutil cannot tell."""
+    from egpu_setup.plan.installed import installed_packages
+
+    if not secure_boot or not any(_is_dkms_nvidia(p) for p in installed_packages(host)):
+        return None
+    key = next((k for k in MOK_KEYS if host.exists(k)), None)
+    if key is None:
+        return None
+    state = key_state(host, key)
+    return {"enrolled": "mok-enrolled", "not-enrolled": "mok-needed", "pending": "mok-needed"}.get(
+        state
+    )
+
+
+# -- a lab image (--root): what each laptop that boots it will need --------------------------------
+
+# Every laptop booting the image asks for these, not the build machine, so they are shown and never
+# stop the build: `when` = "each-laptop".
+EACH_LAPTOP = "each-laptop"
+
+
+def _distro(facts: HostFacts) -> str:
+    """ "Debian 12": the image's distribution, as its os-release names it."""
+    name = (facts.os.id or "this distribution").capitalize()
+    return f"{name} {facts.os.version_id}" if facts.os.version_id else name
+
+
+def image_actions(
+    facts: HostFacts, plan: Plan, hotplug: HotplugOptions, target: Host, only: frozenset[str]
+) -> list[PersonAction]:
+    """What a person must do at each laptop that boots an image built with --root, said by the
+    dry run before anything is built: the Secure Boot key, the enclosure, the firmware."""
+    if target.kind != "root":
+        return []
+    actions: list[PersonAction] = []
+    dkms = dkms_packages(plan, target) if "driver" in only else ()
+    if dkms:
+        key = signing_key(facts, target)
+        actions.append(
+            PersonAction(
+                "mok-enrolment",
+                EACH_LAPTOP,
+                f"where Secure Boot is on: {', '.join(dkms)} is built by DKMS inside the image "
+                f"and its module signed with {key}, a key made at build time and the same on "
+                "every copy; the firmware of each laptop must trust it before the module loads",
+                (
+                    f"at the laptop: `sudo mokutil --import {key}` with a one-time password",
+                    _ENROL,
+                    "instead: turn Secure Boot off in the firmware setup, or build the image "
+                    f"from a distribution whose archive ships the module prebuilt and signed "
+                    f"({_distro(facts)}'s has none; Ubuntu's linux-modules-nvidia-<branch>-"
+                    "<flavour> are signed by Canonical's key, which shim trusts)",
+                ),
+            )
+        )
+    model = hotplug.first_boot_enrol_model
+    if "config" in only and not hotplug.pinned_enclosures and model:
+        guard = (
+            "the profile accepts a domain without IOMMU DMA protection (hotplug.accept_no_iommu)"
+            if hotplug.accept_no_iommu
+            else "only where the domain has IOMMU DMA protection"
+        )
+        actions.append(
+            PersonAction(
+                "enclosure-by-model",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device that "
+                f"calls itself '{model}' (hotplug.first_boot_enrol_model), by its unique id, "
+                f"{guard}",
+                (
+                    "at the laptop: connect the lab's enclosure before any other Thunderbolt "
+                    "device (anything claiming that name first is trusted)",
+                    "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures)",
+                ),
+            )
+        )
+    if "config" in only and not hotplug.pinned_enclosures and not model:
+        actions.append(
+            PersonAction(
+                "enclosure-to-pin",
+                EACH_LAPTOP,
+                "where Thunderbolt security is 'user' or 'secure': the first-boot unit enrols "
+                "no enclosure, since the profile pins none, and its report says not-enrolled",
+                (
+                    "at the laptop: `boltctl list`, then `sudo boltctl enroll --policy iommu "
+                    "UUID` for the enclosure",
+                    "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures) in the "
+                    "profile, or opt in to hotplug.first_boot_enrol_model (the first device of "
+                    "that model is trusted by its claimed name)",
+                ),
+            )
+        )
+    if "config" in only:
+        iommu = (
+            "without it the enclosure is enrolled with policy 'manual' (authorized by hand at "
+            "each plug-in)"
+            if not hotplug.accept_no_iommu
+            else "the profile accepts the risk (hotplug.accept_no_iommu)"
+        )
+        actions.append(
+            PersonAction(
+                "firmware-settings",
+                EACH_LAPTOP,
+                "the image cannot set the firmware: Thunderbolt security and IOMMU DMA "
+                "protection are each laptop's own",
+                (
+                    "in the firmware setup: Thunderbolt security 'User Authorization' (user) or "
+                    "'Secure Connect' (secure), never 'DisplayPort only'/'USB only', which allow "
+                    "no PCIe tunnel",
+                    "turn on the IOMMU (VT-d / AMD-Vi, 'Kernel DMA Protection') so "
+                    f"/sys/bus/thunderbolt/devices/domain0/iommu_dma_protection reads 1; {iommu}",
+                ),
+            )
+        )
+    return actions

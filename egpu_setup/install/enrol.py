@@ -116,6 +116,28 @@ def choose(devices: Sequence[TbDevice], policy: EnrolPolicy) -> Choice:
     return Choice(None, "none", f"unauthorized Thunderbolt devices: {listed}")
 
 
+def unpinned_refusal(choice: Choice, facts: HostFacts, hotplug: HotplugOptions) -> str | None:
+    """Why a device chosen by its claimed model (not pinned, not picked by a person) is not
+    enrolled: only where the domain's IOMMU DMA protection is on (sysfs iommu_dma_protection,
+    Documentation/admin-guide/thunderbolt.rst "DMA protection utilizing IOMMU"), since anything
+    that claims the model name gets DMA; unless the profile accepts that risk
+    (hotplug.accept_no_iommu). None: it may be enrolled."""
+    from egpu_setup.render.thunderbolt import domain_of
+
+    if choice.how != "model" or choice.device is None or hotplug.accept_no_iommu:
+        return None
+    domain = domain_of(facts, choice.device)
+    if domain is not None and domain.iommu_dma_protection:
+        return None
+    where = domain.name if domain else "its domain"
+    return (
+        f"{describe(choice.device)} matches hotplug.first_boot_enrol_model, but {where} has no "
+        f"IOMMU DMA protection ({TB_DEVICES}/{where}/iommu_dma_protection is not 1), so a device "
+        "trusted by its claimed name is not enrolled; turn on the IOMMU in the firmware, pin "
+        "hotplug.enclosure_unique_ids, or set hotplug.accept_no_iommu: true to accept the risk"
+    )
+
+
 def notes(facts: HostFacts, policy: EnrolPolicy) -> list[str]:
     """What a dry run says about enrolment (nothing when no device waits)."""
     if not needs_enrolment(facts):
@@ -244,6 +266,10 @@ def enrol_stage(
         picked = ask(devices)
         if picked is not None:
             choice = Choice(picked, "asked", f"{describe(picked)} was chosen")
+    refused = unpinned_refusal(choice, facts, prepared.profile.hotplug)
+    if refused:
+        say(f"no eGPU is visible; enrolled nothing: {refused}")
+        return prepared
     if choice.device is None:
         say(f"no eGPU is visible; enrolled nothing ({choice.reason}): pass --enclosure UUID")
         return prepared

@@ -61,6 +61,7 @@ class FirstbootOutcome:
     marker_removed: bool = False
     report_path: str | None = None
     steps: tuple[str, ...] = field(default=())
+    mok: str | None = None  # mok-needed / mok-enrolled (install/attention.py mok_status)
 
     @property
     def exit_code(self) -> int:
@@ -83,6 +84,7 @@ class FirstbootOutcome:
             "marker_removed": self.marker_removed,
             "steps": list(self.steps),
             "verify": self.verify,
+            "mok": self.mok,
         }
 
 
@@ -101,6 +103,10 @@ def run_firstboot(options: FirstbootOptions, say: Callable[[str], None]) -> Firs
     enrolled = None
     if enrol.needs_enrolment(facts):
         choice = enrol.choose(enrol.candidates(facts), policy)
+        refused = enrol.unpinned_refusal(choice, facts, profile.hotplug)
+        if refused:
+            outcome = FirstbootOutcome("not-enrolled", refused, devices=devices)
+            return _finish(host, options, outcome, say)
         if choice.device is None:
             return _finish(
                 host,
@@ -217,13 +223,20 @@ def _finish(
     host: Host, options: FirstbootOptions, outcome: FirstbootOutcome, say: Callable[[str], None]
 ) -> FirstbootOutcome:
     """Remove the marker after a passed verify; write the report; say the outcome."""
+    from egpu_setup.detect.system import probe_secure_boot
+    from egpu_setup.install.attention import mok_status
     from egpu_setup.state.atomic import atomic_write
     from egpu_setup.state.verify_marker import remove_firstboot_marker
 
     removed = remove_firstboot_marker(host) if outcome.outcome == "passed" else False
     paths = StatePaths.for_root(host.root)
     report = paths.state_dir / REPORT_NAME
-    outcome = dataclasses.replace(outcome, marker_removed=removed, report_path=str(report))
+    outcome = dataclasses.replace(
+        outcome,
+        marker_removed=removed,
+        report_path=str(report),
+        mok=mok_status(host, probe_secure_boot(host)),
+    )
     data = outcome.to_json(host, options.profile)
     try:
         text = (json.dumps(data, indent=2) + "\n").encode()

@@ -86,7 +86,7 @@ def prepare(options: InstallOptions) -> Prepared:
     plan = finish_plan(plan, tool, target, facts, profile, only, options.lock_timeout)
     stale = inputs.stale_warning(paths)
     warnings += [stale] if stale else []
-    warnings += [*resolution.warnings, *plan.warnings, *rendered.notes]
+    warnings += [*resolution.warnings, *plan.warnings, *_without_waiting(rendered.notes, facts)]
     seen = _review(facts, profile, resolution, plan, target, options, only)
     return Prepared(
         options,
@@ -105,6 +105,17 @@ def prepare(options: InstallOptions) -> Prepared:
         mismatch=seen.mismatch,
         advice=seen.advice,
     )
+
+
+def _without_waiting(notes: tuple[str, ...], facts: HostFacts) -> list[str]:
+    """The render notes less the one enrolment's note already says (what waits for
+    authorization and what install enrols), so the dry run says it once."""
+    from egpu_setup.install.enrol import needs_enrolment
+    from egpu_setup.render.thunderbolt import WAITING
+
+    if not needs_enrolment(facts):
+        return list(notes)
+    return [n for n in notes if not n.startswith(WAITING)]
 
 
 def _review(

@@ -39,13 +39,14 @@ def review(
 ) -> Review:
     from egpu_setup.doctor.known_issues import known_issues
     from egpu_setup.install.advice import card_for, plan_advice, power_limit
-    from egpu_setup.install.attention import manager_actions, mok_action
+    from egpu_setup.install.attention import image_actions, manager_actions, mok_action
     from egpu_setup.render.context import detected_cards, profile_card_mismatch
 
     actions, warnings = manager_actions(target, mode, only)
     mok, key = mok_action(facts, plan, target) if "driver" in only else (None, None)
     if mok is not None:
         actions.append(mok)
+    actions += image_actions(facts, plan, profile.hotplug, target, only)
     mismatch = None
     if only & {"driver", "config"} or resolution.torch is None or resolution.torch.variant != "cpu":
         mismatch = profile_card_mismatch(profile, detected_cards(facts))

@@ -39,6 +39,7 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
     lines += _actions(
         run, "after", "After these steps, a person must (the run stops there, exit 4):"
     )
+    lines += _actions(run, "each-laptop", "On each laptop that boots this image, a person must:")
     lines += summary_lines(run.advice)
     diffs = [s.diff for s in run.plan.steps if isinstance(s, WriteFile) and s.diff]
     if diffs and not diff:

@@ -34,6 +34,10 @@ _NO_PCIE = ("dponly", "usbonly", "nopcie")
 
 _TB_CONNECTIONS = ("thunderbolt", "usb4")
 
+# How the note starts when no eGPU is visible because its tunnel waits for authorization:
+# install says what it will enrol instead (install/enrol.py notes), in one statement.
+WAITING = "no eGPU is visible while Thunderbolt devices wait for authorization"
+
 
 def _is_peripheral(dev: TbDevice) -> bool:
     # Route 0 ("0-0", "1-0") is the host router itself (sysfs-bus-thunderbolt).
@@ -72,6 +76,15 @@ def _enclosure(
                 f"{len(several)} eGPUs are attached ({', '.join(several)}): none is authorized "
                 "until hotplug.enclosure_unique_id in the profile names its enclosure "
                 "(`boltctl list` shows the UUIDs)"
+            )
+        waiting = [d for d in peripherals if d.authorized is False and d.unique_id]
+        if egpu is None and waiting:
+            listed = "; ".join(
+                f"{d.vendor or '?'} {d.name or '?'} ({d.unique_id})" for d in waiting
+            )
+            return None, (
+                f"{WAITING} ({listed}): the rules name no enclosure until one is enrolled or "
+                "pinned (hotplug.enclosure_unique_id, or install --enclosure UUID)"
             )
         if egpu is None:
             why = "no eGPU is attached now"

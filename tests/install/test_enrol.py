@@ -315,3 +315,65 @@ def test_firstboot_without_an_egpu_ends_cleanly_and_keeps_the_marker(tmp_path: P
     out = json.loads(res.stdout)
     assert out["outcome"] == "no-egpu" and marker.exists()
     assert "no eGPU is connected" in json.loads(Path(out["report"]).read_text())["message"]
+
+
+@pytest.mark.parametrize("host", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+def test_a_dry_run_says_once_what_waits_for_authorization(host: str) -> None:
+    """Over every recorded host: where a device waits for authorization, the dry run names it in
+    one statement (what install enrols or asks), never also "none is authorized" beside it."""
+    facts = detect_host(RecordedHost(FIXTURES / host))
+    if not enrol.needs_enrolment(facts):
+        return
+    res = run_cli("install", "--profile", "rtx4090", "--from", str(FIXTURES / host), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    naming = [
+        line
+        for line in res.stderr.splitlines()
+        if any(d.unique_id and d.unique_id in line for d in enrol.candidates(facts))
+    ]
+    assert len(naming) == 1 and "install asks which one" in naming[0], res.stderr
+    assert "none is authorized" not in res.stderr, res.stderr
+
+
+def _model_profile(tmp_path: Path, accept_no_iommu: bool) -> str:
+    import yaml
+
+    profile = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "profiles/rtx4090.yaml").read_text()
+    )
+    profile["hotplug"]["first_boot_enrol_model"] = "eGFX Breakaway Box 750ex"
+    profile["hotplug"]["accept_no_iommu"] = accept_no_iommu
+    path = tmp_path / f"model-{accept_no_iommu}.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
+IOMMU = "sys/bus/thunderbolt/devices/domain0/iommu_dma_protection"
+
+
+def test_firstboot_enrols_the_first_of_the_model_where_the_iommu_protects(
+    laptop: Path, kernel: KernelStandIn, tmp_path: Path
+) -> None:
+    assert (laptop / IOMMU).read_text().strip() == "1"  # as recorded on that notebook
+    kernel.arm()
+    res = run_cli("firstboot", "--profile", _model_profile(tmp_path, False), "--root",
+                  str(laptop), "--wait", "20", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["enrolled"] == BOX
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_without_iommu_protection_the_model_is_enrolled_only_when_the_risk_is_accepted(
+    laptop: Path, kernel: KernelStandIn, tmp_path: Path, accept: bool
+) -> None:
+    (laptop / IOMMU).write_text("0\n")  # the same laptop with Kernel DMA Protection off
+    kernel.arm()
+    res = run_cli("firstboot", "--profile", _model_profile(tmp_path, accept), "--root",
+                  str(laptop), "--wait", "20", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    if accept:
+        assert out["enrolled"] == BOX, out
+    else:
+        assert out["outcome"] == "not-enrolled" and "no IOMMU DMA protection" in out["message"]
+        assert (laptop / BOX_SYSFS).read_text() == "0\n" and not kernel.up.is_set()

@@ -113,3 +113,28 @@ def test_only_a_dkms_built_driver_needs_the_key(tmp_path: Path) -> None:
         "Package: nvidia-dkms-550\nStatus: install ok installed\nVersion: 550.120-0ubuntu1\n"
     )
     assert has_dkms_driver(Plan(()), host)
+
+
+@pytest.mark.parametrize(
+    ("answer", "want"),
+    [(NOT_ENROLLED, "mok-needed"), (PENDING, "mok-needed"), (ENROLLED, "mok-enrolled")],
+)
+def test_the_first_boot_report_says_whether_the_key_is_enrolled(
+    root: Path, answer: str, want: str
+) -> None:
+    from egpu_setup.install.attention import mok_status
+
+    status = root / "var/lib/dpkg/status"
+    before = status.read_bytes()
+    host = with_mokutil(root, answer)
+    try:
+        assert mok_status(host, True) is None  # no DKMS-built driver installed: no key matters
+        status.write_bytes(
+            before
+            + b"\nPackage: nvidia-kernel-dkms\nStatus: install ok installed\nVersion: 535.247.01-1"
+            + b"\nArchitecture: amd64\n"
+        )
+        assert mok_status(host, True) == want
+        assert mok_status(host, False) is None
+    finally:
+        status.write_bytes(before)
