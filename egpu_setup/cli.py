@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("matrix", "Show or update the driver/CUDA/torch compatibility data."),
     "bundle": ("bundle", "Build an offline bundle (wheelhouse, .debs) for many laptops."),
     "report": ("report", "Merge install/verify reports from many machines into one table."),
+    "kernels": (
+        "kernels",
+        "Check (and have DKMS build) the NVIDIA module for every installed kernel.",
+    ),
     "firstboot": (
         "firstboot",
         "A lab image's first boot: enrol the enclosure, wait for the eGPU, verify.",
