@@ -44,6 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bundle": ("bundle", "Build an offline bundle (wheelhouse, .debs) for many laptops."),
     "venv": ("venv", "Make a venv of your own on the verified, root-owned torch (not as root)."),
     "report": ("report", "Merge install/verify reports from many machines into one table."),
+    "kernels": (
+        "kernels",
+        "Check (and have DKMS build) the NVIDIA module for every installed kernel.",
+    ),
     "firstboot": (
         "firstboot",
         "A lab image's first boot: enrol the enclosure, wait for the eGPU, verify.",

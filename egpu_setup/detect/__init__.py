@@ -7,5 +7,6 @@ out: the other release files through the `distro` package, and lsb-release), `pc
 tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`, `lspci_tree`
 (`lspci -t`/`-tv` trees as pasted), `nvidia` and
 `nvidia_smi` (the driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa`
-(nodes, each GPU's node), `kernel_log` (a recording's kernel log, bounded however big it is).
+(nodes, each GPU's node), `kernel_log` (a recording's kernel log, bounded however big it is),
+`kernels` (installed kernels, their headers and NVIDIA modules, `dkms status`).
 """

@@ -11,5 +11,6 @@ Modules: `catalog` (the finding ids, severities and sources), `findings` (Findin
 `collect`, `diagnose`, `checks` (one check per failure mode), `rules` (udev/Xorg parsers),
 `managers` (other GPU managers: mode, effect, undo), `known_issues` (known-bad GPU and link
 combinations), `dmesg` (the kernel-log scanner), `torchcheck` (a venv's torch build), `record` (the
-`--from` diagnostics bundle).
+`--from` diagnostics bundle), `kernels` (which installed kernel lacks its NVIDIA module, and the
+fix).
 """

@@ -104,6 +104,17 @@ CATALOG: tuple[Spec, ...] = (
         ("NVIDIA README: Known Issues", "stackhpc/ansible-slurm-appliance#287"),
     ),
     Spec(
+        "nvidia-module-missing-for-kernel",
+        "error",
+        "An installed kernel has no NVIDIA module it can load (a kernel update DKMS did not "
+        "build for, or a kernel without headers): booting it leaves the eGPU without a driver.",
+        (
+            "dkms(8) (autoinstall -k), /usr/lib/dkms/common.postinst (kernels without headers "
+            "are skipped)",
+            "https://wiki.ubuntu.com/Kernel/Reference/NvidiaPrebuiltModules",
+        ),
+    ),
+    Spec(
         "gpu-fallen-off-bus",
         "error",
         "The GPU stopped answering on the PCIe bus (Xid 79); the driver cannot recover it without "

@@ -14,6 +14,7 @@ from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.detect.lspci import LspciEntry
 from egpu_setup.doctor.dmesg import BarFailure, DmesgScan, Hit, nvrm_address, scan_dmesg
 from egpu_setup.doctor.findings import MAX_EVIDENCE, DoctorInput, Finding
+from egpu_setup.doctor.kernels import judge_kernels, kernel_findings
 from egpu_setup.doctor.torchcheck import TorchInfo
 
 if TYPE_CHECKING:
@@ -1074,5 +1075,7 @@ def run_checks(
     out += check_runtime_pm(ctx)
     out += check_known_issues(ctx)
     out += check_verify_temperature(ctx)
+    if inputs.kernels is not None:
+        out += kernel_findings(judge_kernels(inputs.kernels))
     out += check_timed_out(ctx)
     return out

@@ -10,6 +10,7 @@ from typing import Any
 
 from egpu_setup.detect import nvidia
 from egpu_setup.detect.facts import HostFacts
+from egpu_setup.detect.kernels import probe_kernels
 from egpu_setup.doctor.dmesg import DmesgScan, scan_lines
 from egpu_setup.doctor.findings import DoctorInput
 from egpu_setup.host.machine import Host
@@ -118,6 +119,7 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         nvidia_power=nv_power,
         verify_report=report,
         verify_report_path=report_path,
+        kernels=probe_kernels(host),
         timed_out=tuple(host.timed_out),  # detection's and the commands' above
     )
 

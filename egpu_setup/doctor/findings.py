@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from egpu_setup.detect.kernels import KernelFacts
 from egpu_setup.doctor.catalog import BY_ID, SEVERITIES
 from egpu_setup.doctor.dmesg import DmesgScan
 
@@ -62,6 +63,8 @@ class DoctorInput:
     verify_report_path: str | None = None
     # (tool, seconds): diagnostic tools that hung while detect and collect ran them
     timed_out: tuple[tuple[str, float], ...] = ()
+    # installed kernels and their NVIDIA modules (detect/kernels.py)
+    kernels: KernelFacts | None = None
 
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""

@@ -10,9 +10,7 @@ runs where a module is missing; a module still missing then is an error naming t
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
+from egpu_setup.detect.kernels import DkmsEntry, parse_dkms_status
 from egpu_setup.errors import ExecutionError
 from egpu_setup.execute.console import show_line
 from egpu_setup.host.machine import Host
@@ -22,34 +20,6 @@ log = get_logger("egpu_setup.execute")
 
 # one kernel's NVIDIA module: 2.5-5 min on 2 cores, measured in a Debian 12 image
 DKMS_BUILD_TIMEOUT_S = 3600
-
-
-@dataclass(frozen=True)
-class DkmsEntry:
-    """One line of `dkms status`: module/version for a kernel and its state."""
-
-    module: str
-    version: str
-    kernel: str | None
-    arch: str | None
-    state: str  # added / built / installed (and suffixes like "installed (WARNING ...)")
-
-
-# dkms >= 3: "nvidia-current/535.261.03, 6.1.0-50-amd64, x86_64: installed"
-# dkms 2.x:  "nvidia-current, 535.261.03, 6.1.0-50-amd64, x86_64: installed"
-# not built: "nvidia-current/535.261.03: added"
-_NEW = re.compile(r"^([^/,\s]+)/([^,\s]+)(?:, ([^,\s]+), ([^:\s]+))?: (.+)$")
-_OLD = re.compile(r"^([^/,\s]+), ([^,\s]+)(?:, ([^,\s]+), ([^:\s]+))?: (.+)$")
-
-
-def parse_dkms_status(text: str) -> list[DkmsEntry]:
-    out = []
-    for line in text.splitlines():
-        m = _NEW.match(line.strip()) or _OLD.match(line.strip())
-        if m:
-            module, version, kernel, arch, state = m.groups()
-            out.append(DkmsEntry(module, version, kernel, arch, state.strip()))
-    return out
 
 
 def missing_kernels(entries: list[DkmsEntry], kernels: list[str], prefix: str) -> list[str]:

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import AptInstall, CreateLink, InstallTool, Step
+from egpu_setup.state.paths import TOOL_BIN, TOOL_VENV
 from egpu_setup.state.tool_wheels import KeptWheels
 
-TOOL_VENV = "/opt/egpu-setup/tool"
-TOOL_BIN = f"{TOOL_VENV}/bin/egpu-setup"
 TOOL_LINK = "/usr/local/bin/egpu-setup"
 SYSTEM_PYTHON = "/usr/bin/python3"
 # Debian and Ubuntu ship venv's ensurepip apart from python3 (and minbase has no python3 at

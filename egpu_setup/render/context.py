@@ -31,6 +31,7 @@ from egpu_setup.render.checks import (
 )
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
 from egpu_setup.resolve.resolution import Resolution
+from egpu_setup.state.paths import TOOL_BIN
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
 MODES = ("compute", "display")
@@ -53,6 +54,10 @@ XORG_RUNTIME = "/run/egpu-setup/90-egpu-setup.conf"
 # Directories a distribution or an administrator's install keeps root-owned; an entry point
 # elsewhere (a pipx venv in a home directory) could be replaced by the user.
 ROOT_OWNED_PREFIXES = ("/usr/", "/opt/")
+
+
+# distribution families whose packages come through apt (and dpkg runs apt.conf.d hooks)
+APT_FAMILIES = ("debian", "ubuntu")
 
 
 # argv that rebuilds the initramfs after the nouveau blacklist changes, by distro family.
@@ -134,6 +139,8 @@ class RenderContext:
     wait_timeout: int
     notes: tuple[str, ...]
     firstboot: FirstBoot | None = None
+    # the distribution's packages come through apt: its DPkg::Post-Invoke hook is rendered
+    apt: bool = False
 
     def as_template_vars(self) -> dict[str, Any]:
         return {
@@ -154,6 +161,7 @@ class RenderContext:
             "initramfs": self.initramfs,
             "kernel_params": self.kernel_params,
             "tool_path": self.tool_path,
+            "tool_venv_bin": TOOL_BIN,
             "xorg_runtime": self.xorg_runtime,
             "venv": self.venv,
             "wait_timeout": self.wait_timeout,
@@ -315,6 +323,7 @@ def build_context(
         wait_timeout=wait_timeout,
         notes=tuple(notes),
         firstboot=_check_firstboot(firstboot),
+        apt=family in APT_FAMILIES,
     )
 
 

@@ -55,6 +55,12 @@ UNIT_VERIFY = "/etc/systemd/system/egpu-setup-verify.service"
 UNIT_FIRSTBOOT = "/etc/systemd/system/egpu-setup-firstboot.service"
 
 
+UNIT_KERNELS = "/etc/systemd/system/egpu-setup-kernels.service"
+
+
+APT_KERNELS_HOOK = "/etc/apt/apt.conf.d/99egpu-setup-kernels"
+
+
 UDEV_FIRSTBOOT = "/etc/udev/rules.d/62-egpu-setup-firstboot.rules"
 
 
@@ -186,6 +192,12 @@ def _always(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
             "installer leaves /var/lib/egpu-setup/verify-after-reboot)",
         ),
         (
+            "systemd/egpu-setup-kernels.service.j2",
+            UNIT_KERNELS,
+            0o644,
+            "boot unit: `egpu-setup kernels check`, an NVIDIA module for every installed kernel",
+        ),
+        (
             "bin/egpu-hotplug.j2",
             BIN_HOTPLUG,
             0o755,
@@ -229,6 +241,17 @@ def _optional(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
                 "lab image: start the first-boot unit when an enclosure or an NVIDIA GPU appears",
             ),
         ]
+    if ctx.apt:
+        out.append(
+            (
+                "apt/99egpu-setup-kernels.j2",
+                APT_KERNELS_HOOK,
+                0o644,
+                "apt hook (DPkg::Post-Invoke): `egpu-setup kernels check` after every package "
+                "change, "
+                "so a new kernel gets its module or a finding; never fails apt",
+            )
+        )
     if ctx.thunderbolt.kind == "udev":
         out.append(
             (
@@ -293,14 +316,20 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
         HostCommand(
             ("systemctl", "daemon-reload"),
             "load the new units",
-            after=(UNIT_WAIT, UNIT_HOTPLUG, UNIT_PERSISTENCED, UNIT_VERIFY)
+            after=(UNIT_WAIT, UNIT_HOTPLUG, UNIT_PERSISTENCED, UNIT_VERIFY, UNIT_KERNELS)
             + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ()),
         )
     )
     cmds.append(
         HostCommand(
-            ("systemctl", "enable", "egpu-setup-wait.service", "egpu-setup-verify.service"),
-            "wait for the eGPU at boot; verify once after a reboot",
+            (
+                "systemctl",
+                "enable",
+                "egpu-setup-wait.service",
+                "egpu-setup-verify.service",
+                "egpu-setup-kernels.service",
+            ),
+            "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules",
         )
     )
     if ctx.grub == "dropin":

@@ -27,6 +27,14 @@ from pathlib import Path
 from egpu_setup.errors import EgpuSetupError, UsageError
 
 STATE_DIR = "/var/lib/egpu-setup"
+
+
+# The root-owned venv egpu-setup runs from (scripts/install.sh, install/tool.py); what root's
+# units and apt hook start, by absolute path.
+TOOL_VENV = "/opt/egpu-setup/tool"
+
+
+TOOL_BIN = f"{TOOL_VENV}/bin/egpu-setup"
 # written into each venv egpu-setup creates (execute/undo.py mark_venv): the venv is root's own
 MARK_VENV = ".egpu-setup-venv"
 

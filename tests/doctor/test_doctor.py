@@ -571,6 +571,27 @@ def test_runtime_pm_on_egpu():
     assert "NVreg_DynamicPowerManagement=0x00" in rp.fix
 
 
+def test_a_kernel_without_its_module_is_a_finding_with_its_fix():
+    from egpu_setup.detect.kernels import KernelFacts, KernelTree
+
+    kernels = KernelFacts(
+        "6.1.0-40-amd64",
+        (
+            KernelTree("6.1.0-40-amd64", True, True, "updates/dkms/nvidia-current.ko"),
+            KernelTree("6.1.0-41-amd64", True, False, None),
+        ),
+        None,
+    )
+    found = diagnose(facts(), replace(healthy_input(), kernels=kernels))
+    (f,) = [f for f in found if f.id == "nvidia-module-missing-for-kernel"]
+    assert f.severity == "warning"  # not the running kernel: it bites at the next boot
+    assert "apt-get install linux-headers-6.1.0-41-amd64" in f.fix
+    # every kernel has its module: nothing to say
+    ok = replace(kernels, kernels=kernels.kernels[:1])
+    found = diagnose(facts(), replace(healthy_input(), kernels=ok))
+    assert "nvidia-module-missing-for-kernel" not in [f.id for f in found]
+
+
 def test_every_catalog_id_is_covered_by_a_test_above():
     source = Path(__file__).read_text()
     for spec in CATALOG:

@@ -9,6 +9,7 @@ dangling (eGPU absent) and resolving (present). A test skips only when its check
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -80,7 +81,14 @@ def _fake_root(tmp_path: Path, files: tuple[RenderedFile, ...]) -> Path:
         (root / "usr" / d).mkdir(parents=True, exist_ok=True)
         (root / d).symlink_to(f"usr/{d}")
     (root / "usr/local/bin").mkdir(parents=True)
-    for stub in ("usr/bin/rm", "usr/bin/nvidia-persistenced", "usr/local/bin/egpu-setup"):
+    stubs = (
+        "usr/bin/rm",
+        "usr/bin/nvidia-persistenced",
+        "usr/local/bin/egpu-setup",
+        "opt/egpu-setup/tool/bin/egpu-setup",
+    )
+    for stub in stubs:
+        (root / stub).parent.mkdir(parents=True, exist_ok=True)
         (root / stub).write_text("#!/bin/sh\nexit 0\n")
         (root / stub).chmod(0o755)
     for f in files:
@@ -103,6 +111,39 @@ def test_units_pass_systemd_analyze_verify(name: str, mode: str, tmp_path: Path)
             [analyze, "verify", f"--root={root}", unit], capture_output=True, text=True
         )
         assert (res.returncode, res.stderr) == (0, ""), f"{unit}:\n{res.stderr}"
+
+
+@pytest.mark.parametrize(("name", "mode"), [r for r in RENDERS if "fedora" not in r.id])
+def test_apt_hook_parses_and_its_command_passes_shellcheck(
+    name: str, mode: str, tmp_path: Path
+) -> None:
+    """apt-config reads the rendered hook (header comments and all) as exactly one
+    DPkg::Post-Invoke command, which apt runs with `sh -c`: that text passes shellcheck."""
+    apt_config = _need("apt-config")
+    shellcheck = _need("shellcheck")
+    (hook,) = [f for f in _files(name, mode) if f.path.startswith("/etc/apt/apt.conf.d/")]
+    conf = tmp_path / "hook.conf"
+    conf.write_text(hook.content)
+    (tmp_path / "parts").mkdir()
+    empty = tmp_path / "main.conf"
+    empty.write_text(f'Dir::Etc::parts "{tmp_path / "parts"}";\n')
+    # APT_CONFIG names a main file of our own, so this machine's apt.conf.d stays out
+    dump = subprocess.run(
+        [apt_config, "-c", str(conf), "dump", "DPkg::Post-Invoke"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "APT_CONFIG": str(empty)},
+        check=True,
+    ).stdout
+    entries = [line for line in dump.splitlines() if line.startswith("DPkg::Post-Invoke::")]
+    assert len(entries) == 1, dump
+    command = entries[0].split('"', 1)[1].rsplit('"', 1)[0]
+    assert command.startswith("if [ -x /opt/egpu-setup/tool/bin/egpu-setup ]"), command
+    assert command.rstrip("; fi").endswith("|| true"), command
+    script = tmp_path / "hook.sh"
+    script.write_text("#!/bin/sh\n" + command + "\n")
+    res = subprocess.run([shellcheck, "-s", "sh", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
 
 
 def test_systemd_analyze_catches_a_bad_unit(tmp_path: Path) -> None:

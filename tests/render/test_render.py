@@ -611,9 +611,11 @@ def test_render_command_writes_only_under_out(tmp_path: Path) -> None:
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert written == sorted(
         [
+            "etc/apt/apt.conf.d/99egpu-setup-kernels",
             "etc/modprobe.d/egpu-setup-nouveau.conf",
             "etc/modprobe.d/egpu-setup-nvidia.conf",
             "etc/systemd/system/egpu-setup-hotplug.service",
+            "etc/systemd/system/egpu-setup-kernels.service",
             "etc/systemd/system/egpu-setup-persistenced.service",
             "etc/systemd/system/egpu-setup-verify.service",
             "etc/systemd/system/egpu-setup-wait.service",
