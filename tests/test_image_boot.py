@@ -36,8 +36,8 @@ from pathlib import Path
 import pytest
 
 from egpu_setup.host.image_root import clean_leftovers
-from egpu_setup.install.lab_image import DEBIAN_PERSISTENCED
-from egpu_setup.install.tool import TOOL_BIN, TOOL_LINK, TOOL_VENV
+from egpu_setup.image.additions import DEBIAN_PERSISTENCED
+from egpu_setup.image.tool import TOOL_BIN, TOOL_LINK, TOOL_VENV
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 from helpers import debroot as _debroot
 from helpers import image, pypi_index, vm

@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("plan",),  # -> typed steps, a diff against the host
     ("execute", "verify"),  # what changes the machine; proving the eGPU trains
     ("bundle",),  # offline bundles (apt sources as plan reads them, pip's environment)
-    ("install", "fleet"),  # the pipeline around plan/execute/verify; many machines' reports
+    ("image",),  # what `install --root` adds to a plan: egpu-setup itself, the first-boot marker
+    ("install", "fleet", "rollback"),  # the pipeline around execute; many reports; undoing a run
     ("commands",),  # Click options -> one core call -> print -> exit code
     ("cli",),  # the entry point: errors become `error:`/`hint:` and an exit code
     ("__main__",),  # `python -m egpu_setup`

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 import click
 
@@ -11,6 +12,31 @@ from egpu_setup.errors import UsageError
 from egpu_setup.log import get_logger
 
 log = get_logger("egpu_setup.profiles")
+
+
+class GpuRow(TypedDict):
+    name: str
+    architecture: str
+    compute_capability: str | None
+    device_ids: list[str]
+    memory_gib: float | None
+
+
+class ProfileRow(TypedDict, total=False):
+    """One entry of `profiles list --json` (egpu-setup/profiles/1, docs/design.md): the first
+    five keys always, the profile's own with a valid one, `error` with an invalid one."""
+
+    name: str
+    origin: str
+    path: str
+    shadows: list[str]
+    valid: bool
+    description: str
+    extends: str | None
+    gpu: GpuRow
+    psu_watts: int | None
+    error: str
+
 
 SCHEMA_LIST = "egpu-setup/profiles/1"
 
@@ -48,10 +74,10 @@ def list_profiles(as_json: bool) -> None:
     from egpu_setup.profile.search import search_dirs
     from egpu_setup.profile.types import Profile
 
-    rows = []
+    rows: list[ProfileRow] = []
     errors: list[UsageError] = []
     for entry, loaded in iter_profiles():
-        row: dict = {
+        row: ProfileRow = {
             "name": entry.name,
             "origin": entry.origin,
             "path": str(entry.path),
@@ -59,18 +85,16 @@ def list_profiles(as_json: bool) -> None:
             "valid": isinstance(loaded, Profile),
         }
         if isinstance(loaded, Profile):
-            row.update(
-                description=loaded.description,
-                extends=loaded.extends,
-                gpu={
-                    "name": loaded.gpu.name,
-                    "architecture": loaded.gpu.architecture,
-                    "compute_capability": loaded.gpu.compute_capability,
-                    "device_ids": list(loaded.gpu.device_ids),
-                    "memory_gib": loaded.gpu.memory_gib,
-                },
-                psu_watts=loaded.power.psu_watts,
-            )
+            row["description"] = loaded.description
+            row["extends"] = loaded.extends
+            row["gpu"] = {
+                "name": loaded.gpu.name,
+                "architecture": loaded.gpu.architecture,
+                "compute_capability": loaded.gpu.compute_capability,
+                "device_ids": list(loaded.gpu.device_ids),
+                "memory_gib": loaded.gpu.memory_gib,
+            }
+            row["psu_watts"] = loaded.power.psu_watts
         else:
             row["error"] = loaded.message
             errors.append(loaded)
@@ -93,7 +117,7 @@ def list_profiles(as_json: bool) -> None:
         raise errors[-1]
 
 
-def _print_table(rows: list[dict]) -> None:
+def _print_table(rows: list[ProfileRow]) -> None:
     table = [("NAME", "GPU", "ARCH", "CC", "MEM", "PSU", "FROM")]
     for r in rows:
         if not r["valid"]:

@@ -41,7 +41,7 @@ def command(yes: bool, root_dir: str | None, as_json: bool, packages: bool, forc
     restored files feed is rebuilt: the initramfs (modprobe.d), the GRUB config (grub.d); a
     Thunderbolt device egpu-setup enrolled in bolt is forgotten again.
     """
-    from egpu_setup.install.rollback import (
+    from egpu_setup.rollback.core import (
         RollbackOptions,
         apply_rollback,
         plan_rollback,

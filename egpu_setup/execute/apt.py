@@ -119,7 +119,7 @@ def install(ctx: Context, step: AptInstall) -> tuple[str, str]:
     if auto:
         host.run_checked(["apt-mark", "auto", *sorted(auto)], env=APT_ENV, timeout=120)
     # what apt installed that its simulation did not name: recorded too; the dependencies
-    # rollback --packages purges once nothing else needs them (execute/apt_remove.py)
+    # rollback --packages purges once nothing else needs them (rollback/purge.py)
     after = installed_packages(host)
     for name in step.packages:
         if name not in before and name in after:
@@ -159,7 +159,7 @@ def record_coming(ctx: Context, step: AptInstall, argv: list[str], before: set[s
     """Put in the manifest, before dpkg starts, every package this install will add: the named
     ones and what apt brings with them, as apt's own simulation lists them (`apt-get -s`, no
     lock taken, apt-get(8)). Killed or failed midway, the run leaves them recorded, and
-    rollback --packages purges whichever got in (execute/apt_remove.py skips the rest)."""
+    rollback --packages purges whichever got in (rollback/purge.py skips the rest)."""
     sim = [argv[0], "-s", *argv[1:]]
     res = ctx.host.run(sim, env=APT_ENV, timeout=step.deadline)
     if res.rc != 0:

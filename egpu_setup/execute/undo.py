@@ -60,7 +60,7 @@ OTHER_OWNED = (
     "/etc/apt/preferences.d/egpu-setup-*",
     "/var/lib/egpu-setup/bundle-apt/*/*",
 )
-# What `install --root` adds to a lab image (install/lab_image.py, install/tool.py, which sit
+# What `install --root` adds to a lab image (image/additions.py, image/tool.py, which sit
 # above this layer; tests/install/test_image_steps_owned.py keeps the two lists in step): the
 # first-boot marker and the profiles it names (with a header), the link to the tool's venv,
 # Debian's persistenced unit masked, and the seal (machine-id(5) "uninitialized", D-Bus's link).

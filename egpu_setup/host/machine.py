@@ -21,6 +21,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from egpu_setup.errors import ExecutionError, TimedOut, UnsupportedHardware, UsageError
 from egpu_setup.host import process
@@ -590,7 +591,7 @@ def _file_lines(path: Path, limit: int) -> TextLines | None:
     return TextLines(lines(), size, start)
 
 
-def _read_meta(files: Host) -> dict:
+def _read_meta(files: Host) -> dict[str, Any]:
     """meta.json of a bundle as a dict; {} when missing or malformed (soft, like every source)."""
     import json
 

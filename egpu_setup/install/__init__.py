@@ -1,4 +1,4 @@
-"""install: the provisioning pipeline around plan and execute, and rollback's core.
+"""install: the provisioning pipeline around plan and execute.
 
     options  = InstallOptions(...)              # the flags, frozen (the command builds it)
     prepared = prepare(options)                 # detect -> resolve -> render -> plan
@@ -9,9 +9,7 @@ Modules: `options` (InstallOptions), `prepared` (Prepared, Outcome), `pipeline` 
 apply), `inputs` (what prepare gathers), `offline` (`--bundle DIR`), `show` (the plan and the
 outcome as text and JSON), `report` (the saved install report), `preflight` (checks before
 anything changes), `review` (the plan reviewed: `attention` for what a person must do, `advice`
-for the summary), `day_after` (the verify after the reboot), `rollback` (what rollback
-restores, and doing it), `tool` (which egpu-setup the units run, and installing it
-root-owned), `lab_image` (what `--root` adds: the tool, the first-boot marker, the seal),
+for the summary), `day_after` (the verify after the reboot),
 `enrol` (enrolling the enclosure: one core for install and the first boot), `firstboot`
 (`egpu-setup firstboot`, a lab image's first boot), `user_venv` (`egpu-setup venv`: a user's
 own venv on the root-owned torch venv).

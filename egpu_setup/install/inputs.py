@@ -8,10 +8,10 @@ import os
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UnsupportedHardware, UsageError
 from egpu_setup.host.machine import Host, LiveHost, RootHost, open_host
+from egpu_setup.image.tool import ToolChoice
 from egpu_setup.install.enrol import bolt_can_enrol
 from egpu_setup.install.offline import OfflineBundle
 from egpu_setup.install.options import InstallOptions
-from egpu_setup.install.tool import ToolChoice
 from egpu_setup.plan.options import BundleSource, PlanOptions
 from egpu_setup.profile.types import Profile
 from egpu_setup.render.files import RenderSet
@@ -122,8 +122,8 @@ def render(
     tool_path: str,
 ) -> RenderSet:
     """The configuration files, when the plan has a driver or config part; an image's set
-    carries its first-boot unit (install/lab_image.py)."""
-    from egpu_setup.install.lab_image import firstboot_for
+    carries its first-boot unit (image/additions.py)."""
+    from egpu_setup.image.additions import firstboot_for
     from egpu_setup.render.files import render_set
 
     if not only & {"driver", "config"}:
@@ -135,7 +135,7 @@ def render(
         options.mode or profile.mode,
         venv=options.venv_path,
         tool_path=tool_path,
-        # choose_tool (install/tool.py) held the path to host/trust.py's rule already: the
+        # choose_tool (image/tool.py) held the path to host/trust.py's rule already: the
         # units run a root-owned egpu-setup, or root's own /opt one, so no sudoers caveat
         tool_exposed=False,
         bolt_available=bolt_can_enrol(target),
@@ -150,9 +150,9 @@ def tool_choice(
     only: frozenset[str],
     bundle_tool: KeptWheels | None,
 ) -> ToolChoice:
-    """The egpu-setup the units run (install/tool.py); its install steps only with the config
+    """The egpu-setup the units run (image/tool.py); its install steps only with the config
     part, which writes the units."""
-    from egpu_setup.install.tool import choose_tool
+    from egpu_setup.image.tool import choose_tool
 
     choice = choose_tool(
         target, facts.os.id, bundle_tool=bundle_tool, lock_timeout=options.lock_timeout

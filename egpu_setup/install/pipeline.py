@@ -37,10 +37,10 @@ VERIFY_TIMEOUT_S = 300
 def prepare(options: InstallOptions) -> Prepared:
     """Detect, resolve, render and plan; nothing on the target changes. UsageError on bad flags."""
     from egpu_setup.compat.matrix import select_matrix
+    from egpu_setup.image.additions import finish_plan
     from egpu_setup.install import inputs
     from egpu_setup.install.enrol import EnrolPolicy, with_enclosure
     from egpu_setup.install.enrol import notes as enrol_notes
-    from egpu_setup.install.lab_image import finish_plan
     from egpu_setup.install.offline import narrow_to_bundle, open_bundle, tool_wheels
     from egpu_setup.plan.build import build_plan
     from egpu_setup.plan.options import parse_only

@@ -7,6 +7,7 @@ shell helpers, where a stray quote or newline would become code. Every failure i
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,9 @@ def pin_checks(data: dict[str, Any], marks: Marks) -> None:
     if pin is None:
         return
     branch = int(str(pin).split(".")[0])
-    for key, bad in (
-        ("min_branch", lambda b: branch < b),
-        ("max_branch", lambda b: branch > b),
-    ):
+    for key, outside in (("min_branch", operator.lt), ("max_branch", operator.gt)):
         limit = driver.get(key)
-        if limit is not None and bad(limit):
+        if limit is not None and outside(branch, limit):
             raise Problem(
                 marks.value(("driver", "pin")),
                 ("driver", "pin"),

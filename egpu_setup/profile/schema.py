@@ -45,7 +45,7 @@ _APPLIED = {
 _ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description", "default", "x-hint", "$comment"}
 
 
-_schema_cache: dict[str, Any] = {}
+_schema_cache: dict[str, dict[str, Any]] = {}
 
 
 @functools.cache
@@ -275,8 +275,8 @@ def _validate_mapping(
 def _same(a: Any, b: Any) -> bool:
     # JSON Schema equality: true is not 1, 4.0 equals 4.
     if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    return a == b
+        return isinstance(a, bool) and isinstance(b, bool) and bool(a == b)
+    return bool(a == b)
 
 
 def _did_you_mean(key: str, allowed: Mapping[str, Any]) -> str:

@@ -302,26 +302,6 @@ def rename(path: Path, new_name: str, *, anchor: Path = ROOT) -> None:
         os.fsync(dfd)
 
 
-def set_owner(path: Path, uid: int, gid: int, *, anchor: Path = ROOT) -> None:
-    """chown `path` itself (fchownat with AT_SYMLINK_NOFOLLOW, relative to its directory's
-    descriptor: neither a link at the name nor one on the way is followed)."""
-    with directory(path.parent, anchor=anchor) as dfd:
-        os.chown(path.name, uid, gid, dir_fd=dfd, follow_symlinks=False)
-
-
-def set_mode(path: Path, mode: int, *, anchor: Path = ROOT) -> None:
-    """chmod `path` on a descriptor opened without following it (Linux has no lchmod); a link
-    at the name is refused (ELOOP)."""
-    with directory(path.parent, anchor=anchor) as dfd:
-        fd = os.open(
-            path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd
-        )
-        try:
-            os.fchmod(fd, mode)
-        finally:
-            os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:

@@ -209,12 +209,3 @@ def saved_reports(
             found.append((report_order(data, path.rsplit("/", 1)[1]), data, path))
     found.sort(key=lambda item: item[0])
     return [(data, path) for _, data, path in found]
-
-
-def newer_than(data: Any, reports: list[tuple[dict[str, Any], str]]) -> list[str]:
-    """The paths of the reports that are newer than `data` by sequence (it is one of its
-    machine's older reports when there are any)."""
-    mine = sequence_of(data)
-    if mine is None:
-        return []
-    return [path for other, path in reports if (sequence_of(other) or 0) > mine]

@@ -336,7 +336,7 @@ def test_driver_from_the_bundle_into_a_debootstrap_root_offline(built, tmp_path:
     data = json.loads(res.stdout)
     kinds = [s["kind"] for s in data["steps"]]
     # then the driver part's modprobe drop-ins and the initramfs rebuild, and an image's seal
-    # (install/lab_image.py): /etc/machine-id and D-Bus's link to it
+    # (image/additions.py): /etc/machine-id and D-Bus's link to it
     assert kinds[:2] == ["apt-repository", "apt-install"], kinds
     assert set(kinds[2:]) <= {"write-file", "run-command", "create-link"}
     links = [s for s in data["steps"] if s["kind"] == "create-link"]

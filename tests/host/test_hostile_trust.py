@@ -280,7 +280,7 @@ def test_units_never_run_a_users_egpu_setup_or_a_build_hosts(shared: Path) -> No
     pipx/uv install in a home, and under --root the build host's path. Now they run the one
     that is running only when root owns all it runs, else root's own /opt/egpu-setup/tool."""
     from egpu_setup.host.machine import LiveHost, RootHost
-    from egpu_setup.install.tool import TOOL_BIN, choose_tool
+    from egpu_setup.image.tool import TOOL_BIN, choose_tool
 
     live = LiveHost()
     roots = _console_script(shared / "opt", PY)

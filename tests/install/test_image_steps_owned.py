@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from egpu_setup.execute.undo import owned_path
 from egpu_setup.host.identity import MACHINE_ID
-from egpu_setup.install.lab_image import DBUS_MACHINE_ID, DEBIAN_PERSISTENCED, PROFILES_DIR
-from egpu_setup.install.tool import TOOL_LINK
+from egpu_setup.image.additions import DBUS_MACHINE_ID, DEBIAN_PERSISTENCED, PROFILES_DIR
+from egpu_setup.image.tool import TOOL_LINK
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
 

@@ -20,14 +20,14 @@ from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute.files import Context, missing_parents, write_managed
 from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import RootHost
-from egpu_setup.install.rollback import (
+from egpu_setup.plan.installed import installed_packages
+from egpu_setup.plan.steps import AptInstall
+from egpu_setup.rollback.core import (
     RollbackOptions,
     apply_rollback,
     plan_rollback,
     rollback_text,
 )
-from egpu_setup.plan.installed import installed_packages
-from egpu_setup.plan.steps import AptInstall
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
 from helpers import debroot as _debroot

@@ -13,7 +13,7 @@ import pytest
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.execute.tool import private_copy
 from egpu_setup.host.machine import RootHost
-from egpu_setup.install.tool import choose_tool
+from egpu_setup.image.tool import choose_tool
 from egpu_setup.plan.steps import InstallTool
 from egpu_setup.state import tool_wheels
 from egpu_setup.state.tool_wheels import KEPT, SUMS, for_python, parse_sums, requirements

@@ -3,7 +3,7 @@
 An image is built on one machine and booted, as copies, on many, with nobody at the keyboard.
 Besides the driver, torch and configuration:
 
-- egpu-setup itself in the image (install/tool.py), and Python with venv for it and for torch;
+- egpu-setup itself in the image (image/tool.py), and Python with venv for it and for torch;
 - the first-boot unit's marker /var/lib/egpu-setup/firstboot-pending (egpu-setup firstboot
   removes it once a verify on the eGPU passed), and a profile that is not shipped in the
   package, copied to /etc/egpu-setup/profiles/ so the unit finds it by name;
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.host.machine import Host, LiveHost
-from egpu_setup.install.tool import ToolChoice
+from egpu_setup.image.tool import ToolChoice
 from egpu_setup.plan.steps import AptInstall, CreateLink, Plan, Step, WriteFile
 from egpu_setup.profile.types import Profile
 from egpu_setup.render.context import FirstBoot
@@ -55,7 +55,7 @@ def finish_plan(
 ) -> Plan:
     """The plan with egpu-setup's own venv (and Python for it) early, and an image's marker,
     profile, mask and seal last."""
-    from egpu_setup.install.tool import venv_package_step
+    from egpu_setup.image.tool import venv_package_step
 
     early = list(tool.steps)
     warnings = [tool.note] if tool.note else []

@@ -5,7 +5,7 @@ They run it as root, at boot and on every plug-in, so never a path a user can ch
 
 - `--root IMAGE`: always /opt/egpu-setup/tool/bin/egpu-setup inside the image, installed there
   for the image's own Python (plan step InstallTool) from the wheels egpu-setup keeps of itself
-  or a pinned bundle's (install/tool_wheels.py), with /usr/local/bin/egpu-setup linked to it for
+  or a pinned bundle's (state/tool_wheels.py), with /usr/local/bin/egpu-setup linked to it for
   people at the console;
 - on the running system: the running egpu-setup when root owns it and everything it is made of
   (host/trust.py), else the same /opt/egpu-setup/tool, installed there when it does not

@@ -217,7 +217,7 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
     _require_root(plan)
     with RunLock(plan.paths.lock, plan.paths.anchor):
         if options.packages:
-            from egpu_setup.execute.apt_remove import check_purge, finish_interrupted
+            from egpu_setup.rollback.purge import check_purge, finish_interrupted
 
             finish_interrupted(host)  # else apt sees no package a killed install left unpacked
             check_purge(host, plan.packages)  # before anything else changes: refused as a whole
@@ -387,10 +387,10 @@ Kept = tuple[tuple[str, str], ...]  # (package or venv, why)
 
 
 def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tuple[Kept, Kept]:
-    """Purge the recorded packages (execute/apt_remove.py), remove the venvs; what stays is
+    """Purge the recorded packages (rollback/purge.py), remove the venvs; what stays is
     kept in the manifest for a later rollback, and returned with the reason: (packages, venvs)."""
-    from egpu_setup.execute.apt_remove import purge
     from egpu_setup.execute.undo import remove_empty_dirs, remove_tree
+    from egpu_setup.rollback.purge import purge
 
     kept: Kept = ()
     if manifest.packages:
