@@ -28,7 +28,8 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
     """What fits a screen: the resolution, what a person must do first, the steps, what a person
     must do after them, the summary; each file's unified diff only with `diff` (--diff), after a
     separator (the warnings go to stderr, before all of it)."""
-    lines = [format_resolution(run.resolution, warnings=False)]
+    in_run = "driver" in run.plan_options.only
+    lines = [format_resolution(run.resolution, warnings=False, driver_in_run=in_run)]
     lines += _actions(run, "before", "Before anything changes, a person must:")
     if run.plan.empty:
         lines += ["", NOTHING_TO_DO]

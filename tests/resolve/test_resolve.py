@@ -656,7 +656,7 @@ def test_json_contract() -> None:
         "packages",
         "source",
     }
-    assert set(data["torch"]) == {"version", "variant", "index_url", "requirements"}
+    assert set(data["torch"]) == {"version", "variant", "index_url", "mirror_of", "requirements"}
     assert data["gpu"] == {
         "name": "GeForce RTX 5090",
         "pci_id": "10de:2b85",
