@@ -13,6 +13,8 @@ from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
 from egpu_setup.plan.steps import WriteFile
 from egpu_setup.resolve.resolution import format_resolution
 
+DIFF_SEPARATOR = "-" * 30 + " file diffs " + "-" * 30
+
 
 def plan_json(run: Prepared) -> dict[str, Any]:
     data = dict(run.resolution.to_json())
@@ -48,7 +50,7 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
             f"{len(diffs)} file{'' if len(diffs) == 1 else 's'} change: --diff shows how.",
         ]
     elif diffs:
-        lines += ["", "-" * 30 + " file diffs " + "-" * 30]
+        lines += ["", DIFF_SEPARATOR]
         for d in diffs:
             lines += ["", d.rstrip("\n")]
     return "\n".join(lines)
