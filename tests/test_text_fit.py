@@ -56,3 +56,16 @@ def test_the_plan_fits_an_80_column_terminal_and_is_one_line_per_item_when_piped
     piped = run_cli(*args).stdout
     assert max(len(line) for line in piped.split("\n")) > 80  # the pip line, whole
     assert " ".join(shown.split()) == " ".join(piped.split())  # the same words
+
+
+def test_doctor_and_profiles_list_fit_a_60_column_terminal() -> None:
+    TB5 = FIXTURES / "tb5-rtx5090-ubuntu2404"
+    for args in (("doctor", "--from", str(TB5)), ("profiles", "list")):
+        shown = _on_a_terminal(*args, columns=60)
+        # a URL is never cut: it stays one word on a line of its own
+        over = [ln for ln in shown.split("\n") if len(ln) > 60]
+        assert all(len(ln.split()) == 1 and "://" in ln for ln in over), over
+        piped = run_cli(*args).stdout
+        assert max(len(line) for line in piped.split("\n")) > 60, args
+        # the same text (doctor's summary and fix break at hyphens too, as before)
+        assert "".join(shown.split()) == "".join(piped.split()), args
