@@ -87,3 +87,38 @@ def redact_tree(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact_tree(v) for v in value]
     return value
+
+
+def terminal_width() -> int | None:
+    """The columns of the terminal stdout is, or None when it is piped or a file (what a script
+    reads stays one line per item, as --json always does)."""
+    import shutil
+    import sys
+
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def fit(text: str, width: int | None) -> str:
+    """`text` with each line longer than `width` wrapped at spaces, its continuation lines
+    indented four past the line's own indent, as --help wraps; unchanged with width None."""
+    if width is None:
+        return text
+    import textwrap
+
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * min(len(line) - len(line.lstrip(" ")) + 4, width // 2)
+        out += textwrap.wrap(
+            line,
+            width,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [line]
+    return "\n".join(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from egpu_setup.commands._options import echo_json, from_option, json_option
-from egpu_setup.detect.facts import Gpu, HostFacts
+from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice
 from egpu_setup.text import plain
 
 
@@ -54,6 +54,24 @@ def _v(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)
+
+
+def _tb_generation(dev: TbDevice) -> str:
+    """A device's generation named as the GPU line names the link ("TB5", "USB4", "TB3"), with
+    the kernel's number beside it. sysfs says 4 for every USB4 router, Thunderbolt 5 included,
+    so "gen 4" alone reads as a TB4 dock; a Thunderbolt 5 / USB4 v2 link runs 40 Gb/s on each
+    lane (rx_speed is per lane, against 20 for USB4 and TB3/TB4: the kernel's
+    Documentation/ABI/testing/sysfs-bus-thunderbolt, generation and rx_speed)."""
+    from egpu_setup.detect.pci import _SYSFS_GENERATION
+
+    if dev.generation is None:
+        return "generation unknown"
+    if dev.generation >= 4 and (dev.rx_speed_gbps or 0) >= 40:
+        named = "TB5"
+    else:
+        named = _SYSFS_GENERATION.get(dev.generation, "")
+    kernel = f"kernel generation {dev.generation}"
+    return f"{named} ({kernel})" if named else kernel
 
 
 def _link(g: Gpu) -> str:
@@ -129,7 +147,7 @@ def format_facts(facts: HostFacts) -> str:
     for dev in tb.devices:
         lines.append(
             f"  {_v(dev.vendor)} {_v(dev.name)}: authorized {_v(dev.authorized)}, "
-            f"gen {_v(dev.generation)}, policy {_v(dev.policy)}, uuid {_v(dev.unique_id)}"
+            f"{_tb_generation(dev)}, policy {_v(dev.policy)}, uuid {_v(dev.unique_id)}"
         )
     problems = known_problem_lines(facts)
     if problems:

@@ -149,19 +149,21 @@ def _with_verify_report(inputs: DoctorInput, path: Path) -> DoctorInput:
 def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
     import textwrap
 
-    from egpu_setup.text import plain
+    from egpu_setup.text import fit, plain, terminal_width
 
+    width = terminal_width()  # None when piped: the evidence lines stay whole
+    cols = min(100, width or 100)
     # summary and fix name files and devices of the machine or the bundle (a udev rule's file
     # name, a GPU's name): they pass the sanitizer as the evidence does
     for f in findings:
         click.echo(f"{f.severity.upper():8} {f.id}")
         click.echo(
-            textwrap.fill(plain(f.summary), 100, initial_indent="  ", subsequent_indent="  ")
+            textwrap.fill(plain(f.summary), cols, initial_indent="  ", subsequent_indent="  ")
         )
         for line in f.evidence:
-            click.echo(f"  | {plain(line)}")
+            click.echo(fit(f"  | {plain(line)}", width))
         fix = plain(f.fix)
-        click.echo(textwrap.fill(fix, 100, initial_indent="  fix: ", subsequent_indent="       "))
+        click.echo(textwrap.fill(fix, cols, initial_indent="  fix: ", subsequent_indent="       "))
         click.echo("")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = ", ".join(name for name, ok in sources.items() if ok) or "host facts only"
@@ -169,6 +171,9 @@ def _print(findings: tuple[Finding, ...], sources: dict[str, bool]) -> None:
         click.echo(f"no known problems found (read: {checked})")
     else:
         click.echo(
-            f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info "
-            f"(read: {checked})"
+            fit(
+                f"{counts['error']} error(s), {counts['warning']} warning(s), "
+                f"{counts['info']} info (read: {checked})",
+                width,
+            )
         )

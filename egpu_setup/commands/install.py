@@ -186,7 +186,7 @@ def command(
     if as_json:
         echo_json(outcome_json(outcome))
     else:
-        click.echo(outcome_text(outcome))
+        click.echo(_fitted(outcome_text(outcome)))
     if outcome.exit_code:
         sys.exit(outcome.exit_code)
 
@@ -200,7 +200,17 @@ def _show(run: Prepared, show_diff: bool = False) -> None:
 
     for w in run.warnings:
         _warn(w)
-    click.echo(plan_text(run, diff=show_diff))
+    click.echo(_fitted(plan_text(run, diff=show_diff)))
+
+
+def _fitted(text: str) -> str:
+    """The plan wrapped to the terminal (not when piped); the file diffs after their separator
+    stay as diff wrote them."""
+    from egpu_setup.install.show import DIFF_SEPARATOR
+    from egpu_setup.text import fit, terminal_width
+
+    head, sep, diffs = text.partition(DIFF_SEPARATOR)
+    return fit(head, terminal_width()) + sep + diffs
 
 
 def _confirm(run: Prepared, show_diff: bool = False) -> None:

@@ -137,9 +137,13 @@ def _print_table(rows: list[ProfileRow]) -> None:
                 r["origin"],
             )
         )
+    from egpu_setup.text import fit, terminal_width
+
     widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
+    width = terminal_width()
     for row in table:
-        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        line = "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        click.echo(fit(line, width))
 
 
 @command.command(

@@ -369,6 +369,42 @@ def gpu_by_name(text: str) -> GpuModel | None:
     return None
 
 
+def gpus_by_short_name(text: str) -> tuple[GpuModel, ...]:
+    """The desktop models a short name as a person types it could mean: "4090", "rtx4090",
+    "3060 ti" -> every table name whose last words are those, give or take neutral ones after
+    ("GeForce GTX 1060 6GB"), one model per name; a laptop part only when the text says laptop.
+    Empty when none does."""
+    if not isinstance(text, str):
+        return ()
+    whole = _canonical(text)
+    split = re.sub(r"(?<=[a-z]{2})(?=\d)|(?<=\d)(?=[a-z])", " ", whole)
+    forms = {tuple(f.split()) for f in (whole, split) if f.strip()}
+    laptop = whole.endswith("laptop")
+    if not re.search(r"\d", whole):
+        return ()  # a model number is what a short name has; "x" alone names nothing
+    exact: dict[str, GpuModel] = {}
+    padded: dict[str, GpuModel] = {}
+    for key, model in _names().by_key.items():
+        if model.mobile and not laptop:
+            continue
+        words = key.split()
+        found = exact
+        while words and not _ends_with(words, forms):
+            if not (words[-1] in _NEUTRAL_WORDS or _NEUTRAL_RE.match(words[-1])):
+                break
+            words.pop()
+            found = padded
+        if _ends_with(words, forms):
+            found.setdefault(model.name, model)
+    # "3060" is the RTX 3060, not also its "8GB" and "Lite Hash Rate" rows
+    seen = exact or padded
+    return tuple(seen[name] for name in sorted(seen))
+
+
+def _ends_with(words: list[str], forms: set[tuple[str, ...]]) -> bool:
+    return any(len(words) >= len(f) and tuple(words[-len(f) :]) == f for f in forms)
+
+
 def split_name(text: str | None) -> tuple[str | None, str | None]:
     """(codename, product name) of a pci.ids-style name: "AD102 [GeForce RTX 4090]" ->
     ("AD102", "GeForce RTX 4090"); "TU117M [GeForce GTX 1650 Mobile / Max-Q]" -> ("TU117M", ...);

@@ -62,7 +62,7 @@ def prepare(options: InstallOptions) -> Prepared:
     warnings += enrol_notes(facts, EnrolPolicy.of(profile.hotplug))
     resolution = resolve(
         facts, profile, inputs.constraints(options, profile), select_matrix(options.matrix)
-    )
+    ).mirrored(options.index_url)
     source = None
     if bundle is not None:
         resolution, source = narrow_to_bundle(bundle, resolution, only, target)

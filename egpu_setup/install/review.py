@@ -38,7 +38,7 @@ def review(
     venv: str,
 ) -> Review:
     from egpu_setup.doctor.known_issues import known_issues
-    from egpu_setup.install.advice import card_for, plan_advice, power_limit
+    from egpu_setup.install.advice import card_for, plan_advice, power_limit, profile_for_card
     from egpu_setup.install.attention import image_actions, manager_actions, mok_action
     from egpu_setup.render.context import detected_cards, profile_card_mismatch
 
@@ -62,6 +62,7 @@ def review(
         profile,
         card,
         power_limit(target, facts, card),
+        card_profile=profile_for_card(card) if mismatch else None,
         venv=venv,
         mode=mode,
         only=only,

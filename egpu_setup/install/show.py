@@ -13,6 +13,8 @@ from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
 from egpu_setup.plan.steps import WriteFile
 from egpu_setup.resolve.resolution import format_resolution
 
+DIFF_SEPARATOR = "-" * 30 + " file diffs " + "-" * 30
+
 
 def plan_json(run: Prepared) -> dict[str, Any]:
     data = dict(run.resolution.to_json())
@@ -28,7 +30,8 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
     """What fits a screen: the resolution, what a person must do first, the steps, what a person
     must do after them, the summary; each file's unified diff only with `diff` (--diff), after a
     separator (the warnings go to stderr, before all of it)."""
-    lines = [format_resolution(run.resolution, warnings=False)]
+    in_run = "driver" in run.plan_options.only
+    lines = [format_resolution(run.resolution, warnings=False, driver_in_run=in_run)]
     lines += _actions(run, "before", "Before anything changes, a person must:")
     if run.plan.empty:
         lines += ["", NOTHING_TO_DO]
@@ -48,7 +51,7 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
             f"{len(diffs)} file{'' if len(diffs) == 1 else 's'} change: --diff shows how.",
         ]
     elif diffs:
-        lines += ["", "-" * 30 + " file diffs " + "-" * 30]
+        lines += ["", DIFF_SEPARATOR]
         for d in diffs:
             lines += ["", d.rstrip("\n")]
     return "\n".join(lines)

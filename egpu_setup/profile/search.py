@@ -100,6 +100,9 @@ def available() -> dict[str, ProfileEntry]:
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")  # \Z: "$" would let a final "\n" in
 
 
+GENERIC = "generic-nvidia"  # profiles/generic-nvidia.yaml: any NVIDIA card (no device ids)
+
+
 def _looks_like_path(text: str) -> bool:
     return "/" in text or text.endswith((".yaml", ".yml")) or text.startswith(".")
 
@@ -119,6 +122,10 @@ def locate(name_or_path: str) -> tuple[Path, str]:
     if entry is None:
         close = difflib.get_close_matches(name_or_path.lower(), list(entries), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else "see `egpu-setup profiles list`"
+        if GENERIC in entries and GENERIC not in close:
+            # a card without a profile of its own is served by the generic one, with the
+            # expectations taken from the GPU table for the detected card
+            hint += f"; a card with no profile of its own: --profile {GENERIC}"
         if as_root() and os.environ.get(ENV_PATH) is None:
             hint += (
                 f"; as root only the shipped profiles and {SYSTEM_DIR} are looked up by name: "

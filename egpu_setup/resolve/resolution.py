@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 SCHEMA_RESOLUTION = "egpu-setup/resolution/1"
@@ -46,6 +46,9 @@ class TorchPlan:
     variant: str
     index_url: str
     requirements: tuple[str, ...]
+    # the public variant index that `index_url` stands in for, when a lab's mirror was given
+    # (install --index-url): the plan's header and its pip step name the same source
+    mirror_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,14 @@ class Resolution:
     torch_pin: str | None = None  # the exact "2.9.1+cu128" a profile pinned (torch.pin)
     driver_pin: str | None = None  # the exact driver version a profile pinned (driver.pin)
 
+    def mirrored(self, index_url: str | None) -> Resolution:
+        """This resolution with torch taken from `index_url` (a checked mirror of the variant
+        index), so everything that names the source names the one the pip step uses."""
+        t = self.torch
+        if not index_url or index_url == t.index_url:
+            return self
+        return replace(self, torch=replace(t, index_url=index_url, mirror_of=t.index_url))
+
     def to_json(self) -> dict[str, Any]:
         """The `resolve --json` contract (docs/design.md, schema egpu-setup/resolution/1)."""
         d = self.driver
@@ -126,6 +137,7 @@ class Resolution:
                 "version": self.torch.version,
                 "variant": self.torch.variant,
                 "index_url": self.torch.index_url,
+                "mirror_of": self.torch.mirror_of,
                 "requirements": list(self.torch.requirements),
             },
             "python": self.python,
@@ -145,10 +157,11 @@ class Notes:
     warnings: list[str] = field(default_factory=list)
 
 
-def format_resolution(r: Resolution, *, warnings: bool = True) -> str:
+def format_resolution(r: Resolution, *, warnings: bool = True, driver_in_run: bool = True) -> str:
     """The human view of a Resolution (resolve, and install's plan): three lines of answer, then
-    why, then its warnings (install says those on stderr with the plan's own: warnings=False)."""
-    d, t = r.driver, r.torch
+    why, then its warnings (install says those on stderr with the plan's own: warnings=False).
+    `driver_in_run` False (install --only without driver) says the driver is not this run's."""
+    t = r.torch
     lines = []
     if r.gpu is None:
         lines.append("GPU      none known")
@@ -162,6 +175,41 @@ def format_resolution(r: Resolution, *, warnings: bool = True) -> str:
                 else "ROCm"
             )
         )
+    lines += _driver_lines(r, driver_in_run)
+    pinned = " (pinned: torch.pin)" if r.torch_pin else ""
+    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({r.platform}){pinned}")
+    lines.append(f"         pip install --index-url {t.index_url} {' '.join(t.requirements)}")
+    if t.mirror_of:
+        lines.append(f"         (a mirror of {t.mirror_of})")
+    if r.matrix is not None:
+        lines.append(f"Matrix   {r.matrix.text()}")
+    if r.reasons:
+        lines.append("")
+        lines.append("Why")
+        lines.extend(f"  - {reason}" for reason in r.reasons)
+    if warnings and r.warnings:
+        lines.append("")
+        lines.append("Warnings")
+        lines.extend(f"  ! {w}" for w in r.warnings)
+    return "\n".join(lines)
+
+
+def _driver_lines(r: Resolution, in_run: bool) -> list[str]:
+    """The Driver line and the packages under it; outside the run (install --only torch), what
+    the torch planned needs of the driver instead of an install this run will not do."""
+    d = r.driver
+    lines: list[str] = []
+    if not in_run and d.action in ("install", "upgrade"):
+        now = f"installed now: {d.installed}" if d.installed else "none is installed now"
+        if r.torch.variant == "cpu":
+            need = "the cpu torch needs none"
+        else:
+            need = f"this torch ({r.torch.variant}) needs >= {d.minimum or d.branch}"
+        lines.append(
+            f"Driver   not part of this run (--only leaves the driver out): {need}; {now}; "
+            f"branch {d.branch} is what --only driver would {d.action}"
+        )
+        return lines
     if d.action == "in-kernel":
         drv = "amdgpu, in the kernel: no driver to install"
     elif d.action == "keep":
@@ -187,17 +235,4 @@ def format_resolution(r: Resolution, *, warnings: bool = True) -> str:
         lines.append(f"         apt components: {' '.join(d.apt_components)}")
     if d.repo is not None:
         lines.append(f"         repo {d.repo.url} (key {d.repo.fingerprint})")
-    pinned = " (pinned: torch.pin)" if r.torch_pin else ""
-    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({r.platform}){pinned}")
-    lines.append(f"         pip install --index-url {t.index_url} {' '.join(t.requirements)}")
-    if r.matrix is not None:
-        lines.append(f"Matrix   {r.matrix.text()}")
-    if r.reasons:
-        lines.append("")
-        lines.append("Why")
-        lines.extend(f"  - {reason}" for reason in r.reasons)
-    if warnings and r.warnings:
-        lines.append("")
-        lines.append("Warnings")
-        lines.extend(f"  ! {w}" for w in r.warnings)
-    return "\n".join(lines)
+    return lines

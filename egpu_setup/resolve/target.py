@@ -62,6 +62,15 @@ def identify_gpu(text: str, matrix: Matrix, notes: Notes) -> Target:
                 "pass the card's name instead, e.g. --gpu 'RTX 4090', or update egpu-setup",
             )
     model = gpus.gpu_by_name(raw)
+    if model is None:
+        # a short name as a person types it ("4090", "RTX4090", "3060 ti")
+        short = gpus.gpus_by_short_name(raw)
+        if len(short) > 1:
+            raise UsageError(
+                f"--gpu {raw!r} could mean {', '.join(m.name for m in short)}",
+                f"pass one of them, e.g. --gpu {short[0].name!r}, or the PCI id from `lspci -nn`",
+            )
+        model = short[0] if short else None
     if model is not None:
         return make_target(
             matrix,

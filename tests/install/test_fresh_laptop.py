@@ -30,6 +30,7 @@ NUMA2 = FIXTURES / "numa2-workstation-ubuntu2204"
 TWO = FIXTURES / "two-identical-egpus"
 PASTE = FIXTURES / "user-paste-commands-only"
 NOUVEAU = FIXTURES / "nouveau-bound"
+LAPTOP_AND_EGPU = FIXTURES / "laptop-3070ti-plus-egpu-3080"
 
 
 def dry(host: Path, profile: str, *extra: str) -> dict:
@@ -623,3 +624,111 @@ def test_a_verify_too_hot_for_the_profile_is_a_doctor_finding(tmp_path: Path) ->
     # the same report named with --torch-info
     res = run_cli("doctor", "--json", "--from", str(TB4), "--torch-info", str(hot))
     assert "gpu-temperature-over-limit" in res.stdout
+
+
+def test_the_power_line_follows_the_detected_card_not_the_profiles() -> None:
+    # an RTX 5090 (575 W, a 1000 W supply) planned with the RTX 4090 profile (850 W): the
+    # supply is the 5090's, from the profile that names its device id
+    plan = dry(TB5, "rtx4090")
+    assert plan["profile_mismatch"].startswith("the detected eGPU is GeForce RTX 5090")
+    (power,) = [a["text"] for a in plan["advice"] if a["label"] == "Power"]
+    assert "profile rtx5090 (GeForce RTX 5090): a supply of 1000 W or more" in power
+    assert "850" not in power and "4090" not in power
+    # the card's own profile: the same line
+    (own,) = [a["text"] for a in dry(TB5, "rtx5090")["advice"] if a["label"] == "Power"]
+    assert own.startswith("profile rtx5090 (GeForce RTX 5090): a supply of 1000 W or more")
+
+
+def test_a_detected_card_without_a_profile_gets_no_borrowed_supply_figure() -> None:
+    from dataclasses import replace
+
+    from egpu_setup.detect.probe import detect_host
+    from egpu_setup.install.advice import card_for, power_advice, profile_for_card
+    from egpu_setup.profile.load import load_profile
+
+    facts = detect_host(RecordedHost(TB5))
+    (seen,) = [g for g in facts.gpus if g.device_id == "2b85"]
+    # the recorded card as an RTX 5090 D (pci.ids 2b87), which no bundled profile names
+    card = replace(seen, device_id="2b87", name="GeForce RTX 5090 D")
+    assert profile_for_card(card) is None and profile_for_card(seen) is not None
+    advice = power_advice(load_profile("rtx4090"), card, None, profile_for_card(card))
+    assert advice is not None
+    assert advice.text == (
+        "no supply figure for the detected GeForce RTX 5090 D [10de:2b87]: profile rtx4090's 850 W is "
+        "for a GeForce RTX 4090"
+    )
+    assert card_for(facts, None) == seen
+
+
+def test_the_torch_header_and_the_pip_step_name_the_one_index_given() -> None:
+    mirror = "https://mirror.lab.example/pytorch/whl/cu128"
+    plan = dry(TB4, "rtx4090", "--index-url", mirror)
+    public = plan["torch"]["mirror_of"]
+    assert plan["torch"]["index_url"] == mirror and public.startswith("https://download.pytorch")
+    (pip,) = [s for s in plan["steps"] if s["kind"] == "pip-install"]
+    assert pip["index_url"] == mirror
+    res = run_cli(
+        "install", "--profile", "rtx4090", "--dry-run", "--from", str(TB4), "--index-url", mirror
+    )
+    assert res.returncode == 0, res.stderr
+    named = [line for line in res.stdout.splitlines() if "--index-url" in line]
+    assert len(named) == 2 and all(mirror in line for line in named), named
+    assert f"(a mirror of {public})" in res.stdout
+    assert res.stdout.count(public) == 1
+    # without a mirror there is none to name
+    assert dry(TB4, "rtx4090")["torch"]["mirror_of"] is None
+
+
+def _driver_line(*args: str) -> str:
+    res = run_cli("install", "--dry-run", "--from", str(FRESH), *args)
+    assert res.returncode == 0, res.stderr
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("Driver ")]
+    assert "apt install" not in res.stdout.split("Torch ")[0], res.stdout
+    return line
+
+
+def test_a_torch_only_plan_does_not_announce_a_driver_install() -> None:
+    cpu = _driver_line("--profile", "rtx4090", "--only", "torch", "--cuda", "cpu")
+    assert cpu.startswith("Driver   not part of this run (--only leaves the driver out)")
+    assert "the cpu torch needs none" in cpu
+    pinned = _driver_line("--profile", "rtx4090", "--only", "torch", "--driver-branch", "580")
+    assert pinned.startswith("Driver   not part of this run"), pinned
+    assert "needs >= 580" in pinned and "none is installed now" in pinned
+    # the whole run still says what it installs
+    whole = run_cli("install", "--dry-run", "--from", str(FRESH), "--profile", "rtx4090")
+    assert "Driver   install branch" in whole.stdout
+
+
+def test_a_laptop_gpu_beside_the_egpu_the_summary_names_the_egpus_cuda_index() -> None:
+    # a recorded laptop: its own RTX 3070 Ti at 01:00.0, the RTX 3080 eGPU at 22:00.0; under
+    # PCI bus order the eGPU is cuda:1, and CUDA's default (fastest first) may give cuda:0 to either
+    plan = dry(LAPTOP_AND_EGPU, "rtx3080")
+    advice = {a["label"]: a["text"] for a in plan["advice"]}
+    assert advice["Devices"] == (
+        "2 NVIDIA GPUs: the eGPU GeForce RTX 3080 at 0000:22:00.0 is cuda:1 under "
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID (also Geforce RTX 3070 Ti Laptop GPU at 0000:01:00.0). "
+        "CUDA's default order is fastest first, so a bare cuda:0 may be the other card\n"
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 makes the eGPU the only one, cuda:0"
+    )
+    assert advice["Torch"].startswith(
+        "run your code with CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 "
+        "/opt/egpu-setup/venv/bin/python train.py"
+    )
+    res = run_cli("install", "--profile", "rtx3080", "--dry-run", "--from", str(LAPTOP_AND_EGPU))
+    assert "is cuda:1 under CUDA_DEVICE_ORDER=PCI_BUS_ID" in " ".join(res.stdout.split())
+    # one NVIDIA GPU, or two eGPUs used together: no such line, and the plain python line
+    for host, profile in ((TB4, "rtx4090"), (TWO, "rtx3090")):
+        one = {a["label"]: a["text"] for a in dry(host, profile)["advice"]}
+        assert "Devices" not in one
+        assert one["Torch"].startswith("run your code with /opt/egpu-setup/venv/bin/python")
+
+
+def test_the_thunderbolt_list_names_a_tb5_enclosure_as_the_gpu_line_does() -> None:
+    # the recorded Core X V2: sysfs generation 4 (every USB4 router), two 40 Gb/s lanes
+    lines = run_cli("detect", "--from", str(TB5)).stdout.splitlines()
+    (enclosure,) = [ln for ln in lines if "Core X V2" in ln]
+    assert ", TB5 (kernel generation 4)," in enclosure and "gen 4" not in enclosure
+    assert any("via thunderbolt (TB5)" in ln for ln in lines)
+    # a TB3 enclosure (sysfs generation 3) is named TB3 in both places
+    lines = run_cli("detect", "--from", str(TB3_3090)).stdout.splitlines()
+    assert any("TB3 (kernel generation 3)" in ln for ln in lines), lines

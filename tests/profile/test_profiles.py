@@ -451,3 +451,16 @@ def test_cli_check_refuses_a_name_that_differs_from_the_file_name(
 def test_cli_show_unknown(cli):
     res = cli("profiles", "show", "rtx9999")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown profile 'rtx9999'")
+
+
+def test_an_unknown_profile_name_points_at_the_generic_one(cli):
+    # an RTX 5070, which has no profile of its own: the refusal names generic-nvidia
+    res = cli("install", "--profile", "rtx5070", "--dry-run")
+    assert res.returncode == 2 and res.stderr.startswith("error: unknown profile 'rtx5070'")
+    hint = next(ln for ln in res.stderr.splitlines() if ln.startswith("hint: "))
+    assert "did you mean" in hint
+    assert hint.endswith("a card with no profile of its own: --profile generic-nvidia"), hint
+    assert "Traceback" not in res.stderr
+    # a name close to the generic one is suggested once, not twice
+    res = cli("profiles", "show", "generic-nvida")
+    assert res.stderr.count("generic-nvidia") == 1, res.stderr

@@ -662,7 +662,7 @@ def test_json_contract() -> None:
         "packages",
         "source",
     }
-    assert set(data["torch"]) == {"version", "variant", "index_url", "requirements"}
+    assert set(data["torch"]) == {"version", "variant", "index_url", "mirror_of", "requirements"}
     assert data["gpu"] == {
         "name": "GeForce RTX 5090",
         "pci_id": "10de:2b85",
@@ -990,3 +990,33 @@ def test_cli_from_recorded_hosts(cli, bundle: str, expect: dict[str, Any]) -> No
 
 def test_cli_help_has_examples(cli) -> None:
     assert "Examples:" in cli("resolve", "--help").stdout
+
+
+@pytest.mark.parametrize(
+    ("typed", "pci_id"),
+    [
+        ("4090", "10de:2684"),
+        ("rtx 4090", "10de:2684"),
+        ("RTX4090", "10de:2684"),
+        ("3060 ti", "10de:2414"),
+        ("a4000", "10de:24b0"),
+    ],
+)
+def test_gpu_accepts_the_short_names_a_person_types(cli, typed: str, pci_id: str) -> None:
+    res = cli("resolve", "--gpu", typed, *WHAT_IF, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["gpu"]["pci_id"] == pci_id
+
+
+def test_a_short_gpu_name_that_could_mean_several_cards_says_which(cli) -> None:
+    res = cli("resolve", "--gpu", "1060", *WHAT_IF)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(
+        "error: --gpu '1060' could mean GeForce GTX 1060 3GB, GeForce GTX 1060 5GB, "
+        "GeForce GTX 1060 6GB\nhint: pass one of them"
+    )
+    # a bare letter names nothing
+    assert cli("resolve", "--gpu", "x", *WHAT_IF).stderr.startswith("error: --gpu 'x': unknown GPU")
+
+
+WHAT_IF = ("--driver", "580.95.05", "--distro", "ubuntu-24.04", "--python", "3.12")
