@@ -12,7 +12,12 @@ with no network).
 Incremental: each part (a wheel pool, a distro's debs, the tool) records its inputs; a second run
 with the same inputs whose files still match their hashes downloads nothing.
 
-Processes (pip, debootstrap, apt-get in the root, dpkg-scanpackages) run through the Host.
+Processes (pip, debootstrap, apt-get in the root, dpkg-scanpackages) run through the Host, and
+none of them writes into the bundle: pip downloads into a private directory of root's (mkdtemp,
+0700), apt into the debootstrap root, and what they made is copied into `--out` through its
+OutputTree (state/output.py), one directory descriptor at a time with no link followed. A folder
+of the bundle swapped for a link while pip downloads (by a user who owns `--out`) is refused
+there, exit 2, and nothing is written through it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +64,8 @@ from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
 from egpu_setup.profile.types import Profile
-from egpu_setup.state.atomic import atomic_copy, atomic_write
+from egpu_setup.state.atomic import atomic_write
+from egpu_setup.state.output import OutputTree
 from egpu_setup.state.tool_wheels import KEPT, SUMS, KeptWheels, for_python
 from egpu_setup.state.tool_wheels import own as own_wheels
 
@@ -110,7 +118,9 @@ class Builder:
         self.profile = profile
         self.targets = list(targets)
         self.opts = opts
-        self.out = Path(opts.out).resolve()
+        self.out = Path(os.path.abspath(opts.out))
+        self.tree: OutputTree | None = None
+        self.stage: Path | None = None
         self.old: dict[str, Any] = {}
         self.parts: dict[str, dict[str, Any]] = {}
         self.downloaded: list[str] = []
@@ -122,8 +132,45 @@ class Builder:
         import time
 
         started = time.monotonic()
-        self.out.mkdir(parents=True, exist_ok=True)
-        _refuse_links(self.out)  # a bundle holds regular files only: a link would carry writes out
+        self.tree = OutputTree.open(self.out, what="--out")
+        self.out = self.tree.path
+        self.tree.mkdir(self.out)
+        _refuse_links(self.out)  # a bundle holds regular files only: say so before any download
+        self.stage = Path(tempfile.mkdtemp(prefix="egpu-setup-bundle-"))  # 0700, root's
+        try:
+            return self._build(started)
+        finally:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = None
+
+    @property
+    def _tree(self) -> OutputTree:
+        assert self.tree is not None, "build() opens the tree"
+        return self.tree
+
+    def _staging(self, name: str) -> Path:
+        """A fresh, empty directory in the private one, for a child to write into."""
+        assert self.stage is not None, "build() makes the private directory"
+        path = self.stage / name.replace("/", "_")
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(mode=0o700)
+        return path
+
+    def _publish(self, staged: Path, folder: Path, names: Iterable[str], suffix: str) -> None:
+        """`names` from `staged` into `folder` of the bundle; its other `*suffix` files (from an
+        older build) removed."""
+        keep = set(names)
+        self._tree.mkdir(folder)
+        for name in sorted(keep):
+            self._tree.copy_in(folder / name, staged / name)
+        for name in self._tree.names(folder):
+            if name.endswith(suffix) and name not in keep:
+                log.info("removing %s (no target needs it)", name)
+                self._tree.remove(folder / name)
+
+    def _build(self, started: float) -> BuildReport:
+        import time
+
         try:
             self.old = load_manifest(self.out).data if (self.out / MANIFEST).exists() else {}
         except UsageError:
@@ -162,10 +209,10 @@ class Builder:
         hashes = {f["path"]: f for f in self.old.get("files", [])}
         for rel in old.get("files", []):
             entry = hashes.get(rel)
-            real = self.out / rel
-            if entry is None or not real.is_file() or real.stat().st_size != entry["size"]:
+            found = self._tree.digest(self.out / rel)
+            if entry is None or found is None or found[1] != entry["size"]:
                 return False
-            if sha256_file(real) != entry["sha256"]:
+            if found[0] != entry["sha256"]:
                 log.warning("%s changed since the last build: %s downloads again", rel, part)
                 return False
         self.parts[part] = old
@@ -208,8 +255,8 @@ class Builder:
             raise UsageError(f"profile {self.profile.name} has no file", "pass a profile file")
         data = src.read_bytes()
         dest = self.out / PROFILE_FILE
-        if not dest.is_file() or dest.read_bytes() != data:
-            atomic_write(dest, data, 0o644)
+        if self._tree.read(dest, len(data)) != data:
+            self._tree.write(dest, data, 0o644)
 
     # -- (a) wheels -------------------------------------------------------------------------------
 
@@ -264,21 +311,17 @@ class Builder:
         }
         if self._unchanged(rel_pool, inputs):
             return
-        pool_dir.mkdir(parents=True, exist_ok=True)
-        base = self._download_args(python, [t.distro for t in group], pool_dir)
+        staged = self._staging(rel_pool)
+        base = self._download_args(python, [t.distro for t in group], staged)
         for t in group:
             self._download_torch(t, base, index[t.name])
-        pool = self._download_dependencies(python, group, base, pool_dir)
-        hashes = {p.name: sha256_file(p) for p in pool_dir.glob("*.whl")}
-        keep: set[str] = set()
+        pool = self._download_dependencies(python, group, base, staged)
+        hashes = {p.name: sha256_file(p) for p in staged.glob("*.whl")}
+        needs = {t.name: closure(pool, t.resolution.torch.requirements, python) for t in group}
+        keep = {w.path.name for wheels in needs.values() for w in wheels}
+        self._publish(staged, pool_dir, keep, ".whl")  # what no target needs now goes
         for t in group:
-            wheels = closure(pool, t.resolution.torch.requirements, python)
-            keep |= {w.path.name for w in wheels}
-            self._write_requirements(t, requirements_text(wheels, hashes, _header(t)))
-        for path in pool_dir.glob("*.whl"):
-            if path.name not in keep:  # left from an older build: not part of any target now
-                log.info("removing %s (no target needs it)", path.name)
-                path.unlink()
+            self._write_requirements(t, requirements_text(needs[t.name], hashes, _header(t)))
         written = [t.requirements_file for t in group]
         self._record(rel_pool, inputs, [f"{rel_pool}/{n}" for n in sorted(keep)] + written)
 
@@ -303,11 +346,11 @@ class Builder:
         )
 
     def _download_dependencies(
-        self, python: str, group: list[Target], base: list[str], pool_dir: Path
+        self, python: str, group: list[Target], base: list[str], staged: Path
     ) -> dict[str, list[Wheel]]:
         """What the torch wheels depend on, in a separate call through this machine's own pip
         configuration (never in the same resolver run as the variant index)."""
-        pool = wheel_pool(pool_dir)
+        pool = wheel_pool(staged)
         roots = root_names(group)
         deps: list[str] = []
         for t in group:
@@ -323,12 +366,13 @@ class Builder:
             [*self._pip(), *base, *deps],
             f"Python {python}: {len(deps)} dependencies from this machine's pip index",
         )
-        return wheel_pool(pool_dir)
+        return wheel_pool(staged)
 
     def _write_requirements(self, target: Target, text: str) -> None:
         dest = self.out / target.requirements_file
-        if not dest.is_file() or dest.read_text() != text:
-            atomic_write(dest, text.encode(), 0o644)
+        data = text.encode()
+        if self._tree.read(dest, len(data)) != data:
+            self._tree.write(dest, data, 0o644)
 
     # -- (b) driver .debs --------------------------------------------------------------------------
 
@@ -366,28 +410,23 @@ class Builder:
             return
         root = self._build_root(distro.codename, sources[0]["uri"])
         debs = self._apt_download(root, distro, inputs, packages)
+        archives = debs[0].parent  # in the root, root's: apt's archive holds exactly these
+        names = {src.name for src in debs}
+        index = self._run(
+            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
+            f"{target.distro}: Packages index for {len(names)} .debs",
+            timeout=600,
+            cwd=archives,  # the index names each file as ./NAME.deb, as a flat repository wants
+        )
         dest = self.out / part
-        dest.mkdir(parents=True, exist_ok=True)
-        names = set()
-        for src in debs:
-            names.add(src.name)
-            _move(src, dest / src.name)
-        for old in dest.glob("*.deb"):
-            if old.name not in names:
-                old.unlink()
+        self._publish(archives, dest, names, ".deb")
+        self._tree.write(dest / "Packages", index.encode(), 0o644)
         # the lists (~50 MB) are not kept in the shared root: a rebuild fetches them again
         self._run(
             ["rm", "-rf", "--one-file-system", str(root / _APT_WORK.lstrip("/"))],
             f"{target.distro}: cleaning the apt work directory in the root",
             timeout=300,
         )
-        index = self._run(
-            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
-            f"{target.distro}: Packages index for {len(names)} .debs",
-            timeout=600,
-            cwd=dest,  # the index names each file as ./NAME.deb, as a flat repository wants
-        )
-        atomic_write(dest / "Packages", index.encode(), 0o644)
         self._record(part, inputs, [f"{part}/{n}" for n in sorted(names)] + [f"{part}/Packages"])
 
     def _archive_sources(self, distro: Any) -> list[dict[str, Any]]:
@@ -568,26 +607,26 @@ class Builder:
         }
         if self._unchanged("tool", inputs):
             return
-        dest.mkdir(parents=True, exist_ok=True)
-        for old in dest.glob("*.whl"):
-            old.unlink()
-        _copy_pinned(kept, dest)
-        ours = next(iter(dest.glob("egpu_setup-*.whl")), None)
+        staged = self._staging("tool")
+        _copy_pinned(kept, staged)
+        ours = next(iter(staged.glob("egpu_setup-*.whl")), None)
         if ours is None:
             raise EgpuSetupError(
                 f"{kept.directory} keeps no egpu-setup wheel",
                 "install egpu-setup again with `sudo bash scripts/install.sh`",
             )
         for python in pythons:
-            if _complete(dest, python):
+            if _complete(staged, python):
                 continue
             reqs = [without_marker(r) for r in direct_requirements(read_wheel(ours), python)]
             self._run(
-                [*self._pip(), *self._download_args(python, distros, dest), *reqs],
+                [*self._pip(), *self._download_args(python, distros, staged), *reqs],
                 f"egpu-setup's dependencies for Python {python}",
             )
-            closure(_pool_for(dest, python), ["egpu-setup"], python)  # complete, or an error now
-        self._record("tool", inputs, [f"tool/{p.name}" for p in sorted(dest.glob("*.whl"))])
+            closure(_pool_for(staged, python), ["egpu-setup"], python)  # complete, or an error now
+        names = sorted(p.name for p in staged.glob("*.whl"))
+        self._publish(staged, dest, names, ".whl")
+        self._record("tool", inputs, [f"tool/{n}" for n in names])
 
     # -- (d) manifest -----------------------------------------------------------------------------
 
@@ -599,16 +638,21 @@ class Builder:
         reused = {rel for p in self.reused for rel in self.parts[p]["files"]}
         files = []
         for rel in sorted({*(r for p in self.parts.values() for r in p["files"]), PROFILE_FILE}):
-            real = self.out / rel
             if rel in reused and rel in old_files:
                 files.append(old_files[rel])  # verified by _unchanged a moment ago
-            else:
-                files.append(
-                    {"path": rel, "sha256": sha256_file(real), "size": real.stat().st_size}
+                continue
+            found = self._tree.digest(self.out / rel)
+            if found is None:
+                raise UsageError(
+                    f"--out {self.out}: {rel} is gone or no longer a regular file",
+                    "someone else writes in the bundle: make --out yours alone, then run again",
                 )
+            files.append({"path": rel, "sha256": found[0], "size": found[1]})
         # keep what an earlier build held that this run did not touch (another --only)
         for name, part in (self.old.get("parts") or {}).items():
-            if name not in self.parts and all((self.out / r).is_file() for r in part["files"]):
+            if name not in self.parts and all(
+                self._tree.digest(self.out / r) is not None for r in part["files"]
+            ):
                 self.parts[name] = part
                 files += [old_files[r] for r in part["files"] if r in old_files]
         targets = []
@@ -651,9 +695,9 @@ class Builder:
         if {**self.old, "created": None} == {**manifest, "created": None}:
             manifest["created"] = self.old.get("created")  # nothing changed: the same pin
         data = (json.dumps(manifest, indent=2) + "\n").encode()
-        atomic_write(self.out / MANIFEST, data, 0o644)
+        self._tree.write(self.out / MANIFEST, data, 0o644)
         pin = hashlib.sha256(data).hexdigest()
-        atomic_write(self.out / PIN_FILE, f"{pin}  {MANIFEST}\n".encode(), 0o644)
+        self._tree.write(self.out / PIN_FILE, f"{pin}  {MANIFEST}\n".encode(), 0o644)
         return manifest, pin
 
 
@@ -678,17 +722,6 @@ def _header(t: Target) -> str:
         "# pip install --no-index --find-links "
         f"{t.pool} --require-hashes -r {t.requirements_file}"
     )
-
-
-def _move(src: Path, dest: Path) -> None:
-    """Into the bundle: a rename on one filesystem, else a copy (the root may live elsewhere)."""
-    try:
-        os.replace(src, dest)
-        return
-    except OSError:
-        pass
-    atomic_copy(src, dest, 0o644)
-    src.unlink()
 
 
 def _copy_pinned(kept: KeptWheels, dest: Path) -> None:

@@ -40,9 +40,14 @@ MANIFEST = "manifest.json"
 PROFILE_FILE = "profile.yaml"
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, base: Path | None = None) -> str:
+    """The sha256 of the regular file `path`; with `base` (a bundle), opened by open_beneath
+    from it, no link followed on the way. Without, `path` is in a private directory of ours."""
+    from egpu_setup.host.machine import open_beneath
+
     h = hashlib.sha256()
-    with open(path, "rb", opener=_nofollow) as f:
+    fd = open_beneath(base, path.relative_to(base)) if base is not None else None
+    with os.fdopen(fd, "rb") if fd is not None else open(path, "rb", opener=_nofollow) as f:
         for chunk in iter(lambda: f.read(1024 * 1024), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -89,10 +94,10 @@ def check_pin(pin: str) -> str:
 def read_bundle_file(bundle: Path, rel: str, limit: int = MAX_MANIFEST) -> bytes:
     """The bytes of `rel` in the bundle, never through a link (none between the bundle and it,
     nor it), nor from anything but a regular file; UsageError naming what is wrong."""
-    from egpu_setup.host.machine import read_regular, refuse_links_below
+    from egpu_setup.host.machine import read_beneath, refuse_links_below
 
-    path = refuse_links_below(bundle, bundle / rel, leaf=True)
-    data = read_regular(path, limit + 1)
+    path = refuse_links_below(bundle, bundle / rel, leaf=True)  # names the link, if one is there
+    data = read_beneath(bundle, rel, limit + 1)
     if data is None:
         raise UsageError(
             f"{path}: missing, unreadable or not a regular file",
@@ -235,10 +240,14 @@ def verify_files(bundle: Path, manifest: Manifest, prefixes: Sequence[str]) -> i
         if not stat.S_ISREG(st.st_mode):
             bad.append(f"{rel} is not a regular file")
             continue
-        if st.st_size != entry.get("size") or sha256_file(real) != entry.get("sha256"):
+        if st.st_size != entry.get("size") or sha256_file(real, Path(bundle)) != entry.get(
+            "sha256"
+        ):
             bad.append(f"{rel} does not match its sha256 in {MANIFEST}")
             continue
         checked += st.st_size
+    from egpu_setup.host.machine import listdir_beneath
+
     listed = manifest.files()
     for prefix in prefixes:
         folder = Path(bundle) / prefix
@@ -246,7 +255,7 @@ def verify_files(bundle: Path, manifest: Manifest, prefixes: Sequence[str]) -> i
             continue
         # pip picks any wheel a --find-links folder holds: a file the manifest does not list
         # (a planted wheel with a .pth) is refused, not ignored
-        for name in sorted(os.listdir(folder)):
+        for name in listdir_beneath(Path(bundle), prefix):
             if f"{prefix.rstrip('/')}/{name}" not in listed:
                 bad.append(f"{prefix.rstrip('/')}/{name} is not listed in {MANIFEST}")
     if bad:

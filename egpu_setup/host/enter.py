@@ -28,6 +28,17 @@ link resolves inside the image, never on the build host) and removed afterwards 
 ours. A run killed outright leaves ours behind: the next entered command recognises its exact
 content and removes it when it ends.
 
+The command runs with fewer capabilities (capabilities(7)): after the mounts and the chroot,
+every capability but KEEP_CAPABILITIES leaves this process's bounding set, and its ambient and
+inheritable sets are cleared (host/libc.py `drop_capabilities`), so neither the command nor
+anything it starts can chroot again to climb out (CAP_SYS_CHROOT), mount (CAP_SYS_ADMIN), load a
+module into the build host's kernel (CAP_SYS_MODULE), trace or poke memory and ports
+(CAP_SYS_PTRACE, CAP_SYS_RAWIO), reconfigure the network (CAP_NET_ADMIN), reboot (CAP_SYS_BOOT),
+make a device node for a host disk (CAP_MKNOD) or open a file of the host's filesystem by handle
+(CAP_DAC_READ_SEARCH, open_by_handle_at(2)). What apt, dpkg, maintainer scripts and dkms need as
+root inside an image stays: file ownership and modes, set-id bits, file capabilities (setcap in
+a postinst), changing user (apt's _apt sandbox), signals, and audit records (useradd).
+
 The command's environment is this process's environment with PATH set to the image's own
 directories and HOME to /root; RootHost passes only what the image may see.
 
@@ -36,12 +47,14 @@ Standard library only: it runs with the build host's interpreter, before enterin
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 # (mount point inside the root, fstype, options); "dev" first: the entries after it live on it.
 API_FILESYSTEMS = (
@@ -75,6 +88,20 @@ POLICY_RC_TEXT = (
     "# egpu-setup: no service starts while an image is built (invoke-rc.d(8): 101 = forbidden).\n"
     "# Removed when the command that wrote it ends; a killed run's copy goes with the next one.\n"
     "exit 101\n"
+)
+# capabilities(7) numbers, <linux/capability.h>: what a command in the image keeps
+KEEP_CAPABILITIES = frozenset(
+    {
+        0,  # CAP_CHOWN: dpkg gives unpacked files their owners
+        1,  # CAP_DAC_OVERRIDE: root reads and writes the image's files whatever their modes
+        3,  # CAP_FOWNER: chmod/utime on files root does not own (dpkg, tar)
+        4,  # CAP_FSETID: set-id bits survive a chown (dpkg unpacks setuid programs)
+        5,  # CAP_KILL: a maintainer script stops what it started, in this PID namespace only
+        6,  # CAP_SETGID
+        7,  # CAP_SETUID: apt downloads as _apt, adduser's and runuser's children
+        29,  # CAP_AUDIT_WRITE: useradd/groupadd write an audit record
+        31,  # CAP_SETFCAP: a postinst's setcap (iputils-ping)
+    }
 )
 EXIT_BAD_ROOT = 125  # this helper refused the image (a planted link, a missing directory)
 
@@ -171,6 +198,18 @@ def policy_rc_off() -> None:
         pass
 
 
+def _libc() -> ModuleType:
+    """host/libc.py, the one place egpu-setup loads libc, by its path: this script runs with -I
+    and the build host's interpreter, so the egpu_setup package is not importable here."""
+    spec = importlib.util.spec_from_file_location(
+        "_egpu_setup_libc", Path(__file__).with_name("libc.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(args: list[str]) -> int:
     if "--" not in args or not args or args[0].startswith("-"):
         print("usage: enter.py ROOT [--bind HOST:IMAGE]... -- ARGV...", file=sys.stderr)
@@ -192,8 +231,14 @@ def main(args: list[str]) -> int:
     except (RefusedRoot, OSError, subprocess.CalledProcessError) as exc:
         print(f"enter.py: cannot enter {root}: {exc}", file=sys.stderr)
         return EXIT_BAD_ROOT
+    libc = _libc()  # loaded from the build host's file, before the image's tree is /
     os.chroot(root)
     os.chdir("/")
+    try:
+        libc.drop_capabilities(KEEP_CAPABILITIES)
+    except OSError as exc:
+        print(f"enter.py: cannot drop capabilities before entering {root}: {exc}", file=sys.stderr)
+        return EXIT_BAD_ROOT
     env = dict(os.environ, PATH=IMAGE_PATH, HOME="/root")
     ours = policy_rc_on()
     try:

@@ -7,11 +7,12 @@ command runs as
     setpriv --pdeathsig KILL -- unshare --mount --propagation private --pid --fork --kill-child \\
         -- python3 -I host/enter.py DIR [--bind HOST:/run/...]... -- argv...
 
-enter.py mounts the API filesystems inside the new mount namespace, enters the root, writes a
-policy-rc.d for the command's duration and runs it. Nothing is mounted in the build host's
-namespace, so an error, Ctrl-C or SIGKILL leaves no mount behind: the namespace dies with its
-last process (mount_namespaces(7), pid_namespaces(7)); `--pdeathsig KILL` (setpriv(1)) ends it
-when egpu-setup itself is killed, and `--kill-child` (unshare(1)) when unshare is.
+enter.py mounts the API filesystems inside the new mount namespace, enters the root, drops the
+capabilities a package does not need, writes a policy-rc.d for the command's duration and runs it.
+Nothing is mounted in the build host's namespace, so an error, Ctrl-C or SIGKILL leaves no mount
+behind: the namespace dies with its last process (mount_namespaces(7), pid_namespaces(7));
+`--pdeathsig KILL` (setpriv(1)) ends it when egpu-setup itself is killed, and `--kill-child`
+(unshare(1)) when unshare is.
 
 `clean_leftovers` still removes what an older tool (or a person) left mounted under the image's
 API-filesystem directories in the host's namespace, deepest first and lazily when busy, before a

@@ -111,7 +111,11 @@ class Host:
         files too); None for anything else: a FIFO or a device planted in a bundle or an image
         must neither block a read nor feed it forever. newest: the end of a longer file."""
         real = self._real(path)
-        return None if real is None else read_regular(real, limit, label=path, newest=newest)
+        if real is None:
+            return None
+        if self._is_slash:
+            return read_regular(real, limit, label=path, newest=newest)
+        return read_beneath(self.root, real.relative_to(self.root), limit, newest=newest)
 
     def read(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> str | None:
         """Text of a file; None when it is missing, unreadable or binary."""
@@ -132,6 +136,8 @@ class Host:
 
     def listdir(self, path: str) -> list[str]:
         real = self._real(path)
+        if real is not None and not self._is_slash:
+            return listdir_beneath(self.root, real.relative_to(self.root))
         try:
             return sorted(os.listdir(real)) if real is not None else []
         except OSError:
@@ -360,6 +366,58 @@ class Host:
         return None
 
 
+_BENEATH_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_BENEATH_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_beneath(base: Path, rel: str | os.PathLike[str], *, directory: bool = False) -> int:
+    """The one way egpu-setup opens a file of an untrusted tree (`--root`, `--from`, a bundle):
+    a descriptor of base/rel reached one component at a time with openat(2) and O_NOFOLLOW, so a
+    link anywhere below `base`, planted or swapped in after the tree was checked, fails the open
+    (ELOOP/ENOTDIR) instead of leading out of it. `base` itself is the caller's anchor. OSError
+    as the kernel says; ValueError for a `..` or an empty component."""
+    parts = [p for p in str(rel).split("/") if p not in ("", ".")]
+    if ".." in parts or (not parts and not directory):
+        raise ValueError(f"{rel!r} is not a path below {base}")
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = _BENEATH_DIR if (not last or directory) else _BENEATH_FILE
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_beneath(
+    base: Path, rel: str | os.PathLike[str], limit: int = MAX_READ, *, newest: bool = False
+) -> bytes | None:
+    """read_regular of base/rel through `open_beneath`: None, with a debug line, when a link
+    below `base`, a missing or a non-regular file is in the way."""
+    try:
+        fd = open_beneath(base, rel)
+    except (OSError, ValueError) as exc:
+        log.debug("cannot read %s in %s: %s", rel, base, getattr(exc, "strerror", None) or exc)
+        return None
+    return _read_fd(fd, limit, str(rel), newest)
+
+
+def listdir_beneath(base: Path, rel: str | os.PathLike[str]) -> list[str]:
+    """The entries of the directory base/rel (`open_beneath`); [] when it cannot be opened."""
+    try:
+        fd = open_beneath(base, rel, directory=True)
+    except (OSError, ValueError):
+        return []
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
 def read_regular(
     real: Path, limit: int = MAX_READ, *, label: str | None = None, newest: bool = False
 ) -> bytes | None:
@@ -369,10 +427,16 @@ def read_regular(
     newest: of a longer file keep the last `limit` bytes (a log, whose recent end matters), and
     say so in a warning."""
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
+        fd = os.open(real, _BENEATH_FILE)
     except OSError as exc:
         log.debug("cannot read %s: %s", label or real, exc.strerror or exc)
         return None
+    return _read_fd(fd, limit, str(label or real), newest)
+
+
+def _read_fd(fd: int, limit: int, label: str, newest: bool) -> bytes | None:
+    """At most `limit` bytes of the regular file open at `fd` (closed here); see read_regular."""
+    real = label
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -524,11 +588,9 @@ class RecordedHost(Host):
         part is read, from the first line that starts in the last `limit` bytes: a log's news is
         at its end, and `skipped` says how much was left out. None when missing, unreadable or
         binary, and when a link takes it out of the bundle."""
-        path = self.bundle / "commands" / f"{name}.txt"
-        if not path.resolve().is_relative_to(self.bundle.resolve()):
-            log.debug("ignoring %s: it leads out of the bundle", path)
-            return None
-        return _file_lines(path, MAX_READ if limit is None else limit)
+        return _file_lines(
+            self.bundle, f"commands/{name}.txt", MAX_READ if limit is None else limit
+        )
 
     def which(self, name: str) -> str | None:
         return None
@@ -558,11 +620,16 @@ _SNIFF = 65536  # bytes looked at for a NUL to call a file binary (what grep(1) 
 _PIECE = 1024 * 1024
 
 
-def _file_lines(path: Path, limit: int) -> TextLines | None:
-    """A file's lines as TextLines, the newest `limit` bytes of it at most; soft like every read
-    (None, with a debug line, when it is missing, unreadable or binary)."""
+def _file_lines(base: Path, rel: str, limit: int) -> TextLines | None:
+    """base/rel's lines as TextLines (opened by `open_beneath`: no link followed), the newest
+    `limit` bytes of it at most; soft like every read (None, with a debug line, when it is
+    missing, unreadable, binary or not a regular file)."""
+    path = base / rel
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_beneath(base, rel), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                log.debug("ignoring %s: not a regular file", path)
+                return None
             size = os.fstat(f.fileno()).st_size
             start = 0
             if size > limit:
@@ -580,7 +647,7 @@ def _file_lines(path: Path, limit: int) -> TextLines | None:
 
     def lines() -> Iterator[str]:
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_beneath(base, rel), "rb") as f:
                 f.seek(start)
                 # split at b"\n" only (str.splitlines would also split at \r and others)
                 while raw := f.readline(_PIECE):

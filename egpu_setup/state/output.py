@@ -13,12 +13,27 @@ everyone can write is refused with `error:`/`hint:`.
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from egpu_setup.errors import UsageError
 from egpu_setup.host.trust import output_owner
-from egpu_setup.state.atomic import anchored, atomic_symlink, atomic_write, directory, make_dirs
+from egpu_setup.state.atomic import (
+    anchored,
+    atomic_copy,
+    atomic_symlink,
+    atomic_write,
+    directory,
+    make_dirs,
+    remove,
+)
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,3 +80,58 @@ class OutputTree:
     def mkdir(self, target: Path) -> Path:
         make_dirs(self._inside(target), anchor=self.anchor, owner=self.owner)
         return target
+
+    def copy_in(self, target: Path, source: Path, mode: int = 0o644) -> Path:
+        """`source`, a regular file in a private directory of ours, copied to `target` (a child
+        such as pip writes there, never into the tree by name)."""
+        atomic_copy(source, self._inside(target), mode, anchor=self.anchor, owner=self.owner)
+        return target
+
+    def remove(self, target: Path) -> bool:
+        return remove(self._inside(target), anchor=self.anchor)
+
+    def names(self, folder: Path) -> list[str]:
+        """The entries of `folder` in the tree, read through its descriptor; [] when missing."""
+        try:
+            with directory(self._inside(folder), anchor=self.anchor) as fd:
+                return sorted(os.listdir(fd))
+        except FileNotFoundError:
+            return []
+
+    def _open(self, target: Path) -> int | None:
+        """A descriptor of the regular file `target`, no link followed; None when there is none."""
+        try:
+            with directory(self._inside(target).parent, anchor=self.anchor) as dfd:
+                fd = os.open(target.name, _READ_FLAGS, dir_fd=dfd)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the file itself is a link: never followed
+                return None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return fd
+
+    def read(self, target: Path, limit: int) -> bytes | None:
+        """The bytes of the regular file `target` (at most `limit`), or None: missing, a link,
+        not a regular file, or larger than `limit`."""
+        fd = self._open(target)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+        return data if len(data) <= limit else None
+
+    def digest(self, target: Path) -> tuple[str, int] | None:
+        """(sha256, size) of the regular file `target`, streamed; None as for `read`."""
+        fd = self._open(target)
+        if fd is None:
+            return None
+        h, size = hashlib.sha256(), 0
+        with os.fdopen(fd, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+        return h.hexdigest(), size

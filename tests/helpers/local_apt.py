@@ -17,9 +17,10 @@ def build_deb(
     files: tuple[str, ...] = (),
     arch: str = "all",
     multi_arch: str = "",
+    postinst: str = "",
 ) -> Path:
-    """A package built in the root with its own dpkg-deb: `depends`, a prerm script, `files`
-    (a path ending in / is an empty directory)."""
+    """A package built in the root with its own dpkg-deb: `depends`, prerm and postinst scripts,
+    `files` (a path ending in / is an empty directory)."""
     build = root / "tmp" / "build" / f"{name}_{arch}"
     (build / "DEBIAN").mkdir(parents=True)
     control = (
@@ -29,9 +30,10 @@ def build_deb(
         + "Description: a lab package\n"
     )
     (build / "DEBIAN/control").write_text(control)
-    if prerm:
-        (build / "DEBIAN/prerm").write_text(f"#!/bin/sh\n{prerm}\n")
-        (build / "DEBIAN/prerm").chmod(0o755)
+    for script, body in (("prerm", prerm), ("postinst", postinst)):
+        if body:
+            (build / "DEBIAN" / script).write_text(f"#!/bin/sh\n{body}\n")
+            (build / "DEBIAN" / script).chmod(0o755)
     (build / "usr/share/doc" / name).mkdir(parents=True)
     (build / "usr/share/doc" / name / "README").write_text(f"{name}\n")
     for path in files:

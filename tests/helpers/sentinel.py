@@ -20,11 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES
 
 TB4 = FIXTURES / "tb4-rtx4090-ubuntu2404"  # the recorded laptop the attacks install for
 STATE = "var/lib/egpu-setup"  # the state directory, relative to an image root
 UDEV = "etc/udev/rules.d/71-egpu-setup.rules"  # a file install manages
+NOBODY = 65534  # the user who attacks, as a real process
+SYSTEM_PYTHON = Path("/usr/bin/python3")  # stdlib only: nobody cannot reach the venv under /work
+AS_NOBODY = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="a process as another user needs root"),
+    pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason="no /usr/bin/python3 for nobody"),
+]
+
+
+def drop_to_nobody() -> None:
+    """A preexec function: the child runs as nobody, with no supplementary groups."""
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
 
 
 def tree_digest(base: Path) -> dict[str, tuple[str, ...]]:

@@ -16,12 +16,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from egpu_setup.errors import UsageError
 from egpu_setup.state.atomic import TMP_MARK, atomic_write
+from helpers.sentinel import AS_NOBODY, NOBODY, SYSTEM_PYTHON, drop_to_nobody
 
-NOBODY = 65534
 SWAPS = 200  # the racer stops after this many renames ...
 SECONDS = 20  # ... or this long, whichever comes first
 
@@ -49,18 +47,7 @@ while swaps < most and time.monotonic() < until:
 print(swaps, flush=True)
 """
 
-# the racer is plain stdlib Python; nobody cannot reach the venv's interpreter under /work
-SYSTEM_PYTHON = Path("/usr/bin/python3")
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="a racer as another user needs root"),
-    pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason="no /usr/bin/python3 for the racer"),
-]
-
-
-def _drop_to_nobody() -> None:
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
+pytestmark = AS_NOBODY
 
 
 def test_a_link_renamed_over_the_temp_file_never_reaches_a_file_outside(tmp_path: Path) -> None:
@@ -87,7 +74,7 @@ def test_a_link_renamed_over_the_temp_file_never_reaches_a_file_outside(tmp_path
                 str(time.monotonic() + SECONDS),
             ],
             pass_fds=(dfd,),
-            preexec_fn=_drop_to_nobody,
+            preexec_fn=drop_to_nobody,
             stdout=subprocess.PIPE,
             text=True,
         )
