@@ -143,6 +143,7 @@ class TbDevice:
     policy: str | None = None
     sysfs_name: str | None = None  # "0-1"
     domain: str | None = None  # "domain0"
+    # per lane, as sysfs says it (bolt's "40 Gb/s = 2 lanes * 20 Gb/s" is the link's total)
     rx_speed_gbps: float | None = None
     rx_lanes: int | None = None
     tx_speed_gbps: float | None = None

@@ -102,13 +102,12 @@ def oldest_generation(generations: Iterable[str | None]) -> str | None:
 
 def generation_from_devices(devices: Iterable[TbDevice]) -> str | None:
     """The generation of the Thunderbolt/USB4 link from the authorized devices (sysfs or bolt):
-    one 40 Gb/s lane is Thunderbolt 5 / USB4 v2 (80 Gb/s over 2 lanes); else the devices'
+    a 40 Gb/s lane is Thunderbolt 5 / USB4 v2 (80 Gb/s over 2 lanes; rx_speed is per lane,
+    the kernel's Documentation/ABI/testing/sysfs-bus-thunderbolt); else the devices'
     generation number, when they agree."""
     authorized = [d for d in devices if d.authorized]
-    for d in authorized:
-        lanes = d.rx_lanes or 0
-        if d.rx_speed_gbps and lanes and d.rx_speed_gbps / lanes >= 40:
-            return "TB5"
+    if any((d.rx_speed_gbps or 0) >= 40 for d in authorized):
+        return "TB5"
     gens = {_SYSFS_GENERATION.get(d.generation or 0) for d in authorized} - {None}
     return gens.pop() if len(gens) == 1 else None
 

@@ -73,9 +73,9 @@ def probe_thunderbolt(host: Host) -> ThunderboltFacts:
                 generation=d.generation,
                 policy=d.policy,
                 domain=d.domain,
-                rx_speed_gbps=d.rx_speed_gbps,
+                rx_speed_gbps=_per_lane(d.rx_speed_gbps, d.rx_lanes),
                 rx_lanes=d.rx_lanes,
-                tx_speed_gbps=d.tx_speed_gbps,
+                tx_speed_gbps=_per_lane(d.tx_speed_gbps, d.tx_lanes),
                 tx_lanes=d.tx_lanes,
             )
             for d in bolt
@@ -91,3 +91,9 @@ def _boltctl(host: Host) -> tuple[BoltDevice, ...]:
     from egpu_setup.detect.boltctl import parse_boltctl_list
 
     return parse_boltctl_list(text)
+
+
+def _per_lane(total: float | None, lanes: int | None) -> float | None:
+    """bolt prints a link's total ("40 Gb/s = 2 lanes * 20 Gb/s"); sysfs, and TbDevice, the
+    speed of one lane. Without the lane count the lane's speed is not known."""
+    return total / lanes if total is not None and lanes else None

@@ -48,8 +48,10 @@ def _dev(gen: int | None, speed: float | None = None, lanes: int | None = None) 
 
 
 def test_generation_from_devices() -> None:
-    assert generation_from_devices([_dev(3, 40.0, 2)]) == "TB3"  # 2 x 20 Gb/s
-    assert generation_from_devices([_dev(4, 80.0, 2)]) == "TB5"  # 2 x 40 Gb/s: TB5 / USB4 v2
+    # rx_speed is per lane (sysfs-bus-thunderbolt)
+    assert generation_from_devices([_dev(3, 20.0, 2)]) == "TB3"  # 2 x 20 Gb/s
+    assert generation_from_devices([_dev(4, 20.0, 2)]) == "USB4"  # TB4 / USB4: 2 x 20 Gb/s
+    assert generation_from_devices([_dev(4, 40.0, 2)]) == "TB5"  # 2 x 40 Gb/s: TB5 / USB4 v2
     assert generation_from_devices([_dev(4)]) == "USB4"  # sysfs 4 is USB4 (a TB4 device, too)
     assert generation_from_devices([_dev(3), _dev(4)]) is None  # two links: not decided
     unauthorized = TbDevice("box", "v", "u", False, 3)
@@ -103,3 +105,18 @@ def test_detect_table_shows_generation_and_codename(cli) -> None:
     assert r.returncode == 0, r.stderr
     assert "EXTERNAL via thunderbolt (TB3)" in r.stdout
     assert "Ampere (GA102), compute capability 8.6" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("host", "generation"),
+    [("tb5-rtx5090-ubuntu2404", "TB5"), ("tb4-unauthorized-fresh-ubuntu2404", None)],
+)
+def test_generation_from_the_recorded_sysfs_routers(host: str, generation: str | None) -> None:
+    """sysfs's rx_speed is one lane's: the Thunderbolt 5 enclosure's 40.0 Gb/s lane is TB5 (it
+    was divided by its 2 lanes once and read as 20); the TB4 box, not authorized, decides
+    nothing."""
+    from egpu_setup.detect.thunderbolt import probe_thunderbolt
+    from egpu_setup.host.machine import RecordedHost
+
+    facts = probe_thunderbolt(RecordedHost(FIXTURES / host))
+    assert generation_from_devices(facts.devices) == generation
