@@ -169,10 +169,21 @@ def state_dir() -> Path:
             return base
     except OSError:
         pass
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    fallback = Path(xdg) / "egpu-setup"
+    from egpu_setup.errors import EgpuSetupError
+    from egpu_setup.state.atomic import make_dirs
+    from egpu_setup.state.paths import StatePaths
+
+    user = StatePaths.for_user()
+    fallback, anchor = user.state_dir, user.anchor
     log.warning("%s is not writable; keeping verify state in %s", base, fallback)
-    (fallback / "verify").mkdir(parents=True, exist_ok=True)
+    try:
+        make_dirs(fallback / "verify", anchor=anchor, mode=0o700)
+    except OSError as exc:
+        raise EgpuSetupError(
+            f"neither {base} nor {fallback} can hold verify's state: {exc.strerror}",
+            "run verify as a user with a writable home, or set XDG_STATE_HOME (or "
+            "EGPU_SETUP_STATE_DIR) to a folder you can write",
+        ) from exc
     return fallback
 
 

@@ -212,3 +212,18 @@ def test_root_is_refused(lab: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = lab / "root-env"
     _refused(invoke("venv", str(target)), "root never runs a user's code")
     assert not os.path.lexists(target)
+
+
+def test_verify_as_a_user_with_no_writable_home_says_so(lab: Path) -> None:
+    """nobody's HOME is /nonexistent and the state directory is root's: verify has nowhere to
+    keep its state, and says so (exit 1, error and hint), where it crashed with an internal
+    error (exit 70)."""
+    res = egpu_setup(
+        "verify", "--venv", str(lab / "torch-venv"), "--device", "cpu", "--quick",
+        state=lab / "state",
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.splitlines()
+    assert any(ln.startswith("error: ") and "verify's state" in ln for ln in lines), res.stderr
+    assert any(ln.startswith("hint: ") and "XDG_STATE_HOME" in ln for ln in lines), res.stderr
+    assert "Traceback" not in res.stderr
