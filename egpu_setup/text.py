@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import urlsplit, urlunsplit
 
@@ -92,12 +93,17 @@ def redact_tree(value: Any) -> Any:
 def terminal_width() -> int | None:
     """The columns of the terminal stdout is, or None when it is piped or a file (what a script
     reads stays one line per item, as --json always does)."""
-    import shutil
     import sys
 
     if not sys.stdout.isatty():
         return None
-    return shutil.get_terminal_size().columns
+    columns = os.environ.get("COLUMNS", "")  # as shutil.get_terminal_size honours it
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return None
 
 
 def fit(text: str, width: int | None) -> str:

@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError, TimedOut
 from egpu_setup.execute.apt_key import fetch_verified_key
 from egpu_setup.execute.console import show_line
-from egpu_setup.execute.dpkg_lock import lock_holder, wait_for_dpkg_lock
+from egpu_setup.execute.dpkg_lock import wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
+from egpu_setup.host.dpkg_lock import lock_holder
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
 from egpu_setup.plan.installed import (

@@ -7,5 +7,6 @@ or refuse),
 `process` (starting a program: live output, a deadline, the whole session ended on timeout),
 `tracked_session` (verify's child: every descendant, setsid() ones too, ended afterwards),
 `identity` (the hash of /etc/machine-id every report records),
-`libc` (syncfs(2), prctl(2) and capset(2), which the os module lacks).
+`libc` (syncfs(2), prctl(2) and capset(2), which the os module lacks),
+`dpkg_lock` (who holds dpkg's lock, from /proc/locks).
 """

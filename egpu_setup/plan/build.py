@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from egpu_setup.detect.facts import HostFacts
+from egpu_setup.host.dpkg_lock import lock_holder
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.config import config_steps, link_steps
 from egpu_setup.plan.driver import driver_steps
@@ -43,6 +44,16 @@ def build_plan(
     warnings: list[str] = []
     live = options.target == "live"
     interrupted = dpkg_interrupted(host) if "driver" in options.only else None
+    holder = lock_holder(host) if interrupted else None
+    if holder:
+        # dpkg's journal and half-unpacked packages are what a *running* dpkg looks like too:
+        # with the lock held, nothing was interrupted; the apt step waits for the lock, and a
+        # run that finds dpkg's work unfinished after it plans the recovery then
+        warnings.append(
+            f"another package manager is running ({holder}), not an interrupted one: the "
+            "install waits for it (--lock-timeout)"
+        )
+        interrupted = None
     if interrupted:
         # apt refuses to work until this is done (dpkg(1) --configure -a); doing it first is
         # what a person would do, and it is shown in the plan so nobody is surprised. The apt

@@ -34,6 +34,8 @@ SYSTEM_FILES = {
     "host/": "the gateway itself: reads for every other module, /proc for process sessions",
     "state/": "manifest, backups, journal, lock and reports: egpu-setup's own state",
     "execute/": "the executor writes the plan's files and links, and undoes them",
+    "rollback/": "rollback restores and removes what the executor wrote, and makes again a "
+    "directory dpkg's purge deleted that a kept package still lists",
     "doctor/record.py": "writes the bundle directory the user named (reads go through the Host)",
     "cli.py": "writes the crash log",
     "compat/fetch.py": "caches the index page it read (and its validators) in the state directory",

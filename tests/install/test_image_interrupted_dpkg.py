@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,41 @@ def test_dpkgs_journal_left_by_a_kill_is_finished_first(cli, image: Path) -> Non
     steps = _plan(cli, image)
     assert '"dpkg", "--configure", "-a"' in _first(steps)
     assert "was interrupted" in _first(steps)
+
+
+def test_a_running_package_manager_is_not_taken_for_an_interrupted_one(
+    cli, image: Path, tmp_path: Path
+) -> None:
+    """A dpkg at work leaves the same journal files; while a live process holds dpkg's lock
+    (fcntl, as dpkg takes it) the plan names that process and plans no recovery."""
+    (image / "var/lib/dpkg/updates/0000").write_text("Package: hostname\n")
+    lock = image / "var/lib/dpkg/lock"
+    lock.touch()
+    ready = tmp_path / "ready"
+    code = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(lock)!r}, os.O_RDWR)\n"
+        "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        for _ in range(100):
+            if ready.exists():
+                break
+            time.sleep(0.05)
+        res = cli(
+            "install", "--profile", "rtx3080", "--only", "driver", "--root", str(image),
+            "--dry-run", "--json",
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        plan = json.loads(res.stdout)
+        assert all("--configure" not in json.dumps(s) for s in plan["steps"])
+        assert any(f"pid {holder.pid}" in w and "not an interrupted one" in w
+                   for w in plan["plan_warnings"]), plan["plan_warnings"]  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock released, the same journal is an interrupted dpkg again
+    assert '"dpkg", "--configure", "-a"' in _first(_plan(cli, image))
