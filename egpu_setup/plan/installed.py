@@ -147,15 +147,32 @@ def incomplete_distributions(host: Host, venv: str) -> dict[str, str]:
         missing = _missing(host, info)
         if missing is not None:
             out[info.rpartition("/")[2]] = missing
+    for stash in _stashes(host, venv):
+        out[stash.rpartition("/")[2]] = "what a pip killed while uninstalling moved aside"
     return out
 
 
+def _site_packages(host: Host, venv: str) -> list[str]:
+    return [f"{lib}/site-packages" for lib in host.glob(f"{venv}/lib", "python*")]
+
+
 def _dist_infos(host: Host, venv: str) -> list[str]:
+    """The distributions' .dist-info directories, as pip lists them: a name beginning with "~"
+    is not one (pip: "Ignoring invalid distribution ~NAME"), see `_stashes`."""
     return [
         info
-        for lib in host.glob(f"{venv}/lib", "python*")
-        for info in host.glob(f"{lib}/site-packages", "*.dist-info")
+        for site in _site_packages(host, venv)
+        for info in host.glob(site, "*.dist-info")
+        if not info.rpartition("/")[2].startswith("~")
     ]
+
+
+def _stashes(host: Host, venv: str) -> list[str]:
+    """What pip moves aside while it replaces a version: the old files under their name with
+    the first letter made "~" (pip's AdjacentTempDirectory, for its StashedUninstallPathSet),
+    removed once the install commits. One left means a pip run ended midway; the old METADATA
+    in it must not count as installed."""
+    return [entry for site in _site_packages(host, venv) for entry in host.glob(site, "~*")]
 
 
 # The files an installer writes into a .dist-info (the "Recording installed projects"

@@ -29,3 +29,21 @@ def test_every_path_an_image_step_writes_is_one_rollback_may_undo() -> None:
         "/etc/systemd/system/ssh.service",
     ):
         assert not owned_path(neighbour), neighbour
+
+
+def test_every_file_render_writes_is_one_rollback_may_undo() -> None:
+    """Each file of every golden render (tests/golden/render/<case>/, at its host path) is a
+    path rollback may remove: a new drop-in left out of execute/undo.py's lists is refused by
+    rollback and stays on the machine (the kernels hook once was)."""
+    from pathlib import Path
+
+    golden = Path(__file__).parents[1] / "golden" / "render"
+    written = {
+        "/" + p.relative_to(case).as_posix()
+        for case in golden.iterdir()
+        if case.is_dir()
+        for p in case.rglob("*")
+        if p.is_file() and not p.name.startswith("_")
+    }
+    assert "/etc/apt/apt.conf.d/99egpu-setup-kernels" in written
+    assert sorted(p for p in written if not owned_path(p)) == []
