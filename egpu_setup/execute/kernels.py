@@ -3,8 +3,8 @@ boot (egpu-setup-kernels.service), give every installed kernel its NVIDIA module
 
 What DKMS can build it builds (`dkms autoinstall -k <release>`, one kernel at a time, so one
 failed build does not hide the others); what it cannot is kept as the finding
-`nvidia-module-missing-for-kernel` in <state>/kernels.json, which doctor and the fleet table
-read. A failed build is logged and recorded, never raised: the caller is apt's Post-Invoke.
+`nvidia-module-missing-for-kernel` in <state>/kernels.json, which doctor reads. A failed build
+is logged and recorded, never raised: the caller is apt's Post-Invoke.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def check_kernels(host: Host, *, rebuild: bool = True) -> KernelCheck:
     todo = [v.release for v in verdicts if v.state == "rebuild"]
     if not rebuild or not todo or host.which("dkms") is None:
         return KernelCheck(verdicts, (), ())
-    built, failed = [], []
     for release in todo:
         log.warning("building the NVIDIA module for kernel %s (dkms autoinstall)", release)
         try:
@@ -68,17 +67,19 @@ def check_kernels(host: Host, *, rebuild: bool = True) -> KernelCheck:
             )
         except ExecutionError as exc:
             log.warning("dkms autoinstall -k %s failed: %s", release, exc.message)
-            failed.append(release)
+    # what was built is judged by what is there afterwards, not by dkms's exit status
     again: KernelFacts = probe_kernels(host, read_dkms=True)
     verdicts = judge_kernels(again)
     ok = {v.release for v in verdicts if v.state == "ok"}
-    built = [r for r in todo if r in ok]
-    failed = [r for r in todo if r not in ok]
-    return KernelCheck(verdicts, tuple(built), tuple(failed))
+    return KernelCheck(
+        verdicts,
+        tuple(r for r in todo if r in ok),
+        tuple(r for r in todo if r not in ok),
+    )
 
 
 def save_check(state_dir: Path, anchor: Path, check: KernelCheck) -> bool:
-    """Keep the result in <state>/kernels.json (doctor's and the fleet's copy); False when it
+    """Keep the result in <state>/kernels.json (doctor's copy); False when it
     was unchanged, so a hook run that found nothing new writes nothing."""
     from egpu_setup.state.atomic import atomic_write, make_dirs
     from egpu_setup.state.paths import read_state
