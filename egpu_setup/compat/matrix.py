@@ -117,6 +117,10 @@ class Branch:
 class DistroBranch:
     branch: int
     version: str | None
+    # The packages that install this branch where their names break the distribution's scheme
+    # (Debian's nvidia-tesla-470-*, Ubuntu's -server builds); "{kflavour}" stands for the
+    # kernel flavour of Canonical's prebuilt modules. Empty: the scheme's names.
+    packages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -405,8 +409,14 @@ def _load_distros(data: dict[str, Any]) -> tuple[tuple[Distro, ...], NvidiaRepoD
         for j, braw in enumerate(r.get("branches", kind=list)):
             br = _Rows("distros.yaml", f"distros[{i}].branches[{j}]", braw)
             version = br.parse("version", DriverVersion.from_str, None)
+            if br.get("packages", None) is not None:
+                br.source()  # names outside the scheme need their own evidence
             branches.append(
-                DistroBranch(br.get("branch", kind=int), str(braw["version"]) if version else None)
+                DistroBranch(
+                    br.get("branch", kind=int),
+                    str(braw["version"]) if version else None,
+                    tuple(br.get("packages", [], kind=list)),
+                )
             )
         distros.append(
             Distro(

@@ -28,6 +28,16 @@ def packages_for(
         nrepo = NvidiaRepo(url, url + rk.file, rk.fingerprint, pkgs[0] if pinned else None)
         headers = distro.headers if distro.scheme == "debian" else ()
         return headers + pkgs, (), nrepo
+    named = next((b.packages for b in distro.branches if b.branch == branch and b.packages), ())
+    if named:
+        kflavour = (
+            _ubuntu_kernel_flavour(kernel, distro, notes)
+            if any("{kflavour}" in p for p in named)
+            else ""
+        )
+        pkgs = tuple(p.format(kflavour=kflavour) for p in named)
+        headers = distro.headers if distro.scheme == "debian" else ()
+        return headers + pkgs, distro.components, None
     if distro.scheme == "debian":
         if flavour == "open":
             pkgs = ("nvidia-open-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")

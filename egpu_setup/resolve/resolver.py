@@ -50,7 +50,7 @@ from egpu_setup.resolve.resolution import (
 )
 from egpu_setup.resolve.rocm import amd_target, parse_rocm_variant, resolve_rocm
 from egpu_setup.resolve.target import Target, pick_target
-from egpu_setup.resolve.wheels import FALLBACK_PYTHON, candidates, torch_plan
+from egpu_setup.resolve.wheels import FALLBACK_PYTHON, candidates, runs_in_no_wheel, torch_plan
 
 
 def resolve(
@@ -101,6 +101,15 @@ def _resolve(
         return amd
     target, others = pick_target(facts, profile, c, m, n)
     want_gpu = _explain_target(target, installed, c, n)
+    if target is not None and c.cuda is None and runs_in_no_wheel(m, python, target):
+        # Nothing was asked that cannot be: the card still gets its last driver (it drives
+        # displays and nvidia-smi), torch the CPU build, and the answer says why.
+        n.warnings.append(
+            f"no torch wheel for Python {python} has kernels for {target.gpu.name} "
+            f"(compute capability {target.cc}): torch runs on the CPU; the driver is still "
+            "planned for the card"
+        )
+        c = replace(c, cuda="cpu")
     cands = candidates(m, python, target, want_gpu, c.torch_spec, c.cuda)
     distro_id, distro_ver = _distro_key(os_facts, c, m)
     base = m.base_of(distro_id, distro_ver) if m.distro(distro_id, distro_ver) is None else None

@@ -121,6 +121,20 @@ def candidates(
     raise no_kernels(matrix, python, target, spec, spec_text, cuda, pairs_py, pairs_spec)
 
 
+def runs_in_no_wheel(matrix: Matrix, python: str, target: Target) -> bool:
+    """True when no CUDA wheel of any torch release for `python` has kernels for the GPU (a
+    Kepler card, compute capability 3.x): only the CPU build can run torch there."""
+    cc = target.cc
+    if cc is None:
+        return False
+    return not any(
+        v.arch is not None and v.arch.runs(cc) and python in t.pythons(v)
+        for t in matrix.torch
+        for v in t.variants
+        if v.name != "cpu"
+    )
+
+
 def no_kernels(
     matrix: Matrix,
     python: str,

@@ -478,11 +478,38 @@ CASES: list[Case] = [
         source="distro",
         message="uses the ubuntu-22.04 package archive",
     ),
+    # A card older than every wheel gets its last driver and the CPU build, and is told why;
+    # only a CUDA variant asked for by name is impossible. The real case: a GTX 760 on Mint
+    # 21.3 where only nvidia-driver-470-server drives it (linuxmint/mintdrivers#111).
     Case(
-        "kepler-gk110-no-wheel",
+        "kepler-gk110-last-driver-and-cpu",
         {**U24, "gpu": "GK110"},
+        torch="2.15.0+cpu",
+        branch=470,
+        source="distro",
+        warning="no torch wheel for Python 3.12 has kernels for GK110 (compute capability 3.5)",
+    ),
+    Case(
+        "kepler-gtx760-mint-21.3-470-server",
+        {"distro": "linuxmint-21.3", "python": "3.10", "gpu": "10de:1187"},
+        torch="2.14.1+cpu",
+        branch=470,
+        source="distro",
+        packages=("nvidia-driver-470-server", "linux-modules-nvidia-470-server-generic"),
+        message="uses the ubuntu-22.04 package archive",
+    ),
+    Case(
+        "kepler-debian-12-tesla-470",
+        {**D12, "gpu": "GK110"},
+        torch="2.15.0+cpu",
+        branch=470,
+        packages=("linux-headers-amd64", "nvidia-tesla-470-kernel-dkms", "nvidia-tesla-470-driver"),
+    ),
+    Case(
+        "kepler-cuda-asked-for-is-impossible",
+        {**U24, "gpu": "GK110", "cuda": "cu118"},
         error=MatrixError,
-        message="GK110 (compute capability 3.5) has no kernels in any torch wheel",
+        message="GK110 (compute capability 3.5) has no kernels in any",
         hint="--cuda cpu",
     ),
     # -- mixed machines ------------------------------------------------------------------------------
@@ -584,7 +611,8 @@ def test_resolution(case: Case) -> None:
     # Every choice says why; never a bare answer.
     assert r.reasons
     if d.action in ("install", "upgrade"):
-        assert d.packages and d.branch and d.minimum
+        # a floor comes from a CUDA wheel or the architecture; the CPU build on Kepler has none
+        assert d.packages and d.branch and (d.minimum or r.torch.variant == "cpu")
     if d.source == "nvidia-repo":
         assert d.repo is not None and d.repo.keyring_url.startswith(d.repo.url)
         assert len(d.repo.fingerprint) == 40
