@@ -35,6 +35,7 @@ Examples:
   egpu-setup resolve --gpu 2b85 --driver 550.163.01    # an RTX 5090 on a 550 driver
   egpu-setup resolve --gpu "GTX 1080 Ti" --distro debian-12 --python 3.11 --json
   egpu-setup resolve --gpu 10de:2684 --platform wsl --driver 572.60
+  egpu-setup resolve --gpu "RTX 4090" --distro ubuntu-24.04 --python 3.12 --arch aarch64
   egpu-setup resolve --profile rtx4090 --torch ">=2.9,<2.12" --cuda cu128
   egpu-setup resolve --gpu "RX 7900 XTX" --distro ubuntu-24.04 --python 3.12 --rocm rocm7.2
   egpu-setup resolve --from ./bug-report-bundle
@@ -57,6 +58,12 @@ Examples:
     type=click.Choice(["linux", "wsl"]),
     help="linux, or wsl (Windows owns the driver).",
 )
+@click.option(
+    "--arch",
+    "machine",
+    type=click.Choice(["x86_64", "aarch64"], case_sensitive=False),
+    help="CPU architecture (uname -m) to plan for: its wheels and packages.",
+)
 @torch_option("torch version or specifier: 2.9.1, '>=2.7'.")
 @cuda_option("Wheel variant: cu126, cu128, cu130, ... or cpu.")
 @rocm_option("An AMD GPU's torch ROCm variant: rocm7.1, rocm7.2, ...")
@@ -71,6 +78,7 @@ def command(
     distro: str | None,
     python: str | None,
     platform: str | None,
+    machine: str | None,
     torch_spec: str | None,
     cuda: str | None,
     rocm: str | None,
@@ -102,6 +110,7 @@ def command(
         distro=distro,
         python=python,
         platform=platform,
+        machine=machine.lower() if machine else None,
         torch_spec=torch_spec,
         cuda=cuda,
         rocm=rocm,

@@ -166,7 +166,7 @@ class RepoKey:
 
 @dataclass(frozen=True)
 class NvidiaRepoData:
-    url: str  # with {dir}
+    url: str  # with {dir} and {arch}
     directories: tuple[str, ...]
     keys: tuple[RepoKey, ...]
     branches: tuple[int, ...]
@@ -174,6 +174,7 @@ class NvidiaRepoData:
     pinning_from_branch: int
     packages: dict[str, tuple[str, ...]]
     source: str
+    arch_dirs: dict[str, str] = field(default_factory=dict)  # machine -> the tree's folder
 
     def key_for(self, directory: str) -> RepoKey:
         return next(k for k in self.keys if directory in k.dirs)
@@ -184,6 +185,25 @@ class OverlayInfo:
     fetched_at: str
     index_url: str
     versions: int
+
+
+MACHINES = ("x86_64", "aarch64")
+
+
+@dataclass(frozen=True)
+class Aarch64Row:
+    """From release `since` on, which CUDA variants have a Linux aarch64 wheel (torch.yaml)."""
+
+    since: tuple[int, ...]
+    variants: tuple[str, ...] | None  # None: every variant of the release but `excluded`
+    excluded: tuple[str, ...]
+    arch: ArchList | None  # the aarch64 build's own arch list, where it differs
+    source: str
+
+    def has(self, variant: str) -> bool:
+        if variant in self.excluded:
+            return False
+        return self.variants is None or variant in self.variants
 
 
 @dataclass(frozen=True)
@@ -203,6 +223,25 @@ class Matrix:
     derivatives: tuple[Derivative, ...] = ()
     overlay: OverlayInfo | None = None
     notes: tuple[str, ...] = field(default=())
+    aarch64: tuple[Aarch64Row, ...] = ()
+    machine: str = "x86_64"  # whose wheels `torch` lists (for_machine)
+
+    def for_machine(self, machine: str) -> Matrix:
+        """This matrix with each release's variants as the Linux wheels for `machine` have them:
+        x86_64 as listed; aarch64 CPU always, CUDA only where torch.yaml's `aarch64` rows say,
+        with the aarch64 build's own arch list."""
+        if machine == self.machine or machine == "x86_64":
+            return self
+        releases = []
+        for t in self.torch:
+            row = next((r for r in reversed(self.aarch64) if r.since <= t.key), None)
+            kept = tuple(
+                replace(v, arch=row.arch or v.arch) if v.name != "cpu" and row else v
+                for v in t.variants
+                if v.name == "cpu" or (row is not None and row.has(v.name))
+            )
+            releases.append(replace(t, variants=kept))
+        return replace(self, torch=tuple(releases), machine=machine)
 
     def cuda_variant(self, name: str) -> CudaVariant | None:
         return next((c for c in self.cuda if c.variant == name), None)
@@ -454,8 +493,33 @@ def _load_distros(data: dict[str, Any]) -> tuple[tuple[Distro, ...], NvidiaRepoD
         pinning_from_branch=rr.get("pinning_from_branch", kind=int),
         packages=packages,
         source=rr.source(),
+        arch_dirs={str(k): str(v) for k, v in rr.get("arch_dirs", kind=dict).items()},
     )
     return tuple(distros), repo
+
+
+def _load_aarch64(data: dict[str, Any]) -> tuple[Aarch64Row, ...]:
+    rows = []
+    for i, raw in enumerate(data.get("aarch64") or []):
+        r = _Rows("torch.yaml", f"aarch64[{i}]", raw)
+        variants = r.get("variants", kind=(list, str))
+        if isinstance(variants, str) and variants != "all":
+            raise r.fail("variants", f"expected a list or 'all', got {variants!r}")
+        rows.append(
+            Aarch64Row(
+                since=version_key(r.get("from", kind=str)),
+                variants=None if variants == "all" else tuple(map(parse_variant, variants)),
+                excluded=tuple(map(parse_variant, r.get("except", [], kind=list))),
+                arch=r.parse("arch", ArchList.from_str, None),
+                source=r.source(),
+            )
+        )
+    if [r.since for r in rows] != sorted(r.since for r in rows):
+        raise MatrixError(
+            "egpu_setup/data/torch.yaml: aarch64: rows must be in release order",
+            "the shipped matrix is damaged; reinstall egpu-setup",
+        )
+    return tuple(rows)
 
 
 @functools.lru_cache(maxsize=1)
@@ -482,6 +546,7 @@ def load_snapshot() -> Matrix:
         known_unsupported=tuple(distros_data.get("known_unsupported") or ()),
         nvidia_repo=repo,
         derivatives=_load_derivatives(distros_data, distros),
+        aarch64=_load_aarch64(torch_data),
     )
 
 

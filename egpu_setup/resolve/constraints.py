@@ -32,6 +32,7 @@ class Constraints:
     flavour: Literal["open", "proprietary", "auto"] = "auto"
     python: str | None = None  # "3.12"
     platform: Literal["linux", "wsl"] | None = None
+    machine: str | None = None  # --arch, what-if: "aarch64" (else the host's, else x86_64)
     distro: str | None = None  # "ubuntu-24.04"
     gpu: str | None = None  # "10de:2b85", "2b85", "RTX 5090"
     driver: str | None = None  # the installed driver, what-if: "550.163.01"

@@ -11,23 +11,26 @@ from egpu_setup.compat.matrix import (
 from egpu_setup.resolve.branches import DriverOption
 from egpu_setup.resolve.resolution import Notes, NvidiaRepo
 
+# Debian's name for each machine (dpkg --print-architecture; https://wiki.debian.org/SupportedArchitectures)
+_DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
 
 def packages_for(
     matrix: Matrix, distro: Distro, option: DriverOption, kernel: str | None, notes: Notes
 ) -> tuple[tuple[str, ...], tuple[str, ...], NvidiaRepo | None]:
     """(packages, apt components, repo) that install `option` on `distro`."""
     branch, flavour = option.branch, option.flavour
+    headers = tuple(h.format(debarch=_DEBIAN_ARCH[matrix.machine]) for h in distro.headers)
     if option.source == "nvidia-repo":
         repo = matrix.nvidia_repo
         directory = distro.nvidia_repo or ""
         pinned = branch >= repo.pinning_from_branch
         key = ("open" if flavour == "open" else "proprietary") + ("_pinned" if pinned else "")
         pkgs = tuple(p.format(branch=branch) for p in repo.packages[key])
-        url = repo.url.format(dir=directory)
+        url = repo.url.format(dir=directory, arch=repo.arch_dirs[matrix.machine])
         rk = repo.key_for(directory)
         nrepo = NvidiaRepo(url, url + rk.file, rk.fingerprint, pkgs[0] if pinned else None)
-        headers = distro.headers if distro.scheme == "debian" else ()
-        return headers + pkgs, (), nrepo
+        return (headers if distro.scheme == "debian" else ()) + pkgs, (), nrepo
     named = next((b.packages for b in distro.branches if b.branch == branch and b.packages), ())
     if named:
         kflavour = (
@@ -36,14 +39,13 @@ def packages_for(
             else ""
         )
         pkgs = tuple(p.format(kflavour=kflavour) for p in named)
-        headers = distro.headers if distro.scheme == "debian" else ()
-        return headers + pkgs, distro.components, None
+        return (headers if distro.scheme == "debian" else ()) + pkgs, distro.components, None
     if distro.scheme == "debian":
         if flavour == "open":
             pkgs = ("nvidia-open-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")
         else:
             pkgs = ("nvidia-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")
-        return distro.headers + pkgs, distro.components, None
+        return headers + pkgs, distro.components, None
     suffix = "-open" if flavour == "open" else ""
     kflavour = _ubuntu_kernel_flavour(kernel, distro, notes)
     return (

@@ -92,6 +92,7 @@ class Resolution:
     matrix: MatrixUsed | None = None
     torch_pin: str | None = None  # the exact "2.9.1+cu128" a profile pinned (torch.pin)
     driver_pin: str | None = None  # the exact driver version a profile pinned (driver.pin)
+    machine: str = "x86_64"  # the CPU architecture whose wheels and packages were planned
 
     def mirrored(self, index_url: str | None) -> Resolution:
         """This resolution with torch taken from `index_url` (a checked mirror of the variant
@@ -114,6 +115,7 @@ class Resolution:
             }
         return {
             "schema": SCHEMA_RESOLUTION,
+            "machine": self.machine,
             "gpu": None
             if self.gpu is None
             else {
@@ -177,7 +179,8 @@ def format_resolution(r: Resolution, *, warnings: bool = True, driver_in_run: bo
         )
     lines += _driver_lines(r, driver_in_run)
     pinned = " (pinned: torch.pin)" if r.torch_pin else ""
-    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({r.platform}){pinned}")
+    where = r.platform if r.machine == "x86_64" else f"{r.platform} {r.machine}"
+    lines.append(f"Torch    {t.version}+{t.variant} for Python {r.python} ({where}){pinned}")
     lines.append(f"         pip install --index-url {t.index_url} {' '.join(t.requirements)}")
     if t.mirror_of:
         lines.append(f"         (a mirror of {t.mirror_of})")

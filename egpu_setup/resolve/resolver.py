@@ -89,6 +89,7 @@ def _resolve(
 ) -> Resolution:
     n = Notes()
     c = _checked(constraints, m, n)
+    m = m.for_machine(_machine(facts, c, n))
     installed = _installed_driver(facts, c)
     os_facts = facts.os if facts is not None else None
     platform: Literal["linux", "wsl"] = c.platform or (
@@ -171,7 +172,30 @@ def _answer(
         matrix=_matrix_used(m),
         torch_pin=c.torch_pin,
         driver_pin=c.driver_pin,
+        machine=m.machine,
     )
+
+
+# uname -m / os-release spellings of the two architectures PyTorch publishes Linux wheels for
+_MACHINE_NAMES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def _machine(facts: HostFacts | None, c: Constraints, n: Notes) -> str:
+    """The CPU architecture to plan for: --arch, else the host's (`uname -m`), else x86_64."""
+    asked = c.machine or (facts.os.arch if facts is not None else None)
+    if not asked:
+        return "x86_64"
+    machine = _MACHINE_NAMES.get(asked.lower())
+    if machine is None:
+        raise UnsupportedHardware(
+            f"the machine is {asked}: PyTorch publishes Linux wheels for x86_64 and aarch64 only",
+            "plan for one of them with --arch x86_64 or --arch aarch64",
+        )
+    if machine != "x86_64":
+        n.reasons.append(
+            f"{machine}: only the wheels and packages published for {machine} are planned"
+        )
+    return machine
 
 
 def _checked(c: Constraints, m: Matrix, n: Notes) -> Constraints:
@@ -231,6 +255,11 @@ def _amd(
         raise UsageError(
             f"--cuda {c.cuda}: the GPU is an AMD {target.model.name}, which runs ROCm, not CUDA",
             "use --rocm VARIANT (e.g. --rocm rocm7.2), or --cuda cpu for the CPU build",
+        )
+    if m.machine != "x86_64":
+        raise UnsupportedHardware(
+            f"PyTorch publishes its ROCm wheels for Linux x86_64 only, not for {m.machine}",
+            "plan on an x86_64 machine, or pass --cuda cpu for the CPU build",
         )
     if platform == "wsl":
         raise UnsupportedHardware(

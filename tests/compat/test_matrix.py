@@ -123,7 +123,8 @@ def test_distro_rows_are_coherent() -> None:
         assert d.nvidia_repo in repo.directories
         if d.scheme == "debian":
             assert set(d.components) == {"contrib", "non-free", "non-free-firmware"}
-            assert d.headers == ("linux-headers-amd64",)
+            assert d.headers == ("linux-headers-{debarch}",)  # amd64 / arm64 (resolve/packages.py)
+    assert set(repo.arch_dirs) == {"x86_64", "aarch64"}
     for directory in repo.directories:
         assert sum(directory in k.dirs for k in repo.keys) == 1
     assert all(len(k.fingerprint) == 40 for k in repo.keys)

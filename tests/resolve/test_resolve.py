@@ -7,14 +7,14 @@ driver-only rule (what uv's `--torch-backend=auto` does)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.detect.facts import Gpu, HostFacts, NvidiaFacts, OsFacts, PythonFacts
-from egpu_setup.errors import MatrixError, UsageError
+from egpu_setup.errors import MatrixError, UnsupportedHardware, UsageError
 from egpu_setup.resolve.constraints import Constraints, constraints_from_profile
 from egpu_setup.resolve.resolver import resolve
 
@@ -511,6 +511,45 @@ CASES: list[Case] = [
         error=MatrixError,
         message="GK110 (compute capability 3.5) has no kernels in any",
         hint="--cuda cpu",
+    ),
+    # -- arm64 hosts: only what PyTorch and the archives publish for aarch64 ----------------------
+    # 2.7/2.8 built cu128 for aarch64 with 9.0;10.0;12.0 only (pytorch/pytorch PR #146378), so an
+    # Ada card needs 2.9, the first release with x86_64's arch lists on aarch64 (PR #162364).
+    Case(
+        "aarch64-ada-before-2.9-has-no-kernels",
+        {**U24, "gpu": "RTX 4090", "machine": "aarch64", "torch_spec": "<2.9"},
+        error=MatrixError,
+        message="has no kernels in any torch <2.9 wheel",
+        hint="the oldest torch that runs it is 2.9.0 (cu128)",
+    ),
+    Case(
+        "aarch64-blackwell-2.8-cu128",
+        {**U24, "gpu": "RTX 5090", "machine": "aarch64", "torch_spec": "2.8"},
+        torch="2.8.0+cu128",
+        message="aarch64: only the wheels and packages published for aarch64 are planned",
+    ),
+    Case(
+        "aarch64-debian-12-arm64-headers",
+        {**D12, "gpu": "RTX 4090", "machine": "aarch64"},
+        branch=535,
+        packages=(
+            "linux-headers-arm64",
+            "nvidia-kernel-dkms",
+            "nvidia-driver",
+            "firmware-nvidia-gsp",
+        ),
+    ),
+    Case(
+        "aarch64-nvidia-repo-sbsa-tree",
+        {**D12, "gpu": "RTX 4090", "machine": "aarch64", "torch_spec": "2.15"},
+        source="nvidia-repo",
+        packages=("linux-headers-arm64", "nvidia-open-580"),
+    ),
+    Case(
+        "aarch64-no-rocm-wheels",
+        {**U24, "gpu": "RX 7900 XTX", "machine": "aarch64"},
+        error=UnsupportedHardware,
+        message="ROCm wheels for Linux x86_64 only",
     ),
     # -- mixed machines ------------------------------------------------------------------------------
     Case(
@@ -1048,3 +1087,25 @@ def test_a_short_gpu_name_that_could_mean_several_cards_says_which(cli) -> None:
 
 
 WHAT_IF = ("--driver", "580.95.05", "--distro", "ubuntu-24.04", "--python", "3.12")
+
+
+def test_aarch64_repo_is_the_sbsa_tree_and_the_json_names_the_machine() -> None:
+    r = resolve(
+        None, None, Constraints(**D12, gpu="RTX 4090", machine="aarch64", torch_spec="2.15")
+    )
+    assert r.driver.repo is not None
+    assert r.driver.repo.url.endswith("/debian12/sbsa/")
+    assert r.to_json()["machine"] == "aarch64"
+    x86 = resolve(None, None, Constraints(**D12, gpu="RTX 4090", torch_spec="2.15"))
+    assert x86.driver.repo is not None and x86.driver.repo.url.endswith("/debian12/x86_64/")
+    assert x86.to_json()["machine"] == "x86_64"
+
+
+def test_a_machine_pytorch_publishes_no_wheels_for_is_refused() -> None:
+    facts = host("ubuntu", "24.04", RTX4090)
+    ppc = replace(facts, os=replace(facts.os, arch="ppc64le"))
+    with pytest.raises(UnsupportedHardware) as info:
+        resolve(ppc, None, Constraints())
+    assert "ppc64le" in info.value.message and "--arch" in (info.value.hint or "")
+    arm = replace(facts, os=replace(facts.os, arch="arm64"))  # os-release / dpkg spelling
+    assert resolve(arm, None, Constraints()).machine == "aarch64"
