@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # A root bus "[0000:00]" or a device "1c.0" with, for a bridge, its bus range "-[01]" / "-[04-10]".
 _TOKEN_RE = re.compile(
@@ -46,7 +47,7 @@ def parse_lspci_tree(text: str) -> tuple[TreeDevice, ...]:
 
     bus_at: dict[int, tuple[str, str]] = {}  # column -> (domain, bus) of devices drawn there
     parent: dict[tuple[str, str], str] = {}  # (domain, bus) -> the bridge that opens it
-    found: dict[str, dict] = {}
+    found: dict[str, dict[str, Any]] = {}
     for raw in text.splitlines():
         line = raw.rstrip("\n")
         tokens = list(_TOKEN_RE.finditer(line))

@@ -119,7 +119,10 @@ def probe_function(host: Host, address: str) -> PciFunction | None:
     parts = canonical.split("/")
     chain = tuple(p for p in parts[:-1] if _ADDR.match(p))
     driver_link = host.readlink(f"{canonical}/driver")
-    attr = lambda name: host.read_attr(f"{canonical}/{name}")  # noqa: E731
+
+    def attr(name: str) -> str | None:
+        return host.read_attr(f"{canonical}/{name}")
+
     cls = attr("class")
     class_id = parse_hex_id(cls, 6)
     return PciFunction(

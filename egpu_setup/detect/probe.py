@@ -389,7 +389,7 @@ def _pasted(
     )
 
 
-def _lspci_entries(text: str | None) -> dict:
+def _lspci_entries(text: str | None) -> dict[str, LspciEntry]:
     if not text:
         return {}
     from egpu_setup.detect.lspci import parse_lspci
@@ -398,7 +398,7 @@ def _lspci_entries(text: str | None) -> dict:
 
 
 def _gpus_from_text(
-    lspci: dict, smi: object | None, texts: tuple[str, ...] = ()
+    lspci: dict[str, LspciEntry], smi: object | None, texts: tuple[str, ...] = ()
 ) -> tuple[Gpu, ...]:
     """GPUs from command text alone (a pasted report, WSL2): ids and names, placement unknown
     unless the name itself says laptop GPU. `texts` are other pasted outputs (an lspci.txt that is

@@ -13,6 +13,7 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # What a manager's state does to an NVIDIA eGPU, worst first (the data file's header says each).
 EFFECTS = ("disables-nvidia", "egpu-manager", "display", "x-on-nvidia", "installed")
@@ -127,7 +128,7 @@ def load_managers() -> tuple[Manager, ...]:
     return tuple(_manager(entry) for entry in data["managers"])
 
 
-def _manager(entry: dict) -> Manager:
+def _manager(entry: dict[str, Any]) -> Manager:
     marker_files = []
     for f in entry["files"]:
         rules = tuple(Rule(r["match"], r["mode"], _effect(r["effect"])) for r in f.get("rules", ()))

