@@ -82,20 +82,11 @@ def summary_lines(advice: tuple[Advice, ...]) -> list[str]:
 
 
 def _wrapped(head: str, text: str) -> list[str]:
-    """`text` wrapped at 100 columns under `head`; each of its lines a paragraph of its own."""
-    import textwrap
-
-    out: list[str] = []
-    for paragraph in text.split("\n"):
-        out += textwrap.wrap(
-            paragraph,
-            100,
-            initial_indent=head if not out else " " * len(head),
-            subsequent_indent=" " * len(head),
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
-    return out
+    """`text` under `head`, each of its lines a paragraph of its own, aligned under the first.
+    Not wrapped here: the command wraps the whole plan to the terminal (text.fit), and a pipe
+    gets one line per paragraph, as a script reads it."""
+    paragraphs = text.split("\n")
+    return [head + paragraphs[0]] + [" " * len(head) + p for p in paragraphs[1:]]
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
