@@ -148,6 +148,10 @@ class TbDevice:
     rx_lanes: int | None = None
     tx_speed_gbps: float | None = None
     tx_lanes: int | None = None
+    # the DROM's ids, as the sysfs `vendor` and `device` attributes print them ("0x8" ->
+    # "0008"): what a lab's hotplug.first_boot_enrol list names an enclosure model by
+    vendor_id: str | None = None
+    device_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -296,28 +296,9 @@ def image_actions(
                 ),
             )
         )
-    model = hotplug.first_boot_enrol_model
-    if "config" in only and not hotplug.pinned_enclosures and model:
-        guard = (
-            "the profile accepts a domain without IOMMU DMA protection (hotplug.accept_no_iommu)"
-            if hotplug.accept_no_iommu
-            else "only where the domain has IOMMU DMA protection"
-        )
-        actions.append(
-            PersonAction(
-                "enclosure-by-model",
-                EACH_LAPTOP,
-                "the first-boot unit enrols the first unauthorized Thunderbolt device that "
-                f"calls itself '{model}' (hotplug.first_boot_enrol_model), by its unique id, "
-                f"{guard}",
-                (
-                    "at the laptop: connect the lab's enclosure before any other Thunderbolt "
-                    "device (anything claiming that name first is trusted)",
-                    "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures)",
-                ),
-            )
-        )
-    if "config" in only and not hotplug.pinned_enclosures and not model:
+    if "config" in only and not hotplug.pinned_enclosures:
+        actions += _unpinned_enrol_actions(hotplug)
+    if "config" in only and not hotplug.pinned_enclosures and not hotplug.unpinned_enrol:
         actions.append(
             PersonAction(
                 "enclosure-to-pin",
@@ -328,8 +309,9 @@ def image_actions(
                     "at the laptop: `boltctl list`, then `sudo boltctl enroll --policy iommu "
                     "UUID` for the enclosure",
                     "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures) in the "
-                    "profile, or opt in to hotplug.first_boot_enrol_model (the first device of "
-                    "that model is trusted by its claimed name)",
+                    "profile, or opt in to hotplug.first_boot_enrol_model or "
+                    "hotplug.first_boot_enrol (the first device of that model, of those ids, or "
+                    "the first seen is trusted for what it claims)",
                 ),
             )
         )
@@ -356,3 +338,50 @@ def image_actions(
             )
         )
     return actions
+
+
+def _unpinned_enrol_actions(hotplug: HotplugOptions) -> list[PersonAction]:
+    """The enclosure policy of a profile that pins none and opts in to enrolling one by what it
+    claims (install/enrol.py choose): each says whom first boot trusts, and under which guard."""
+    guard = (
+        "the profile accepts a domain without IOMMU DMA protection (hotplug.accept_no_iommu)"
+        if hotplug.accept_no_iommu
+        else "only where the domain has IOMMU DMA protection"
+    )
+    instead = "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures)"
+    first = "at the laptop: connect the lab's enclosure before any other Thunderbolt device"
+    out: list[PersonAction] = []
+    if hotplug.first_boot_enrol_model:
+        out.append(
+            PersonAction(
+                "enclosure-by-model",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device that "
+                f"calls itself '{hotplug.first_boot_enrol_model}' "
+                f"(hotplug.first_boot_enrol_model), by its unique id, {guard}",
+                (f"{first} (anything claiming that name first is trusted)", instead),
+            )
+        )
+    if hotplug.first_boot_enrol_ids:
+        ids = ", ".join(hotplug.first_boot_enrol or [])
+        out.append(
+            PersonAction(
+                "enclosure-by-id",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device whose "
+                f"vendor:device ids are {ids} (hotplug.first_boot_enrol), by its unique id, "
+                f"{guard}",
+                (f"{first} (anything reporting those ids first is trusted)", instead),
+            )
+        )
+    if hotplug.first_boot_first_seen:
+        out.append(
+            PersonAction(
+                "enclosure-first-seen",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device it sees, "
+                f"whatever it is (hotplug.first_boot_enrol: first-seen), by its unique id, {guard}",
+                (f"{first} (any device plugged in first is trusted)", instead),
+            )
+        )
+    return out
