@@ -38,7 +38,7 @@ from pathlib import Path
 
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.host.machine import Host, LiveHost
-from egpu_setup.plan.steps import CopyFile, Plan, Step, WriteFile
+from egpu_setup.plan.steps import AptInstall, CopyFile, Plan, Step, WriteFile
 from egpu_setup.state.atomic import atomic_write, make_dirs, sha256
 
 KEY_NAME = "mok.key"
@@ -49,6 +49,7 @@ IMAGE_KEY = f"{IMAGE_DIR}/{KEY_NAME}"
 IMAGE_CERT = f"{IMAGE_DIR}/{CERT_NAME}"
 IMAGE_HASH = f"{IMAGE_DIR}/{HASH_NAME}"
 DKMS_CONF = "/etc/dkms/framework.conf.d/egpu-setup-mok.conf"
+MOKUTIL = "/usr/bin/mokutil"  # Debian's and Ubuntu's package `mokutil`, in main
 DEFAULT_NAME = "egpu-setup lab module signing key"
 # DKMS makes its own key valid for 36500 days (dkms.in prepare_mok); shim does not check the
 # validity of a MOK when it verifies, and neither does the kernel for a module signature
@@ -228,11 +229,21 @@ mok_certificate="{IMAGE_CERT}"
 """
 
 
-def lab_key_steps(target: Host, lab: LabKey) -> list[Step]:
-    """The copies of the lab's files and DKMS's drop-in, each only where the image differs."""
+def lab_key_steps(target: Host, lab: LabKey, lock_timeout: int) -> list[Step]:
+    """The copies of the lab's files and DKMS's drop-in, each only where the image differs, and
+    mokutil, which first boot queues the enrolment with."""
     from egpu_setup.plan.config import unified_diff
 
     steps: list[Step] = []
+    if not target.exists(MOKUTIL):
+        steps.append(
+            AptInstall(
+                ("mokutil",),
+                no_install_recommends=True,
+                lock_timeout=lock_timeout,
+                reason="first boot queues the lab's key for MokManager with it",
+            )
+        )
     for name, digest, mode, what in (
         (KEY_NAME, lab.key_sha256, 0o600, "the lab's module signing key (DKMS signs with it)"),
         (CERT_NAME, lab.cert_sha256, 0o644, "its certificate, which first boot queues for MOK"),
@@ -260,10 +271,12 @@ def lab_key_steps(target: Host, lab: LabKey) -> list[Step]:
     return steps
 
 
-def with_lab_key(plan: Plan, target: Host, only: frozenset[str], directory: str | None) -> Plan:
+def with_lab_key(
+    plan: Plan, target: Host, only: frozenset[str], directory: str | None, lock_timeout: int
+) -> Plan:
     """The plan with the lab's key first: before the driver's packages, whose DKMS build signs
     the module with it."""
     if not directory or "driver" not in only:
         return plan
-    steps = lab_key_steps(target, load_lab_key(directory))
+    steps = lab_key_steps(target, load_lab_key(directory), lock_timeout)
     return Plan((*steps, *plan.steps), plan.warnings, plan.notes)

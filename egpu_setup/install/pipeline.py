@@ -85,7 +85,7 @@ def prepare(options: InstallOptions) -> Prepared:
         rendered.links,
     )
     plan = finish_plan(plan, tool, target, facts, profile, only, options.lock_timeout)
-    plan = with_lab_key(plan, target, only, options.mok_key)
+    plan = with_lab_key(plan, target, only, options.mok_key, options.lock_timeout)
     stale = inputs.stale_warning(paths)
     warnings += [stale] if stale else []
     warnings += [*resolution.warnings, *plan.warnings, *_without_waiting(rendered.notes, facts)]

@@ -118,17 +118,19 @@ def test_the_dry_run_copies_the_key_first_and_never_shows_its_bytes(
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     kinds = [(s["kind"], s.get("path")) for s in data["steps"]]
-    assert kinds[:4] == [
+    assert kinds[:5] == [
+        ("apt-install", None),  # mokutil, which first boot queues the key with
         ("copy-file", "/etc/egpu-setup/mok/mok.key"),
         ("copy-file", LAB_CERT),
         ("copy-file", LAB_HASH),
         ("write-file", mok_key.DKMS_CONF),
     ], kinds
-    assert data["steps"][0]["mode"] == 0o600 and data["steps"][0]["source"] == str(lab / "mok.key")
+    assert data["steps"][0]["packages"] == ["mokutil"]
+    assert data["steps"][1]["mode"] == 0o600 and data["steps"][1]["source"] == str(lab / "mok.key")
     driver = next(
         i for i, s in enumerate(data["steps"]) if "nvidia-kernel-dkms" in s["description"]
     )
-    assert driver > 3  # DKMS builds (and signs) the module after the key is in place
+    assert driver > 4  # DKMS builds (and signs) the module after the key is in place
     body = "".join((lab / "mok.key").read_text().splitlines()[1:-1])
     hashed = (lab / "mok.hash").read_text().strip()
     assert body[:40] not in res.stdout and hashed not in res.stdout
@@ -187,10 +189,13 @@ def test_the_executor_copies_the_key_root_only_and_rollback_takes_it_back(
     tmp_path: Path, lab: Path
 ) -> None:
     root = tmp_path / "image"
-    (root / "etc").mkdir(parents=True)
+    (root / "usr/bin").mkdir(parents=True)
     target = RootHost(root)
-    plan = mok_key.with_lab_key(Plan(()), target, frozenset({"driver"}), str(lab))
-    assert len(plan.steps) == 4
+    plan = mok_key.with_lab_key(Plan(()), target, frozenset({"driver"}), str(lab), 60)
+    assert [s.kind for s in plan.steps][:1] == ["apt-install"]  # no mokutil in the image yet
+    (root / "usr/bin/mokutil").write_text("#!/bin/sh\n")  # as if mokutil were installed
+    plan = mok_key.with_lab_key(Plan(()), target, frozenset({"driver"}), str(lab), 60)
+    assert [s.kind for s in plan.steps] == ["copy-file"] * 3 + ["write-file"]
     _execute(root, plan)
     image = root / "etc/egpu-setup/mok"
     for name, mode in (("mok.key", 0o600), ("mok.der", 0o644), ("mok.hash", 0o600)):
@@ -203,8 +208,8 @@ def test_the_executor_copies_the_key_root_only_and_rollback_takes_it_back(
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert said == [mok_key.IMAGE_KEY, LAB_CERT]
-    assert mok_key.with_lab_key(Plan(()), target, frozenset({"driver"}), str(lab)).empty
-    assert mok_key.with_lab_key(Plan(()), target, frozenset({"torch"}), str(lab)).empty
+    assert mok_key.with_lab_key(Plan(()), target, frozenset({"driver"}), str(lab), 60).empty
+    assert mok_key.with_lab_key(Plan(()), target, frozenset({"torch"}), str(lab), 60).empty
     res = run_cli("rollback", "--root", str(root), "--yes", "--json")
     assert res.returncode == 0, res.stderr
     assert not image.exists() and not conf.exists(), sorted(map(str, root.rglob("*")))
@@ -214,9 +219,10 @@ def test_a_key_swapped_after_planning_is_not_copied(tmp_path: Path, lab: Path) -
     from egpu_setup.errors import EgpuSetupError
 
     root = tmp_path / "image"
-    (root / "etc").mkdir(parents=True)
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/mokutil").write_text("#!/bin/sh\n")
     mine = _copy_lab(tmp_path, lab)
-    plan = mok_key.with_lab_key(Plan(()), RootHost(root), frozenset({"driver"}), str(mine))
+    plan = mok_key.with_lab_key(Plan(()), RootHost(root), frozenset({"driver"}), str(mine), 60)
     (mine / "mok.key").write_bytes(b"-----BEGIN PRIVATE KEY-----\nswapped\n")
     with pytest.raises(EgpuSetupError, match="changed"):
         _execute(root, plan)
