@@ -52,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "firstboot",
         "A lab image's first boot: enrol the enclosure, wait for the eGPU, verify.",
     ),
+    "mok-key": ("mok_key", "Make a lab's Secure Boot module signing key (install --mok-key)."),
 }
 
 EPILOG = """\b

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from egpu_setup.commands._options import (
+    NonEmptyPath,
     cuda_option,
     driver_branch_option,
     echo_json,
@@ -40,6 +41,7 @@ Examples:
   sudo egpu-setup install --profile rtx4090 --yes       # provision this laptop
   egpu-setup install --profile rtx4090 --only torch --cuda cpu --venv ~/torch-venv
   sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
+  sudo egpu-setup install --profile lab.yaml --root /srv/image --mok-key /root/lab-mok --yes
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
   sudo egpu-setup install --bundle /media/usb/lab-bundle --bundle-sha256 HEX --yes  # offline
   sudo egpu-setup install --profile rtx4090 --matrix updated --yes  # after `matrix update`
@@ -114,6 +116,15 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     default=True,
     help="Run `verify --quick` after installing torch.",
 )
+@click.option(
+    "--mok-key",
+    "mok_key",
+    type=NonEmptyPath(file_okay=False, exists=True),
+    default=None,
+    metavar="DIR",
+    help="With --root: sign the image's DKMS module with the lab's key in DIR (mok.key, mok.der, "
+    "mok.hash; `egpu-setup mok-key new DIR`); first boot queues its enrolment.",
+)
 @matrix_option
 def command(
     profile_name: str | None,
@@ -137,6 +148,7 @@ def command(
     download_timeout: int,
     enclosure: str | None,
     run_verify: bool,
+    mok_key: str | None,
     matrix_choice: str,
 ) -> None:
     """Provision this machine: NVIDIA driver, torch venv, hot-plug configuration.
@@ -170,6 +182,7 @@ def command(
         run_verify=run_verify,
         matrix=matrix_choice,
         enclosure=enclosure,
+        mok_key=mok_key,
     )
     prepared = prepare(options)
     if dry_run:

@@ -148,6 +148,12 @@ class TbDevice:
     rx_lanes: int | None = None
     tx_speed_gbps: float | None = None
     tx_lanes: int | None = None
+    # the DROM's ids, as the sysfs `vendor` and `device` attributes print them ("0x8" ->
+    # "0008", Documentation/ABI/testing/sysfs-bus-thunderbolt): what a lab's
+    # hotplug.first_boot_enrol list names an enclosure model by. Some routers have neither
+    # attribute (https://github.com/intel/thunderbolt-utils/issues/3): None, never matched
+    vendor_id: str | None = None
+    device_id: str | None = None
 
 
 @dataclass(frozen=True)

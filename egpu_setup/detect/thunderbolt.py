@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from egpu_setup.detect.facts import TbDevice, TbDomain, ThunderboltFacts
-from egpu_setup.detect.sysfs import parse_bool01, parse_gbps, parse_int
+from egpu_setup.detect.sysfs import parse_bool01, parse_gbps, parse_hex_id, parse_int
 from egpu_setup.host.machine import Host
 
 TYPE_CHECKING = False  # typing costs 2 ms of every start; these names are for mypy only
@@ -60,6 +60,8 @@ def probe_thunderbolt(host: Host) -> ThunderboltFacts:
                 rx_lanes=parse_int(host.read_attr(f"{base}/rx_lanes")),
                 tx_speed_gbps=parse_gbps(host.read_attr(f"{base}/tx_speed")),
                 tx_lanes=parse_int(host.read_attr(f"{base}/tx_lanes")),
+                vendor_id=parse_hex_id(host.read_attr(f"{base}/vendor")),
+                device_id=parse_hex_id(host.read_attr(f"{base}/device")),
             )
         )
     if not domains and not devices and bolt:

@@ -28,6 +28,7 @@ from egpu_setup.log import get_logger
 from egpu_setup.plan.steps import (
     AptInstall,
     AptRepository,
+    CopyFile,
     CreateLink,
     EnableUnit,
     InstallTool,
@@ -126,7 +127,7 @@ def recover(
 
 
 def _paths_of(step: Step) -> list[str]:
-    if isinstance(step, WriteFile):
+    if isinstance(step, (WriteFile, CopyFile)):
         return [step.path]
     if isinstance(step, AptRepository):
         return [p for p in (step.sources_path, step.keyring_path, step.pin_path) if p]
@@ -230,6 +231,9 @@ def _apply(
     host = ctx.host
     if isinstance(step, WriteFile):
         execute_files.write_managed(ctx, step.path, step.content.encode(), step.mode)
+        return "done", ""
+    if isinstance(step, CopyFile):
+        execute_files.copy_managed(ctx, step.path, step.source, step.sha256, step.mode)
         return "done", ""
     if isinstance(step, EnableUnit):
         for link in step.links:

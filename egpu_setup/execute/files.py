@@ -119,6 +119,20 @@ def write_managed(
     ctx.written.append(path)
 
 
+def copy_managed(ctx: Context, path: str, source: str, digest: str, mode: int) -> None:
+    """`write_managed` of a file of this machine (a lab's signing key: its bytes are in no plan),
+    only when it still has the sha256 it was planned with."""
+    from egpu_setup.host.machine import LiveHost
+
+    data = LiveHost().read_bytes(source, 1 << 20)
+    if data is None or sha256(data) != digest:
+        raise EgpuSetupError(
+            f"{source} changed (or went) since the plan was made; {path} was not written",
+            "check who else writes there, then run the same command again",
+        )
+    write_managed(ctx, path, data, mode)
+
+
 def link_managed(ctx: Context, path: str, target: str) -> None:
     """A symlink `path` -> `target` (as `systemctl enable` makes), replaced atomically."""
     real = location(ctx.host, path)

@@ -64,9 +64,15 @@ OTHER_OWNED = (
 # What `install --root` adds to a lab image (image/additions.py, image/tool.py, which sit
 # above this layer; tests/install/test_image_steps_owned.py keeps the two lists in step): the
 # first-boot marker and the profiles it names (with a header), the link to the tool's venv,
-# Debian's persistenced unit masked, and the seal (machine-id(5) "uninitialized", D-Bus's link).
+# Debian's persistenced unit masked, and the seal (machine-id(5) "uninitialized", D-Bus's link);
+# with --mok-key the lab's signing key, certificate and password hash, and DKMS's drop-in naming
+# them (install/mok_key.py).
 IMAGE_OWNED = (
     FIRSTBOOT_MARKER,
+    "/etc/egpu-setup/mok/mok.key",
+    "/etc/egpu-setup/mok/mok.der",
+    "/etc/egpu-setup/mok/mok.hash",
+    "/etc/dkms/framework.conf.d/egpu-setup-mok.conf",
     "/etc/egpu-setup/profiles/*.yaml",
     "/usr/local/bin/egpu-setup",
     "/etc/systemd/system/nvidia-persistenced.service",

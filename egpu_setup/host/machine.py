@@ -278,14 +278,22 @@ class Host:
         env: Mapping[str, str] | None = None,
         run_as: tuple[int, int] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        input: bytes | None = None,
     ) -> Result:
         """Run argv (a list, never a shell string) to its end, its output captured, in the C
         locale (parsers read it). ExecutionError when it cannot start or misses the deadline.
-        run_as: (uid, gid) to run as, no supplementary groups (host/trust.py decides it)."""
+        run_as: (uid, gid) to run as, no supplementary groups (host/trust.py decides it).
+        input: a few bytes on stdin, a secret an argv would show (host/process.py spawn)."""
         full, spawn_env, replace = self.spawn_args(argv, {**_C_LOCALE, **(env or {})}, False)
         log.debug("run: %s", full)
         res = process.spawn(
-            full, env=spawn_env, replace_env=replace, timeout=timeout, run_as=run_as, cwd=cwd
+            full,
+            env=spawn_env,
+            replace_env=replace,
+            timeout=timeout,
+            run_as=run_as,
+            cwd=cwd,
+            input=input,
         )
         if res.timed_out and timeout is not None:
             raise TimedOut(

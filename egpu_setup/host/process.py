@@ -7,7 +7,9 @@ a recording; this module does the spawning for all of them:
   plan's commands), keeps the output, and holds a deadline whether or not the child prints.
   (`egpu-setup verify`'s child, whose DDP ranks may leave the session, starts through
   host/tracked_session.py, which tracks its descendants by a token in their environment.)
-  stdin is closed: nothing ever waits for an answer from a terminal.
+  stdin is closed, or a pipe holding the few bytes the caller gives (`input`: a secret such as
+  a password, which an argv would show to every user in /proc/PID/cmdline) and then closed:
+  nothing ever waits for an answer from a terminal.
 - The child leads a session of its own (start_new_session=True: a new session and process group,
   both numbered by its pid). On timeout, or when this process is interrupted, the whole session
   is ended: the process group, and every process still in the session after moving to a group
@@ -41,11 +43,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from egpu_setup.errors import ExecutionError
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the oldest go first
 DRAIN_S = 2.0  # after the child exited: how long output still arriving is read
+# `input` is written whole before the output is read: it must fit in the pipe's buffer (pipe(7):
+# 16 pages since Linux 2.6.11; one page is the least POSIX promises for an atomic write)
+MAX_INPUT = 4096
 KILL_WAIT_S = 5.0  # after SIGKILL: how long to wait before calling the child stuck
 INTERRUPT_GRACE_S = 5.0  # Ctrl-C: SIGINT to the session, then SIGKILL after this
 _POLL_S = 0.25  # how often a silent child is checked on
@@ -134,6 +140,7 @@ def spawn(
     merge_stderr: bool = False,
     run_as: tuple[int, int] | None = None,
     term_grace: float = 0.0,
+    input: bytes | None = None,
 ) -> Result:
     """Run `argv` to its end (or its deadline) in a session of its own; never raises on a
     non-zero exit or a timeout (see Result), only when the program cannot be started.
@@ -142,14 +149,17 @@ def spawn(
     cwd: `/` unless given (the child's own folder never decides what it loads).
     on_line: called with each line of stdout (and of stderr with merge_stderr) as it arrives.
     run_as: (uid, gid) to run as, with no supplementary groups (root starting a user's Python).
-    term_grace: on timeout, seconds between SIGTERM and SIGKILL (0: SIGKILL at once)."""
+    term_grace: on timeout, seconds between SIGTERM and SIGKILL (0: SIGKILL at once).
+    input: up to MAX_INPUT bytes on stdin, then end of file (else stdin is /dev/null)."""
+    if input is not None and len(input) > MAX_INPUT:
+        raise ValueError(f"input of {len(input)} bytes: at most {MAX_INPUT}")
     argv = prepare(argv)
     full_env = child_env(env, replace_env, run_as)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             env=full_env,
@@ -172,6 +182,8 @@ def spawn(
             argv=argv,
             rc=126,
         ) from exc
+    if proc.stdin is not None:
+        _give(proc.stdin, input or b"")
     out, err = _Buffer(on_line), _Buffer(on_line if merge_stderr else None)
     deadline = None if timeout is None else started + timeout
     try:
@@ -357,6 +369,15 @@ def start_time(pid: int | str) -> int | None:
     if fields is None or len(fields) < 20 or not fields[19].isdigit():
         return None
     return int(fields[19])
+
+
+def _give(stdin: IO[bytes], data: bytes) -> None:
+    """Write `data` (it fits in the pipe: MAX_INPUT) and close, so the child reads end of file;
+    a child that exited without reading it is not an error here (its exit status says)."""
+    with contextlib.suppress(BrokenPipeError):
+        stdin.write(data)
+    with contextlib.suppress(BrokenPipeError):
+        stdin.close()
 
 
 def _pump(

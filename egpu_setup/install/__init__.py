@@ -11,6 +11,7 @@ outcome as text and JSON), `report` (the saved install report), `preflight` (che
 anything changes), `review` (the plan reviewed: `attention` for what a person must do, `advice`
 for the summary), `day_after` (the verify after the reboot),
 `enrol` (enrolling the enclosure: one core for install and the first boot), `firstboot`
-(`egpu-setup firstboot`, a lab image's first boot), `user_venv` (`egpu-setup venv`: a user's
+(`egpu-setup firstboot`, a lab image's first boot), `mok_key` (a lab's Secure Boot key, made
+and planned into an image), `user_venv` (`egpu-setup venv`: a user's
 own venv on the root-owned torch venv).
 """

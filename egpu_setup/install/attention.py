@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egpu_setup.detect.facts import HostFacts
-from egpu_setup.errors import ActionRequired
+from egpu_setup.errors import ActionRequired, EgpuSetupError
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.steps import AptInstall, Plan
 from egpu_setup.profile.types import HotplugOptions
@@ -103,7 +103,10 @@ def refuse_blocking(actions: tuple[PersonAction, ...], force: bool, warn: Any) -
 # 04154266549a7b3723f8e7a18515b59c34e921b1/dkms.in; README "Module signing").
 DKMS_KEY = "/var/lib/dkms/mok.pub"
 UBUNTU_KEY = "/var/lib/shim-signed/mok/MOK.der"
-MOK_KEYS = (DKMS_KEY, UBUNTU_KEY)
+# a lab's own key, which `install --root --mok-key` puts first in DKMS's way (install/mok_key.py)
+LAB_CERT = "/etc/egpu-setup/mok/mok.der"
+LAB_HASH = "/etc/egpu-setup/mok/mok.hash"
+MOK_KEYS = (LAB_CERT, DKMS_KEY, UBUNTU_KEY)
 
 # The console steps, as the dkms README ("Secure Boot") and the Debian wiki give them:
 # https://github.com/dkms-project/dkms/blob/04154266549a7b3723f8e7a18515b59c34e921b1/README.md,
@@ -277,7 +280,10 @@ def image_actions(
         return []
     actions: list[PersonAction] = []
     dkms = dkms_packages(plan, target) if "driver" in only else ()
-    if dkms:
+    lab = any(getattr(s, "path", None) == LAB_CERT for s in plan.steps) or target.exists(LAB_CERT)
+    if dkms and lab:
+        actions.append(_lab_key_action(dkms))
+    elif dkms:
         key = signing_key(facts, target)
         actions.append(
             PersonAction(
@@ -296,28 +302,9 @@ def image_actions(
                 ),
             )
         )
-    model = hotplug.first_boot_enrol_model
-    if "config" in only and not hotplug.pinned_enclosures and model:
-        guard = (
-            "the profile accepts a domain without IOMMU DMA protection (hotplug.accept_no_iommu)"
-            if hotplug.accept_no_iommu
-            else "only where the domain has IOMMU DMA protection"
-        )
-        actions.append(
-            PersonAction(
-                "enclosure-by-model",
-                EACH_LAPTOP,
-                "the first-boot unit enrols the first unauthorized Thunderbolt device that "
-                f"calls itself '{model}' (hotplug.first_boot_enrol_model), by its unique id, "
-                f"{guard}",
-                (
-                    "at the laptop: connect the lab's enclosure before any other Thunderbolt "
-                    "device (anything claiming that name first is trusted)",
-                    "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures)",
-                ),
-            )
-        )
-    if "config" in only and not hotplug.pinned_enclosures and not model:
+    if "config" in only and not hotplug.pinned_enclosures:
+        actions += _unpinned_enrol_actions(hotplug)
+    if "config" in only and not hotplug.pinned_enclosures and not hotplug.unpinned_enrol:
         actions.append(
             PersonAction(
                 "enclosure-to-pin",
@@ -328,8 +315,9 @@ def image_actions(
                     "at the laptop: `boltctl list`, then `sudo boltctl enroll --policy iommu "
                     "UUID` for the enclosure",
                     "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures) in the "
-                    "profile, or opt in to hotplug.first_boot_enrol_model (the first device of "
-                    "that model is trusted by its claimed name)",
+                    "profile, or opt in to hotplug.first_boot_enrol_model or "
+                    "hotplug.first_boot_enrol (the first device of that model, of those ids, or "
+                    "the first seen is trusted for what it claims)",
                 ),
             )
         )
@@ -356,3 +344,92 @@ def image_actions(
             )
         )
     return actions
+
+
+def _unpinned_enrol_actions(hotplug: HotplugOptions) -> list[PersonAction]:
+    """The enclosure policy of a profile that pins none and opts in to enrolling one by what it
+    claims (install/enrol.py choose): each says whom first boot trusts, and under which guard."""
+    guard = (
+        "the profile accepts a domain without IOMMU DMA protection (hotplug.accept_no_iommu)"
+        if hotplug.accept_no_iommu
+        else "only where the domain has IOMMU DMA protection"
+    )
+    instead = "instead: pin hotplug.enclosure_unique_ids (the lab's enclosures)"
+    first = "at the laptop: connect the lab's enclosure before any other Thunderbolt device"
+    out: list[PersonAction] = []
+    if hotplug.first_boot_enrol_model:
+        out.append(
+            PersonAction(
+                "enclosure-by-model",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device that "
+                f"calls itself '{hotplug.first_boot_enrol_model}' "
+                f"(hotplug.first_boot_enrol_model), by its unique id, {guard}",
+                (f"{first} (anything claiming that name first is trusted)", instead),
+            )
+        )
+    if hotplug.first_boot_enrol_ids:
+        ids = ", ".join(hotplug.first_boot_enrol or [])
+        out.append(
+            PersonAction(
+                "enclosure-by-id",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device whose "
+                f"vendor:device ids are {ids} (hotplug.first_boot_enrol), by its unique id, "
+                f"{guard}",
+                (f"{first} (anything reporting those ids first is trusted)", instead),
+            )
+        )
+    if hotplug.first_boot_first_seen:
+        out.append(
+            PersonAction(
+                "enclosure-first-seen",
+                EACH_LAPTOP,
+                "the first-boot unit enrols the first unauthorized Thunderbolt device it sees, "
+                f"whatever it is (hotplug.first_boot_enrol: first-seen), by its unique id, {guard}",
+                (f"{first} (any device plugged in first is trusted)", instead),
+            )
+        )
+    return out
+
+
+def _lab_key_action(dkms: tuple[str, ...]) -> PersonAction:
+    """The one console step left with the lab's key (--mok-key): first boot has queued it."""
+    return PersonAction(
+        "mok-enrolment",
+        EACH_LAPTOP,
+        f"where Secure Boot is on: {', '.join(dkms)} is built by DKMS inside the image and its "
+        f"module signed with the lab's key ({LAB_CERT}, from --mok-key); the first-boot unit "
+        f"queues its enrolment (`mokutil --import {LAB_CERT} --hash-file {LAB_HASH}`) and "
+        "reports mok-needed until it is enrolled",
+        (
+            "at the laptop, once, at the boot after the first: in the blue MokManager screen "
+            "choose 'Enroll MOK', 'Continue', 'Yes', type the lab's one-time password, and let "
+            "it reboot (MokManager waits a few seconds for a key before it boots on)",
+            "after that, images built with the same --mok-key need no step at that laptop",
+            "instead: turn Secure Boot off in the firmware setup",
+        ),
+    )
+
+
+def queue_lab_key(host: Host, secure_boot: bool | None) -> str | None:
+    """First boot: queue the lab's key for MokManager (`mokutil --import CERT --hash-file HASH`,
+    the one-time password's hash chosen at build time, so nobody types it here) while Secure
+    Boot is on and the key is not enrolled nor already queued. What was done, in words; None
+    when nothing was to do."""
+    if not secure_boot or not (host.exists(LAB_CERT) and host.exists(LAB_HASH)):
+        return None
+    if key_state(host, LAB_CERT) != "not-enrolled":
+        return None
+    argv = ["mokutil", "--import", LAB_CERT, "--hash-file", LAB_HASH]
+    try:
+        res = host.run(argv, timeout=60.0)
+    except EgpuSetupError as exc:
+        return f"mokutil --import did not run: {exc.message}"
+    if res.rc != 0:
+        tail = (res.err or res.out).strip().splitlines()[-1:] or [f"exit {res.rc}"]
+        return f"mokutil --import {LAB_CERT} failed: {tail[0]}"
+    return (
+        f"queued the lab's key {LAB_CERT} for enrolment: confirm it in MokManager at the next "
+        "boot ('Enroll MOK', the lab's one-time password)"
+    )

@@ -6,8 +6,10 @@ Thunderbolt device is connected with `authorized` = 0 (Documentation/admin-guide
 
 - `choose` (pure) picks a device only when the lab's policy names it: a UUID the profile pins
   (`hotplug.enclosure_unique_id`, `hotplug.enclosure_unique_ids`) or given as `--enclosure`; or,
-  only when the profile opts in (`hotplug.first_boot_enrol_model`, a stated risk), the first
-  unauthorized device of that model. Otherwise a person picks one (install, interactively) or
+  only when the profile opts in (a stated risk), the first unauthorized device of a model it
+  names (`hotplug.first_boot_enrol_model` by sysfs vendor and name, `hotplug.first_boot_enrol`
+  by the DROM's vendor:device ids) or, with `first_boot_enrol: first-seen`, the first one seen.
+  Otherwise a person picks one (install, interactively) or
   none is enrolled, and the devices are listed by vendor, name and UUID.
 - `apply_enrolment` authorizes it through the Host: `boltctl enroll --policy P UUID` where bolt
   can enrol (`bolt_can_enrol`, which the render plan asks too; stored in boltd's database,
@@ -50,6 +52,8 @@ class EnrolPolicy:
 
     pinned: tuple[str, ...] = ()  # UUIDs, lower case
     first_of_model: str | None = None  # "Razer Core X": the profile's opt-in (a risk)
+    first_of_ids: tuple[tuple[str, str], ...] = ()  # (vendor_id, device_id): also an opt-in
+    first_seen: bool = False  # any model: the widest opt-in, still one device by its UUID
 
     @classmethod
     def of(cls, hotplug: HotplugOptions, extra: Sequence[str] = ()) -> EnrolPolicy:
@@ -59,6 +63,8 @@ class EnrolPolicy:
         return cls(
             tuple(dict.fromkeys((*given, *hotplug.pinned_enclosures))),
             hotplug.first_boot_enrol_model,
+            hotplug.first_boot_enrol_ids,
+            hotplug.first_boot_first_seen,
         )
 
 
@@ -67,7 +73,7 @@ class Choice:
     """The device to enrol (None: none) and why, in words."""
 
     device: TbDevice | None
-    how: str  # pinned / model / asked / none
+    how: str  # pinned / model / ids / first-seen / asked / none
     reason: str
 
 
@@ -97,14 +103,24 @@ def _model(dev: TbDevice) -> tuple[str, ...]:
     return tuple(s.casefold() for s in (full, dev.name or "") if s)
 
 
+# how a device was chosen without being pinned or picked by a person: trusted for what it claims
+UNPINNED = ("model", "ids", "first-seen")
+
+
+def _ids(dev: TbDevice) -> str:
+    return f"0x{int(dev.vendor_id or '0', 16):x}:0x{int(dev.device_id or '0', 16):x}"
+
+
 def choose(devices: Sequence[TbDevice], policy: EnrolPolicy) -> Choice:
-    """The device the policy names, else none (pure; module docstring)."""
+    """The device the policy names, else none (pure; module docstring). Pinned first; then, in
+    sysfs order, the first of the named model, of the listed ids, or any (first-seen)."""
     for dev in devices:
         if (dev.unique_id or "").lower() in policy.pinned:
             return Choice(dev, "pinned", f"{describe(dev)} is pinned")
+    in_order = sorted(devices, key=lambda d: d.sysfs_name or "")
     if policy.first_of_model:
         want = policy.first_of_model.casefold()
-        for dev in sorted(devices, key=lambda d: d.sysfs_name or ""):
+        for dev in in_order:
             if want in _model(dev):
                 return Choice(
                     dev,
@@ -112,6 +128,21 @@ def choose(devices: Sequence[TbDevice], policy: EnrolPolicy) -> Choice:
                     f"{describe(dev)} is the first {policy.first_of_model} seen "
                     "(hotplug.first_boot_enrol_model: trusted for its claimed model name)",
                 )
+    for dev in in_order:
+        if (dev.vendor_id, dev.device_id) in policy.first_of_ids:
+            return Choice(
+                dev,
+                "ids",
+                f"{describe(dev)} is the first device with ids {_ids(dev)} seen "
+                "(hotplug.first_boot_enrol: trusted for the ids it reports)",
+            )
+    if policy.first_seen and in_order:
+        return Choice(
+            in_order[0],
+            "first-seen",
+            f"{describe(in_order[0])} is the first unauthorized device seen "
+            "(hotplug.first_boot_enrol: first-seen: trusted for being first)",
+        )
     listed = "; ".join(describe(d) for d in devices) or "none"
     return Choice(None, "none", f"unauthorized Thunderbolt devices: {listed}")
 
@@ -124,14 +155,15 @@ def unpinned_refusal(choice: Choice, facts: HostFacts, hotplug: HotplugOptions) 
     (hotplug.accept_no_iommu). None: it may be enrolled."""
     from egpu_setup.render.thunderbolt import domain_of
 
-    if choice.how != "model" or choice.device is None or hotplug.accept_no_iommu:
+    if choice.how not in UNPINNED or choice.device is None or hotplug.accept_no_iommu:
         return None
     domain = domain_of(facts, choice.device)
     if domain is not None and domain.iommu_dma_protection:
         return None
     where = domain.name if domain else "its domain"
+    key = "hotplug.first_boot_enrol_model" if choice.how == "model" else "hotplug.first_boot_enrol"
     return (
-        f"{describe(choice.device)} matches hotplug.first_boot_enrol_model, but {where} has no "
+        f"{describe(choice.device)} is chosen by {key}, but {where} has no "
         f"IOMMU DMA protection ({TB_DEVICES}/{where}/iommu_dma_protection is not 1), so a device "
         "trusted by its claimed name is not enrolled; turn on the IOMMU in the firmware, pin "
         "hotplug.enclosure_unique_ids, or set hotplug.accept_no_iommu: true to accept the risk"

@@ -10,7 +10,10 @@ plugged in, while /var/lib/egpu-setup/firstboot-pending exists (`install --root`
    --enclosure UUID`: the udev rule or bolt keeps the enclosure authorized at every plug-in,
    and the rules match the card really there), the helper brings the driver up
    (`egpu-hotplug add`), and `verify --quick` runs on it;
-3. the outcome goes to /var/lib/egpu-setup/firstboot.json (what the fleet fetches; verify keeps
+3. with Secure Boot on and the lab's key in the image (`install --mok-key`), its enrolment is
+   queued for MokManager (install/attention.py queue_lab_key), and the report's `mok` says
+   mok-needed until it is enrolled, mok-enrolled after;
+4. the outcome goes to /var/lib/egpu-setup/firstboot.json (what the fleet fetches; verify keeps
    its own report under reports/), and the marker is removed only when verify passed.
 
 Without an eGPU (or with only devices the policy does not name) it ends with exit 0 and says so
@@ -89,7 +92,7 @@ class FirstbootOutcome:
 
 
 def run_firstboot(options: FirstbootOptions, say: Callable[[str], None]) -> FirstbootOutcome:
-    """Steps 1-3 of the module docstring; never raises for a missing eGPU."""
+    """Steps 1-4 of the module docstring; never raises for a missing eGPU."""
     from egpu_setup.detect.probe import detect_host
     from egpu_setup.profile.load import load_profile
 
@@ -224,18 +227,23 @@ def _finish(
 ) -> FirstbootOutcome:
     """Remove the marker after a passed verify; write the report; say the outcome."""
     from egpu_setup.detect.system import probe_secure_boot
-    from egpu_setup.install.attention import mok_status
+    from egpu_setup.install.attention import mok_status, queue_lab_key
     from egpu_setup.state.atomic import atomic_write
     from egpu_setup.state.verify_marker import remove_firstboot_marker
 
     removed = remove_firstboot_marker(host) if outcome.outcome == "passed" else False
     paths = StatePaths.for_root(host.root)
     report = paths.state_dir / REPORT_NAME
+    secure_boot = probe_secure_boot(host)
+    queued = queue_lab_key(host, secure_boot)  # before the status: a queued key is mok-needed
+    if queued:
+        say(queued)
     outcome = dataclasses.replace(
         outcome,
         marker_removed=removed,
         report_path=str(report),
-        mok=mok_status(host, probe_secure_boot(host)),
+        steps=(*outcome.steps, *([queued] if queued else [])),
+        mok=mok_status(host, secure_boot),
     )
     data = outcome.to_json(host, options.profile)
     try:

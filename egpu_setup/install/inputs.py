@@ -35,6 +35,11 @@ def check_flags(options: InstallOptions, bundle: OfflineBundle | None) -> None:
         )
     if options.index_url:
         check_index_url(options.index_url)
+    if options.mok_key and not options.root_dir:
+        raise UsageError(
+            "--mok-key is for a lab image: it needs --root DIR",
+            "on this machine DKMS signs with its own key; `sudo mokutil --import` it once",
+        )
 
 
 def hosts(options: InstallOptions) -> tuple[Host, Host]:

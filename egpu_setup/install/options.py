@@ -38,6 +38,7 @@ class InstallOptions:
     run_verify: bool = True
     matrix: str = "shipped"  # "updated": the overlay of `matrix update` decides (--matrix)
     enclosure: str | None = None  # --enclosure UUID: the Thunderbolt device to enrol and tie
+    mok_key: str | None = None  # --mok-key DIR: the lab's module signing key (install/mok_key.py)
 
     @property
     def venv_path(self) -> str:

@@ -41,6 +41,7 @@ def prepare(options: InstallOptions) -> Prepared:
     from egpu_setup.install import inputs
     from egpu_setup.install.enrol import EnrolPolicy, with_enclosure
     from egpu_setup.install.enrol import notes as enrol_notes
+    from egpu_setup.install.mok_key import with_lab_key
     from egpu_setup.install.offline import narrow_to_bundle, open_bundle, tool_wheels
     from egpu_setup.plan.build import build_plan
     from egpu_setup.plan.options import parse_only
@@ -84,6 +85,7 @@ def prepare(options: InstallOptions) -> Prepared:
         rendered.links,
     )
     plan = finish_plan(plan, tool, target, facts, profile, only, options.lock_timeout)
+    plan = with_lab_key(plan, target, only, options.mok_key, options.lock_timeout)
     stale = inputs.stale_warning(paths)
     warnings += [stale] if stale else []
     warnings += [*resolution.warnings, *plan.warnings, *_without_waiting(rendered.notes, facts)]

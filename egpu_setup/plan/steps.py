@@ -227,6 +227,27 @@ class WriteFile(Step):
 
 
 @dataclass(frozen=True)
+class CopyFile(Step):
+    """A file copied from this machine into the target (`install --root --mok-key`: a private
+    key), its bytes never in the plan, the dry run or a report: only where it comes from and its
+    sha256, which the executor checks before it writes (a file swapped after planning)."""
+
+    kind: ClassVar[str] = "copy-file"
+    part: ClassVar[str] = "driver"
+    path: str
+    source: str
+    sha256: str
+    mode: int
+    purpose: str
+    action: str  # create / replace
+
+    def describe(self) -> str:
+        return (
+            f"{self.action} {self.path} (mode {self.mode:04o}) from {self.source}: {self.purpose}"
+        )
+
+
+@dataclass(frozen=True)
 class EnableUnit(Step):
     """`systemctl enable` done as what it is: a wants/ link; works in a chroot without systemd."""
 

@@ -159,6 +159,8 @@ def to_profile(d: dict[str, Any], path: str, origin: str, chain: tuple[str, ...]
             connection=h["connection"],
             enclosure_unique_ids=tuple(u.lower() for u in h["enclosure_unique_ids"]),
             first_boot_enrol_model=h["first_boot_enrol_model"],
+            first_boot_first_seen=h["first_boot_enrol"] == "first-seen",
+            first_boot_enrol_ids=enrol_ids(h["first_boot_enrol"]),
         ),
         extends=d.get("extends"),
         origin=origin,
@@ -173,3 +175,12 @@ def iter_profiles() -> Iterator[tuple[ProfileEntry, Profile | UsageError]]:
             yield entry, load_file(entry.path, entry.origin)
         except UsageError as exc:
             yield entry, exc
+
+
+def enrol_ids(value: str | list[str] | None) -> tuple[tuple[str, str], ...]:
+    """hotplug.first_boot_enrol's list (checked by the schema: "0x8:0x36") as the (vendor_id,
+    device_id) pairs TbDevice holds ("0008", "0036"); () for "first-seen" or null."""
+    if not isinstance(value, list):
+        return ()
+    pairs = (item.split(":") for item in value)
+    return tuple((f"{int(v, 16):04x}", f"{int(d, 16):04x}") for v, d in pairs)

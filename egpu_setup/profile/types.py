@@ -69,6 +69,25 @@ class HotplugOptions:
     connection: str  # "thunderbolt" / "usb4" / "oculink" / "any"
     enclosure_unique_ids: tuple[str, ...] = ()  # a lab's enclosures (any one of them)
     first_boot_enrol_model: str | None = None  # opt-in, risky: the first device of this model
+    # opt-in, risky (hotplug.first_boot_enrol): "first-seen", or the first device of one of these
+    # (vendor_id, device_id) models, ids as TbDevice holds them ("0008", "0036")
+    first_boot_first_seen: bool = False
+    first_boot_enrol_ids: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def first_boot_enrol(self) -> str | list[str] | None:
+        """hotplug.first_boot_enrol as the profile writes it: "first-seen", ["0x8:0x36"], None."""
+        if self.first_boot_first_seen:
+            return "first-seen"
+        ids = [f"0x{int(v, 16):x}:0x{int(d, 16):x}" for v, d in self.first_boot_enrol_ids]
+        return ids or None
+
+    @property
+    def unpinned_enrol(self) -> bool:
+        """The profile lets first boot enrol a device it does not pin (a stated risk)."""
+        return bool(
+            self.first_boot_enrol_model or self.first_boot_first_seen or self.first_boot_enrol_ids
+        )
 
     @property
     def pinned_enclosures(self) -> tuple[str, ...]:
@@ -142,6 +161,7 @@ class Profile:
                 "connection": self.hotplug.connection,
                 "enclosure_unique_ids": list(self.hotplug.enclosure_unique_ids),
                 "first_boot_enrol_model": self.hotplug.first_boot_enrol_model,
+                "first_boot_enrol": self.hotplug.first_boot_enrol,
             },
             "origin": self.origin,
             "path": self.path,

@@ -55,6 +55,8 @@ USER_FILES = {
     "commands/bundle.py": "checks that --out is a bundle or empty",
     "commands/report.py": "`report --html FILE`",
     "commands/profiles.py": "`profiles check FILE`",
+    "install/mok_key.py": "the lab's key directory the admin names (`mok-key new DIR`, `install "
+    "--mok-key DIR`): new or empty, and the private key's mode",
 }
 
 FORBIDDEN_PROCESS_MODULES = {"subprocess", "multiprocessing", "ctypes"}

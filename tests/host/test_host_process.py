@@ -206,3 +206,20 @@ def test_bare_and_relative_programs_come_from_the_system_path_only() -> None:
     for launcher in ("env", "/usr/bin/env", "nice", "timeout"):
         with pytest.raises(ExecutionError, match="starts a program by name"):
             prepare([launcher, "python3", "-m", "pip"])
+
+
+def test_input_reaches_stdin_and_never_the_argv() -> None:
+    """A secret (the MokManager password openssl hashes) goes on stdin, then end of file; without
+    `input` stdin is /dev/null, so a child that reads never waits for a terminal."""
+    from egpu_setup.host import process
+    from egpu_setup.host.machine import LiveHost
+
+    res = LiveHost().run(["sh", "-c", 'read -r line; echo "got:$line"; cat /proc/$$/cmdline'],
+                         input=b"s3cret\n", timeout=10)  # fmt: skip
+    assert res.rc == 0 and res.out.startswith("got:s3cret\n"), res
+    assert "s3cret" not in res.out.split("\n", 1)[1]
+    assert LiveHost().run(["cat"], timeout=10).out == ""  # /dev/null: end of file at once
+    with pytest.raises(ValueError, match="at most"):
+        process.spawn(["cat"], input=b"x" * (process.MAX_INPUT + 1), timeout=10)
+    # a child that exits without reading is no error of ours: its status says
+    assert LiveHost().run(["true"], input=b"unread\n", timeout=10).rc == 0

@@ -377,3 +377,100 @@ def test_without_iommu_protection_the_model_is_enrolled_only_when_the_risk_is_ac
     else:
         assert out["outcome"] == "not-enrolled" and "no IOMMU DMA protection" in out["message"]
         assert (laptop / BOX_SYSFS).read_text() == "0\n" and not kernel.up.is_set()
+
+
+# --- hotplug.first_boot_enrol: by the DROM's vendor:device ids, or the first seen ------------
+
+DOCK_IDS = replace(DOCK, vendor_id="00d4", device_id="b070")
+CORE_X_IDS = replace(CORE_X, vendor_id="0127", device_id="0002")
+
+
+def test_the_id_list_takes_the_first_device_of_those_ids_only() -> None:
+    policy = enrol.EnrolPolicy(first_of_ids=(("0127", "0002"),))
+    picked = enrol.choose([DOCK_IDS, CORE_X_IDS], policy)
+    assert picked.device == CORE_X_IDS and picked.how == "ids", picked
+    assert "0x127:0x2" in picked.reason and "trusted for the ids it reports" in picked.reason
+    nothing = enrol.choose([DOCK_IDS], policy)
+    assert nothing.device is None and nothing.how == "none"
+    # a pasted report without sysfs has no ids: never matched by them
+    assert enrol.choose([DOCK, CORE_X], policy).device is None
+
+
+def test_first_seen_takes_one_device_in_sysfs_order_and_a_pin_still_wins() -> None:
+    later = replace(DOCK_IDS, sysfs_name="1-3")
+    picked = enrol.choose([later, CORE_X_IDS], enrol.EnrolPolicy(first_seen=True))
+    assert picked.device == CORE_X_IDS and picked.how == "first-seen", picked
+    pinned = enrol.EnrolPolicy(pinned=(later.unique_id or "",), first_seen=True)
+    assert enrol.choose([later, CORE_X_IDS], pinned).how == "pinned"
+    assert enrol.choose([], enrol.EnrolPolicy(first_seen=True)).device is None
+
+
+def _policy_profile(tmp_path: Path, value: object, accept_no_iommu: bool = False) -> str:
+    import yaml
+
+    profile = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "profiles/rtx4090.yaml").read_text()
+    )
+    profile["hotplug"]["first_boot_enrol"] = value
+    profile["hotplug"]["accept_no_iommu"] = accept_no_iommu
+    path = tmp_path / f"policy-{accept_no_iommu}.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
+@pytest.mark.parametrize("value", [["0x8:0x36"], ["0x0008:0x0036", "0x27:0x1"], "first-seen"])
+def test_firstboot_enrols_by_the_ids_sysfs_reports_or_the_first_seen(
+    laptop: Path, kernel: KernelStandIn, tmp_path: Path, value: object
+) -> None:
+    # the recorded box reports vendor 0x8, device 0x36 (sysfs `vendor`, `device`)
+    dev = laptop / "sys/bus/thunderbolt/devices/0-1"
+    assert ((dev / "vendor").read_text(), (dev / "device").read_text()) == ("0x8\n", "0x36\n")
+    kernel.arm()
+    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, value), "--root",
+                  str(laptop), "--wait", "20", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["enrolled"] == BOX, res.stdout
+
+
+def test_firstboot_enrols_nothing_whose_ids_are_not_listed(laptop: Path, tmp_path: Path) -> None:
+    before = _tree_hashes(laptop)
+    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, ["0x27:0x1"]), "--root",
+                  str(laptop), "--wait", "1", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["outcome"] == "not-enrolled"
+    assert (laptop / BOX_SYSFS).read_text() == "0\n"
+    changed = {k for k, v in _tree_hashes(laptop).items() if before.get(k) != v}
+    assert changed <= {"var/lib/egpu-setup/firstboot.json"}, changed
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_first_seen_without_iommu_protection_needs_the_risk_accepted(
+    laptop: Path, kernel: KernelStandIn, tmp_path: Path, accept: bool
+) -> None:
+    (laptop / IOMMU).write_text("0\n")
+    kernel.arm()
+    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, "first-seen", accept),
+                  "--root", str(laptop), "--wait", "20", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    if accept:
+        assert out["enrolled"] == BOX, out
+    else:
+        assert out["outcome"] == "not-enrolled", out
+        assert "hotplug.first_boot_enrol" in out["message"] and "IOMMU" in out["message"]
+        assert (laptop / BOX_SYSFS).read_text() == "0\n" and not kernel.up.is_set()
+
+
+@pytest.mark.parametrize(
+    "value", ["all", ["0x8-0x36"], ["8:36"], ["0x12345:0x1"], ["0x8:0x36", "0x8:0x36"], True]
+)
+def test_a_bad_enrol_policy_is_refused_with_a_hint_and_nothing_written(
+    tmp_path: Path, value: object
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, value), "--root",
+                  str(root))  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "first_boot_enrol" in res.stderr and "\nhint: " in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not any(root.iterdir())

@@ -75,3 +75,31 @@ def test_a_model_opt_in_is_named_with_its_iommu_guard(tmp_path: Path) -> None:
     assert "enclosure-to-pin" not in todo, todo
     said = todo["enclosure-by-model"]["summary"]
     assert "'eGFX Breakaway Box 750ex'" in said and "only where the domain has IOMMU" in said
+
+
+def _profile_with(tmp_path: Path, **hotplug: Any) -> str:
+    profile = yaml.safe_load((REPO / "profiles/rtx4090.yaml").read_text())
+    profile["hotplug"].update(hotplug)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
+def test_an_id_list_or_first_seen_is_named_by_the_dry_run_with_its_guard(tmp_path: Path) -> None:
+    ids = _profile_with(tmp_path, first_boot_enrol=["0x8:0x36", "0x27:0x1"])
+    todo = each_laptop(dry_run(tmp_path, "fresh-debian12-no-venv", ids))
+    assert "enclosure-to-pin" not in todo and "enclosure-by-model" not in todo, todo
+    said = todo["enclosure-by-id"]["summary"]
+    assert "0x8:0x36, 0x27:0x1" in said and "only where the domain has IOMMU" in said, said
+    again = tmp_path / "again"
+    again.mkdir()
+    seen = _profile_with(again, first_boot_enrol="first-seen", accept_no_iommu=True)
+    todo = each_laptop(dry_run(again, "fresh-debian12-no-venv", seen))
+    said = todo["enclosure-first-seen"]["summary"]
+    assert "whatever it is" in said and "hotplug.accept_no_iommu" in said, said
+
+
+def test_a_pinned_enclosure_wins_over_the_enrol_policy_in_the_dry_run(tmp_path: Path) -> None:
+    both = _profile_with(tmp_path, first_boot_enrol="first-seen", enclosure_unique_ids=[BOX])
+    todo = each_laptop(dry_run(tmp_path, "fresh-debian12-no-venv", both))
+    assert not {"enclosure-first-seen", "enclosure-to-pin"} & set(todo), todo
