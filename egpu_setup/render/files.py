@@ -276,14 +276,24 @@ def _optional(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
 def _links_for(ctx: RenderContext) -> tuple[RenderedLink, ...]:
     if ctx.mode != "display":
         return ()
-    return (
-        RenderedLink(
-            XORG_DROPIN,
-            ctx.xorg_runtime,
-            "Xorg drop-in: X screen on the eGPU; points to the file egpu-hotplug writes at boot "
-            "with the current decimal BusID, dangling (ignored by Xorg) when the eGPU is absent",
-        ),
+    xorg = RenderedLink(
+        XORG_DROPIN,
+        ctx.xorg_runtime,
+        "Xorg drop-in: X screen on the eGPU; points to the file egpu-hotplug writes at boot "
+        "with the current decimal BusID, dangling (ignored by Xorg) when the eGPU is absent",
     )
+    # `systemctl enable` of the driver's own units, as the links it makes: systemd reads them
+    # at the next boot, which the preservation option needs anyway (module options)
+    sleep = tuple(
+        RenderedLink(
+            path,
+            target,
+            f"enable {target.rsplit('/', 1)[1]} (NVIDIA's, shipped by the "
+            "driver): save and restore video memory over suspend",
+        )
+        for path, target in (ctx.sleep.links() if ctx.sleep else ())
+    )
+    return (xorg, *sleep)
 
 
 def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
@@ -366,6 +376,7 @@ def render_set(
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
     firstboot: FirstBoot | None = None,
+    sleep_units_dir: str | None = None,
 ) -> RenderSet:
     """Validate, then render every file in memory. Raises UsageError/ActionRequired first.
 
@@ -379,6 +390,8 @@ def render_set(
     note about egpu-eject comes only when the path is exposed.
     The result's `links` (display mode: the Xorg drop-in) are symlinks to create next to files.
     firstboot: a lab image's first-boot unit and its udev rule (install --root).
+    sleep_units_dir: the directory the target has NVIDIA's nvidia-suspend.service in
+    (probe_sleep_units), or None; display mode enables the units there (render/sleep.py).
     """
     if bolt_available is None and any(d.policy for d in facts.thunderbolt.devices):
         bolt_available = True
@@ -397,6 +410,7 @@ def render_set(
         venv=venv,
         wait_timeout=wait_timeout,
         firstboot=firstboot,
+        sleep_units_dir=sleep_units_dir,
     )
     env = _environment()
     variables = ctx.as_template_vars()

@@ -207,6 +207,7 @@ def test_modprobe_options_have_no_blank_lines(os_id: str, version: str | None, m
 def test_resolution_branch_wins_over_installed_driver() -> None:
     class Plan:
         branch = 580
+        packages = ()
 
     class Resolution:
         driver = Plan()
