@@ -12,5 +12,6 @@ anything changes), `review` (the plan reviewed: `attention` for what a person mu
 for the summary), `day_after` (the verify after the reboot),
 `enrol` (enrolling the enclosure: one core for install and the first boot), `firstboot`
 (`egpu-setup firstboot`, a lab image's first boot), `user_venv` (`egpu-setup venv`: a user's
-own venv on the root-owned torch venv).
+own venv on the root-owned torch venv), `resume` (`egpu-setup resume-check`: the eGPU
+after a suspend, and what was on it before).
 """

@@ -58,6 +58,12 @@ UNIT_FIRSTBOOT = "/etc/systemd/system/egpu-setup-firstboot.service"
 UNIT_KERNELS = "/etc/systemd/system/egpu-setup-kernels.service"
 
 
+UNIT_SLEEP = "/etc/systemd/system/egpu-setup-sleep.service"
+
+
+UNIT_RESUME = "/etc/systemd/system/egpu-setup-resume.service"
+
+
 APT_KERNELS_HOOK = "/etc/apt/apt.conf.d/99egpu-setup-kernels"
 
 
@@ -198,6 +204,20 @@ def _always(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
             "boot unit: `egpu-setup kernels check`, an NVIDIA module for every installed kernel",
         ),
         (
+            "systemd/egpu-setup-sleep.service.j2",
+            UNIT_SLEEP,
+            0o644,
+            "before every sleep: `egpu-setup resume-check --before-sleep` notes the eGPU, its "
+            "enclosure and the CUDA processes on it",
+        ),
+        (
+            "systemd/egpu-setup-resume.service.j2",
+            UNIT_RESUME,
+            0o644,
+            "after every resume: `egpu-setup resume-check` (enclosure authorized, GPU bound, one "
+            "PCI rescan if not; verify --quick when CUDA was using it)",
+        ),
+        (
             "bin/egpu-hotplug.j2",
             BIN_HOTPLUG,
             0o755,
@@ -326,7 +346,15 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
         HostCommand(
             ("systemctl", "daemon-reload"),
             "load the new units",
-            after=(UNIT_WAIT, UNIT_HOTPLUG, UNIT_PERSISTENCED, UNIT_VERIFY, UNIT_KERNELS)
+            after=(
+                UNIT_WAIT,
+                UNIT_HOTPLUG,
+                UNIT_PERSISTENCED,
+                UNIT_VERIFY,
+                UNIT_KERNELS,
+                UNIT_SLEEP,
+                UNIT_RESUME,
+            )
             + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ()),
         )
     )
@@ -338,8 +366,11 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
                 "egpu-setup-wait.service",
                 "egpu-setup-verify.service",
                 "egpu-setup-kernels.service",
+                "egpu-setup-sleep.service",
+                "egpu-setup-resume.service",
             ),
-            "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules",
+            "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules; "
+            "check the eGPU around every sleep",
         )
     )
     if ctx.grub == "dropin":
