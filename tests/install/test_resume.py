@@ -83,7 +83,10 @@ def test_a_deauthorized_enclosure_is_named_and_not_rescanned(root: Path) -> None
     (root / f"sys/bus/pci/devices/{GPU}").unlink()  # no tunnel, no GPU
     rc, out = _check(root)
     assert (rc, out["authorized"], out["rescanned"]) == (1, False, False)
-    assert [f["id"] for f in out["findings"]] == ["thunderbolt-not-authorized", "gpu-lost-after-resume"]
+    assert [f["id"] for f in out["findings"]] == [
+        "thunderbolt-not-authorized",
+        "gpu-lost-after-resume",
+    ]
     assert (root / "sys/bus/pci/rescan").read_text() == ""
 
 
