@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "kernels",
         "Check (and have DKMS build) the NVIDIA module for every installed kernel.",
     ),
+    "resume-check": (
+        "resume_check",
+        "After a suspend: is the eGPU authorized, on the bus and bound? Rescan once if not.",
+    ),
     "firstboot": (
         "firstboot",
         "A lab image's first boot: enrol the enclosure, wait for the eGPU, verify.",

@@ -63,6 +63,7 @@ def command(
     from egpu_setup.profile.load import load_profile
     from egpu_setup.render.context import detected_cards, profile_card_mismatch
     from egpu_setup.render.files import entry_point_path, render_set, tool_path_exposed
+    from egpu_setup.render.sleep import probe_sleep_units
     from egpu_setup.render.tree import open_out, write_links, write_tree
 
     profile = load_profile(profile_name)
@@ -80,6 +81,7 @@ def command(
         bar_allocation_failed=pci_realloc,
         tool_path=tool_path,
         tool_exposed=tool_path_exposed(host, tool_path) if host.kind == "live" else None,
+        sleep_units_dir=probe_sleep_units(host),
     )
     out = open_out(out_dir)
     written = write_tree(out, result.files)

@@ -32,6 +32,7 @@ SOURCES = (
     "known_issues.yaml",
     "pcie_tunnels.yaml",
     "rocm.yaml",
+    "sleep.yaml",
     "torch.yaml",
 )
 COMPILED_DIR = os.path.join(

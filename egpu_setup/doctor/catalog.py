@@ -126,6 +126,19 @@ CATALOG: tuple[Spec, ...] = (
         ),
     ),
     Spec(
+        "gpu-lost-after-resume",
+        "error",
+        "The eGPU, or the Thunderbolt/PCIe bridge it hangs off, did not come back from a suspend "
+        "(fell off the bus, or was not ready after resume) while the enclosure stayed attached.",
+        (
+            "Linux drivers/pci/pci.c (pci_dev_wait: 'not ready ...ms after resume; giving up'), "
+            "NVIDIA README 'Configuring Power Management Support'",
+            "NVIDIA/open-gpu-kernel-modules#842 (TB3 eGPU off the bus after sleep), "
+            "intel/thunderbolt-software-user-space#52 (eGPU needs a PCI rescan after resume), "
+            "pop-os/cosmic-epoch#392 (Thunderbolt port not ready after resume)",
+        ),
+    ),
+    Spec(
         "nvidia-smi-gpu-unreadable",
         "warning",
         'nvidia-smi could not read a GPU and gave no cause ("Unable to determine the device '

@@ -567,6 +567,30 @@ def check_fallen_off(ctx: _Context) -> list[Finding]:
     ]
 
 
+def check_lost_after_resume(ctx: _Context) -> list[Finding]:
+    """A GPU or bridge lost with a sleep: its wake-up (or sleep) line and the loss, each once."""
+    pairs = ctx.dmesg.resume_losses
+    if not pairs:
+        return []
+    hits = {h.offset: h for pair in pairs for h in pair}
+    lines = _hit_lines(hits[k] for k in sorted(hits))
+    where = next((a for _, loss in pairs if (a := nvrm_address(loss))), None)
+    return [
+        Finding(
+            "gpu-lost-after-resume",
+            "error",
+            f"The eGPU{' at ' + where if where else ''} (or the bridge it hangs off) did not come "
+            "back from a suspend",
+            _evidence(lines),
+            "Run `sudo egpu-setup resume-check`: it checks the enclosure is authorized and the GPU "
+            "bound, and rescans the PCI bus once. If the GPU fell off the bus (Xid 79) only a "
+            "reboot brings it back. Before the next sleep, end the CUDA jobs on it or run "
+            "`egpu-setup eject`; in display mode install the driver's suspend services "
+            "(`egpu-setup install --mode display` enables them where the driver ships them).",
+        )
+    ]
+
+
 def _secure_boot_on(ctx: _Context) -> tuple[bool | None, list[str]]:
     text = ctx.inputs.mokutil or ""
     m = re.search(r"SecureBoot (enabled|disabled)", text)
@@ -1056,6 +1080,8 @@ def run_checks(
     out += nouveau
     out += check_mismatch(ctx)
     out += check_fallen_off(ctx)
+    resumed = check_lost_after_resume(ctx)
+    out += resumed
     secure = check_secure_boot(ctx)
     out += secure
     # A BAR failure, nouveau or Secure Boot explains an unbound GPU better than "driver missing"
@@ -1065,7 +1091,7 @@ def run_checks(
     # integrated mode): its undo is the fix, not `modprobe nvidia`
     managers = check_managers(ctx)
     disabling = [f for f in managers if f.severity == "error"]
-    suppressed = bool(bar or nouveau or secure or fallen or disabling)
+    suppressed = bool(bar or nouveau or secure or fallen or resumed or disabling)
     out += check_driver_loaded(ctx, suppressed)
     out += check_torch(ctx, torch_info)
     out += managers

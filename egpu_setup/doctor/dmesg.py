@@ -153,6 +153,9 @@ class DmesgScan:
         default_factory=dict
     )  # bridge -> (domain, lo, hi)
     thunderbolt_seen: bool = False
+    # (the wake-up it followed, the loss): a GPU or the bridge it hangs off gone right after a
+    # resume (resume_losses below)
+    resume_losses: tuple[tuple[Hit, Hit], ...] = ()
 
     @property
     def xid_codes(self) -> tuple[int, ...]:
@@ -289,6 +292,13 @@ _NEEDLES: dict[str, tuple[str, int]] = {
     "nouveau": ("nouveau 0000:", 20),
     # Kernels before 4.x tagged nouveau's lines by subsystem: "nouveau  [  DEVICE][0000:01:00.0]".
     "nouveau_old": ("nouveau  [", 20),
+    # A wake-up and the losses that follow one (resume_losses).
+    "resumed": ("PM: suspend exit", MAX_HITS),
+    "resumed_devices": ("PM: resume of devices complete", MAX_HITS),
+    "woke": ("Waking up from system sleep state", MAX_HITS),
+    "slept": ("PM: suspend entry", MAX_HITS),
+    "not_ready": ("after resume; giving up", MAX_HITS),
+    "inaccessible": ("device inaccessible", MAX_HITS),
 }
 # Enumeration and bridge lines are many (every PCI function, at every boot and hot-plug): of
 # those only what they say is kept, not the records.
@@ -493,7 +503,71 @@ def _scan(found: _Found) -> DmesgScan:
         nvidia_functions=functions,
         bridges=bridges,
         thunderbolt_seen=found.thunderbolt,
+        resume_losses=resume_losses(h, nvrm["fallen"]),
     )
+
+
+# How long after the wake-up a loss still counts as the resume's, where both lines carry a time.
+RESUME_WINDOW_S = 120
+# "[ 2342.918687] " (seconds since boot) or a syslog/journal clock "Jul 04 18:53:24 "
+_MONOTONIC_RE = re.compile(r"\[\s*(\d+\.\d+)\]")
+_CLOCK_RE = re.compile(r"\b(\d\d):(\d\d):(\d\d)\b")
+
+
+def _seconds(line: str) -> tuple[str, float] | None:
+    """(which clock, seconds) of a log line, or None where it carries no time."""
+    m = _MONOTONIC_RE.search(line)
+    if m:
+        return "boot", float(m[1])
+    m = _CLOCK_RE.search(line)
+    if m:
+        return "clock", int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])
+    return None
+
+
+def _soon_after(mark: Hit, loss: Hit) -> bool:
+    """The loss came within RESUME_WINDOW_S of the wake-up (True where the times cannot tell)."""
+    a, b = _seconds(mark.lines[0]), _seconds(loss.lines[0])
+    if a is None or b is None or a[0] != b[0]:
+        return True
+    delta = b[1] - a[1]
+    if a[0] == "clock" and delta < 0:
+        delta += 86400  # past midnight
+    return 0 <= delta <= RESUME_WINDOW_S
+
+
+def resume_losses(hits: dict[str, list[Hit]], fallen: Iterable[Hit]) -> tuple[tuple[Hit, Hit], ...]:
+    """Each loss that came with a sleep: inside a suspend cycle (between "PM: suspend entry" and
+    the wake-up that ends it; devices resume before "PM: suspend exit" is printed, and s2idle
+    prints no other wake-up line) or within RESUME_WINDOW_S after a wake-up (the kernel's
+    "PM: suspend exit", "PM: resume of devices complete", ACPI's "Waking up from system sleep
+    state"), before the next suspend. A loss is NVRM's "fallen off the bus" (Xid 79), a PCI
+    device "not ready ...ms after resume; giving up" (drivers/pci/pci.c pci_dev_wait) or left
+    "device inaccessible" (pci_power_up); "not ready after resume" counts by its own words, with
+    or without a wake-up line in the log. Each pair is (the sleep or wake-up line, the loss)."""
+    marks = sorted(
+        (*hits["resumed"], *hits["resumed_devices"], *hits["woke"]), key=lambda x: x.offset
+    )
+    sleeps = sorted(hits["slept"], key=lambda x: x.offset)
+    losses = sorted(
+        {x.offset: x for x in (*fallen, *hits["not_ready"], *hits["inaccessible"])}.values(),
+        key=lambda x: x.offset,
+    )
+    out: list[tuple[Hit, Hit]] = []
+    for loss in losses:
+        mark = next((m for m in reversed(marks) if m.offset < loss.offset), None)
+        entry = next((e for e in reversed(sleeps) if e.offset < loss.offset), None)
+        if entry is not None and (mark is None or mark.offset < entry.offset):
+            # asleep since `entry`: a loss of this cycle when a wake-up ends it
+            if any(m.offset > loss.offset for m in marks):
+                out.append((entry, loss))
+                continue
+            mark = None
+        if mark is not None and _soon_after(mark, loss):
+            out.append((mark, loss))
+        elif "after resume; giving up" in loss.message:
+            out.append((loss, loss))
+    return tuple(out)
 
 
 _NVRM_KINDS: dict[str, tuple[str, ...]] = {

@@ -11,7 +11,7 @@ extended):
 4. write 1 to `remove` of every function of the card (VGA, audio, USB-C), function 0 last;
 5. for Thunderbolt, write 0 to the enclosure's `authorized` where the domain supports
    de-authorization (`deauthorization` = 1), which tears the PCIe tunnel down, but only for a
-   device tied to the eGPU (`_enclosure`): never a dock or a device it cannot tell apart.
+   device tied to the eGPU (`enclosure_of`): never a dock or a device it cannot tell apart.
 
 The NVIDIA driver does not handle surprise removal (open-gpu-kernel-modules #842), which is why
 this exists. `plan_eject` only reads; `run_eject` acts through the Host: commands with
@@ -114,7 +114,7 @@ def driven_displays(host: Host, functions: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def _gpu_minor(host: Host, address: str) -> str | None:
+def gpu_minor(host: Host, address: str) -> str | None:
     text = host.read(f"/proc/driver/nvidia/gpus/{address}/information") or ""
     m = re.search(r"^Device Minor:\s*(\d+)", text, re.M)
     return m.group(1) if m else None
@@ -208,7 +208,7 @@ def _domain_name(dev: TbDevice) -> str:
     return dev.domain or f"domain{(dev.sysfs_name or '').split('-', 1)[0]}"
 
 
-def _enclosure(host: Host, facts: HostFacts, gpu: Gpu) -> tuple[TbDevice | None, str | None]:
+def enclosure_of(host: Host, facts: HostFacts, gpu: Gpu) -> tuple[TbDevice | None, str | None]:
     """The Thunderbolt device to de-authorize, or None and why none.
 
     De-authorizing the wrong device drops a dock's network and displays, so a device counts as
@@ -259,7 +259,7 @@ def plan_eject(host: Host, facts: HostFacts) -> EjectPlan:
     functions = card_functions(host, gpu.pci_address)
     only_gpu = len(facts.nvidia_gpus) == 1
     displays = driven_displays(host, functions)
-    users = gpu_users(host, functions, _gpu_minor(host, gpu.pci_address), only_gpu)
+    users = gpu_users(host, functions, gpu_minor(host, gpu.pci_address), only_gpu)
     steps: list[EjectStep] = []
     notes: list[str] = []
 
@@ -297,7 +297,7 @@ def plan_eject(host: Host, facts: HostFacts) -> EjectPlan:
                 value="1\n",
             )
         )
-    enclosure, untied = _enclosure(host, facts, gpu)
+    enclosure, untied = enclosure_of(host, facts, gpu)
     if enclosure is not None and enclosure.sysfs_name:
         domain = _domain_name(enclosure)
         if host.read_attr(f"/sys/bus/thunderbolt/devices/{domain}/deauthorization") == "1":

@@ -56,6 +56,8 @@ RENDERED = (
 # Paths egpu-setup writes without a header: unit links, apt sources and keys, staged packages.
 OTHER_OWNED = (
     "/etc/systemd/system/*.wants/egpu-setup-*.service",
+    # NVIDIA's sleep units enabled in display mode (render/sleep.py): the links, never the units
+    "/etc/systemd/system/systemd-*.service.requires/nvidia-*.service",
     "/etc/apt/sources.list.d/egpu-setup-*.sources",
     "/etc/apt/keyrings/egpu-setup-*.gpg",
     "/etc/apt/preferences.d/egpu-setup-*",

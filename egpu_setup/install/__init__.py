@@ -12,6 +12,7 @@ anything changes), `review` (the plan reviewed: `attention` for what a person mu
 for the summary), `day_after` (the verify after the reboot),
 `enrol` (enrolling the enclosure: one core for install and the first boot), `firstboot`
 (`egpu-setup firstboot`, a lab image's first boot), `mok_key` (a lab's Secure Boot key, made
-and planned into an image), `user_venv` (`egpu-setup venv`: a user's
-own venv on the root-owned torch venv).
+and planned into an image), `user_venv` (`egpu-setup venv`: a user's own venv on the root-owned
+torch venv), `resume` (`egpu-setup resume-check`: the eGPU after a suspend, and what was on it
+before).
 """

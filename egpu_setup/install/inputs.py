@@ -130,6 +130,7 @@ def render(
     carries its first-boot unit (image/additions.py)."""
     from egpu_setup.image.additions import firstboot_for
     from egpu_setup.render.files import render_set
+    from egpu_setup.render.sleep import probe_sleep_units
 
     if not only & {"driver", "config"}:
         return RenderSet(files=(), commands=(), notes=())
@@ -145,6 +146,7 @@ def render(
         tool_exposed=False,
         bolt_available=bolt_can_enrol(target),
         firstboot=firstboot_for(profile, options.enclosure) if target.kind == "root" else None,
+        sleep_units_dir=probe_sleep_units(target),
     )
 
 

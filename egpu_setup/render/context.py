@@ -29,6 +29,7 @@ from egpu_setup.render.checks import (
     check_profile_name,
     check_uuid,
 )
+from egpu_setup.render.sleep import SleepSetup, plan_sleep
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
 from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.state.paths import TOOL_BIN
@@ -141,6 +142,8 @@ class RenderContext:
     firstboot: FirstBoot | None = None
     # the distribution's packages come through apt: its DPkg::Post-Invoke hook is rendered
     apt: bool = False
+    # display mode where the driver ships its suspend units (render/sleep.py)
+    sleep: SleepSetup | None = None
 
     def as_template_vars(self) -> dict[str, Any]:
         return {
@@ -166,6 +169,7 @@ class RenderContext:
             "venv": self.venv,
             "wait_timeout": self.wait_timeout,
             "firstboot": self.firstboot,
+            "sleep": self.sleep,
         }
 
 
@@ -276,8 +280,12 @@ def build_context(
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
     firstboot: FirstBoot | None = None,
+    sleep_units_dir: str | None = None,
 ) -> RenderContext:
-    """Validate every input and decide what is rendered. Raises UsageError / ActionRequired."""
+    """Validate every input and decide what is rendered. Raises UsageError / ActionRequired.
+
+    sleep_units_dir: where the target has NVIDIA's nvidia-suspend.service already (probed), or
+    None."""
     mode = check_choice(mode, MODES, "mode")
     name = check_profile_name(profile.name)
     hp = profile.hotplug
@@ -294,6 +302,8 @@ def build_context(
     drm_params = _display(mode, branch, notes)
     family = distro_family(facts)
     initramfs, params, grub = _boot(family, kernel_params, notes)
+    packages = tuple(resolution.driver.packages) if resolution is not None else ()
+    sleep = plan_sleep(mode, family, branch, packages, sleep_units_dir, notes)
     tool_path = _tool_path(tool_path, tool_exposed, notes)
     internal_nvidia = [g for g in facts.nvidia_gpus if g.external is False]
     if runtime_pm_off and internal_nvidia:
@@ -324,6 +334,7 @@ def build_context(
         notes=tuple(notes),
         firstboot=_check_firstboot(firstboot),
         apt=family in APT_FAMILIES,
+        sleep=sleep,
     )
 
 

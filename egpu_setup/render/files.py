@@ -58,6 +58,12 @@ UNIT_FIRSTBOOT = "/etc/systemd/system/egpu-setup-firstboot.service"
 UNIT_KERNELS = "/etc/systemd/system/egpu-setup-kernels.service"
 
 
+UNIT_SLEEP = "/etc/systemd/system/egpu-setup-sleep.service"
+
+
+UNIT_RESUME = "/etc/systemd/system/egpu-setup-resume.service"
+
+
 APT_KERNELS_HOOK = "/etc/apt/apt.conf.d/99egpu-setup-kernels"
 
 
@@ -198,6 +204,20 @@ def _always(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
             "boot unit: `egpu-setup kernels check`, an NVIDIA module for every installed kernel",
         ),
         (
+            "systemd/egpu-setup-sleep.service.j2",
+            UNIT_SLEEP,
+            0o644,
+            "before every sleep: `egpu-setup resume-check --before-sleep` notes the eGPU, its "
+            "enclosure and the CUDA processes on it",
+        ),
+        (
+            "systemd/egpu-setup-resume.service.j2",
+            UNIT_RESUME,
+            0o644,
+            "after every resume: `egpu-setup resume-check` (enclosure authorized, GPU bound, one "
+            "PCI rescan if not; verify --quick when CUDA was using it)",
+        ),
+        (
             "bin/egpu-hotplug.j2",
             BIN_HOTPLUG,
             0o755,
@@ -276,14 +296,24 @@ def _optional(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
 def _links_for(ctx: RenderContext) -> tuple[RenderedLink, ...]:
     if ctx.mode != "display":
         return ()
-    return (
-        RenderedLink(
-            XORG_DROPIN,
-            ctx.xorg_runtime,
-            "Xorg drop-in: X screen on the eGPU; points to the file egpu-hotplug writes at boot "
-            "with the current decimal BusID, dangling (ignored by Xorg) when the eGPU is absent",
-        ),
+    xorg = RenderedLink(
+        XORG_DROPIN,
+        ctx.xorg_runtime,
+        "Xorg drop-in: X screen on the eGPU; points to the file egpu-hotplug writes at boot "
+        "with the current decimal BusID, dangling (ignored by Xorg) when the eGPU is absent",
     )
+    # `systemctl enable` of the driver's own units, as the links it makes: systemd reads them
+    # at the next boot, which the preservation option needs anyway (module options)
+    sleep = tuple(
+        RenderedLink(
+            path,
+            target,
+            f"enable {target.rsplit('/', 1)[1]} (NVIDIA's, shipped by the "
+            "driver): save and restore video memory over suspend",
+        )
+        for path, target in (ctx.sleep.links() if ctx.sleep else ())
+    )
+    return (xorg, *sleep)
 
 
 def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
@@ -316,7 +346,15 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
         HostCommand(
             ("systemctl", "daemon-reload"),
             "load the new units",
-            after=(UNIT_WAIT, UNIT_HOTPLUG, UNIT_PERSISTENCED, UNIT_VERIFY, UNIT_KERNELS)
+            after=(
+                UNIT_WAIT,
+                UNIT_HOTPLUG,
+                UNIT_PERSISTENCED,
+                UNIT_VERIFY,
+                UNIT_KERNELS,
+                UNIT_SLEEP,
+                UNIT_RESUME,
+            )
             + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ()),
         )
     )
@@ -328,8 +366,11 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
                 "egpu-setup-wait.service",
                 "egpu-setup-verify.service",
                 "egpu-setup-kernels.service",
+                "egpu-setup-sleep.service",
+                "egpu-setup-resume.service",
             ),
-            "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules",
+            "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules; "
+            "check the eGPU around every sleep",
         )
     )
     if ctx.grub == "dropin":
@@ -366,6 +407,7 @@ def render_set(
     venv: str = "/opt/egpu-setup/venv",
     wait_timeout: int = 30,
     firstboot: FirstBoot | None = None,
+    sleep_units_dir: str | None = None,
 ) -> RenderSet:
     """Validate, then render every file in memory. Raises UsageError/ActionRequired first.
 
@@ -379,6 +421,8 @@ def render_set(
     note about egpu-eject comes only when the path is exposed.
     The result's `links` (display mode: the Xorg drop-in) are symlinks to create next to files.
     firstboot: a lab image's first-boot unit and its udev rule (install --root).
+    sleep_units_dir: the directory the target has NVIDIA's nvidia-suspend.service in
+    (probe_sleep_units), or None; display mode enables the units there (render/sleep.py).
     """
     if bolt_available is None and any(d.policy for d in facts.thunderbolt.devices):
         bolt_available = True
@@ -397,6 +441,7 @@ def render_set(
         venv=venv,
         wait_timeout=wait_timeout,
         firstboot=firstboot,
+        sleep_units_dir=sleep_units_dir,
     )
     env = _environment()
     variables = ctx.as_template_vars()

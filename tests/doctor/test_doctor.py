@@ -264,6 +264,52 @@ def test_gpu_fallen_off_bus():
     assert "eject" in fb.fix
 
 
+# A suspend cycle in the kernel's own words (kernel/power/suspend.c "PM: suspend entry (%s)",
+# "PM: suspend exit"; drivers/acpi/sleep.c "ACPI: PM: Waking up from system sleep state S3"),
+# with the eGPU's Xid 79 at the place given; the real pastes are in tests/data/real/kernel-log/.
+def _sleep_log(xid_at: str) -> str:
+    xid = f"[{xid_at}] NVRM: Xid (PCI:0000:3c:00): 79, pid=1420, GPU has fallen off the bus.\n"
+    return (
+        "[ 4010.120001] PM: suspend entry (deep)\n"
+        "[ 4010.400002] ACPI: PM: Preparing to enter system sleep state S3\n"
+        "[ 4011.000003] ACPI: PM: Waking up from system sleep state S3\n"
+        + (xid if xid_at < "4011.9" else "")
+        + "[ 4011.900004] PM: suspend exit\n"
+        + (xid if xid_at > "4011.9" else "")
+    )
+
+
+@pytest.mark.parametrize("xid_at", ["4011.500000", "4050.000000"])
+def test_gpu_lost_after_resume(xid_at: str) -> None:
+    """Xid 79 while devices resume (before "PM: suspend exit") and 38 s after it are both the
+    resume's: the finding shows the sleep (or wake-up) line next to the loss."""
+    found = diagnose(facts(), DoctorInput(dmesg=_sleep_log(xid_at)))
+    lost = only(found, "gpu-lost-after-resume")
+    assert lost.severity == "error" and "0000:3c:00" in lost.summary
+    assert any("79, pid=1420" in e for e in lost.evidence)
+    wake = "Waking up from system sleep state S3" if xid_at < "4011.9" else "PM: suspend exit"
+    assert len(lost.evidence) == 2 and wake in lost.evidence[0]
+    assert "resume-check" in lost.fix
+    assert "gpu-fallen-off-bus" in {f.id for f in found}  # the Xid itself, as always
+    assert "nvidia-driver-not-loaded" not in {f.id for f in found}
+
+
+def test_a_fall_off_long_after_the_wake_up_or_while_asleep_is_not_the_resume_s() -> None:
+    later = diagnose(facts(), DoctorInput(dmesg=_sleep_log("4500.000000")))  # 10 min on
+    assert "gpu-lost-after-resume" not in {f.id for f in later}
+    assert "gpu-fallen-off-bus" in {f.id for f in later}
+    # a log that ends asleep (the wake-up never came): nothing says the loss was a resume's
+    cut = "[ 4010.120001] PM: suspend entry (deep)\n[ 4010.3] NVRM: Xid (PCI:0000:3c:00): 79, x\n"
+    assert "gpu-lost-after-resume" not in {f.id for f in diagnose(facts(), DoctorInput(dmesg=cut))}
+    # slept again since the wake-up: the loss belongs to the second cycle, which never ended
+    again = _sleep_log("4050.000000").replace(
+        "[4050.000000]", "[ 4049.000000] PM: suspend entry (deep)\n[4050.000000]"
+    )
+    assert "gpu-lost-after-resume" not in {
+        f.id for f in diagnose(facts(), DoctorInput(dmesg=again))
+    }
+
+
 def test_unknown_error_alone_is_not_a_lost_gpu():
     """nvidia-smi's "Unknown Error" with no kernel log line behind it: an honest "cannot read the
     GPU", with the line, and no Xid 79 guess (its fix, eject and runtime PM, may be wrong)."""

@@ -146,6 +146,45 @@ def test_apt_hook_parses_and_its_command_passes_shellcheck(
     assert res.returncode == 0, res.stdout
 
 
+def test_resume_unit_ordered_after_nvidia_resume_passes_verify(tmp_path: Path) -> None:
+    """Display mode with the driver's suspend units (render/sleep.py): the resume check is
+    ordered after nvidia-resume.service, shipped by the driver (its Ubuntu unit, as
+    nvidia-kernel-common-N installs it), and the links that enable NVIDIA's units resolve."""
+    from dataclasses import replace
+
+    from egpu_setup.render.files import UNIT_RESUME, render_set
+    from helpers.install_values import resolution
+    from helpers.render_cases import UBUNTU2404_USB4_5090, profile
+
+    analyze = _need("systemd-analyze")
+    facts = replace(
+        UBUNTU2404_USB4_5090,
+        nvidia=replace(UBUNTU2404_USB4_5090.nvidia, driver_version=None, module_loaded=False),
+    )
+    result = render_set(facts, profile("rtx5090", ("2b85",)), resolution(facts_=facts), "display")
+    root = _fake_root(tmp_path, result.files)
+    for unit in ("suspend", "resume", "hibernate"):
+        shipped = root / f"lib/systemd/system/nvidia-{unit}.service"
+        shipped.write_text(
+            f"[Unit]\nDescription=NVIDIA system {unit} actions\n[Service]\nType=oneshot\n"
+            f"ExecStart=/usr/bin/rm -f /run/nvidia-{unit}\n"
+        )
+    links = [ln for ln in result.links if ".requires/" in ln.path]
+    assert len(links) == 4
+    for ln in links:
+        (root / ln.path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / ln.path.lstrip("/")).symlink_to(ln.target)
+        assert (root / ln.target.lstrip("/")).is_file()
+    unit = next(f for f in result.files if f.path == UNIT_RESUME)
+    assert "After=nvidia-resume.service" in unit.content
+    res = subprocess.run(
+        [analyze, "verify", f"--root={root}", UNIT_RESUME, "nvidia-resume.service"],
+        capture_output=True,
+        text=True,
+    )
+    assert (res.returncode, res.stderr) == (0, ""), res.stderr
+
+
 def test_systemd_analyze_catches_a_bad_unit(tmp_path: Path) -> None:
     """The reason for asserting empty stderr: a typo'd key still exits 0."""
     analyze = _need("systemd-analyze")

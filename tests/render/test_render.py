@@ -207,6 +207,7 @@ def test_modprobe_options_have_no_blank_lines(os_id: str, version: str | None, m
 def test_resolution_branch_wins_over_installed_driver() -> None:
     class Plan:
         branch = 580
+        packages = ()
 
     class Resolution:
         driver = Plan()
@@ -617,6 +618,8 @@ def test_render_command_writes_only_under_out(tmp_path: Path) -> None:
             "etc/systemd/system/egpu-setup-hotplug.service",
             "etc/systemd/system/egpu-setup-kernels.service",
             "etc/systemd/system/egpu-setup-persistenced.service",
+            "etc/systemd/system/egpu-setup-resume.service",
+            "etc/systemd/system/egpu-setup-sleep.service",
             "etc/systemd/system/egpu-setup-verify.service",
             "etc/systemd/system/egpu-setup-wait.service",
             "etc/udev/rules.d/71-egpu-setup.rules",
