@@ -39,3 +39,20 @@ def test_repo_scripts_pass_shellcheck(script: str) -> None:
         [shellcheck, "-f", "gcc", script], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_no_merge_conflict_markers_are_committed() -> None:
+    # A conflict inside a docstring or a Markdown table still imports and renders, so nothing
+    # else fails on it (one sat in commands/__init__.py through a whole CI run).
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    marked = []
+    for name in filter(None, files):
+        path = REPO / name.decode()
+        if not path.is_file() or path.is_symlink():
+            continue
+        for n, line in enumerate(path.read_bytes().split(b"\n"), 1):
+            if line.startswith((b"<<<<<<< ", b">>>>>>> ")):
+                marked.append(f"{name.decode()}:{n}")
+    assert not marked, marked
