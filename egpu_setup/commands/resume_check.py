@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from egpu_setup.commands._options import echo_json, json_option, root_option
+from egpu_setup.commands._options import echo_json, json_option, root_option, venv_option
 from egpu_setup.errors import EXIT_FAILED
 from egpu_setup.text import plain
 
@@ -29,12 +29,9 @@ Examples:
     help="Record the eGPU, its enclosure and the CUDA processes on it in "
     "/run/egpu-setup/sleep.json (egpu-setup-sleep.service runs this before every sleep).",
 )
-@click.option(
-    "--venv",
+@venv_option(
+    "The torch venv `verify --quick` runs in when a CUDA process used the eGPU.",
     default="/opt/egpu-setup/venv",
-    show_default=True,
-    metavar="PATH",
-    help="The torch venv `verify --quick` runs in when a CUDA process used the eGPU.",
 )
 def command(as_json: bool, root: str | None, before_sleep: bool, venv: str) -> None:
     """After a resume: check the enclosure is still authorized and the eGPU is on the bus with

@@ -18,6 +18,8 @@ DIFF_SEPARATOR = "-" * 30 + " file diffs " + "-" * 30
 
 def plan_json(run: Prepared) -> dict[str, Any]:
     data = dict(run.resolution.to_json())
+    # --only without driver: the driver is what torch needs, not what this run installs
+    data["driver"] = {**data["driver"], "in_run": "driver" in run.plan_options.only}
     data["steps"] = run.plan.to_json()
     data["plan_warnings"] = list(run.warnings)
     data["actions"] = [a.to_json() for a in run.actions]
@@ -92,6 +94,7 @@ def _wrapped(head: str, text: str) -> list[str]:
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
     run, result = outcome.prepared, outcome.result
     data = dict(run.resolution.to_json())
+    data["driver"] = {**data["driver"], "in_run": "driver" in run.plan_options.only}
     data["steps"] = run.plan.to_json()
     data["result"] = {
         "run": result.run_id if result else None,

@@ -294,6 +294,9 @@ def test_dry_run_json_is_the_resolution_contract_plus_steps() -> None:
     assert data["schema"] == "egpu-setup/resolution/1"
     assert [s["kind"] for s in data["steps"]] == ["pip-install"]
     assert data["steps"][0]["index_url"].endswith("/whl/cpu")
+    assert data["driver"]["in_run"] is False  # --only torch: the driver line is not this run's
+    whole = json.loads(_cli("install", "--profile", PROFILE, "--dry-run", "--json").stdout)
+    assert whole["driver"]["in_run"] is True
 
 
 def test_non_root_real_install_changes_nothing(tmp_path: Path) -> None:
