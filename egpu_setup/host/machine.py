@@ -370,27 +370,83 @@ _BENEATH_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _BENEATH_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def open_beneath(base: Path, rel: str | os.PathLike[str], *, directory: bool = False) -> int:
-    """The one way egpu-setup opens a file of an untrusted tree (`--root`, `--from`, a bundle):
-    a descriptor of base/rel reached one component at a time with openat(2) and O_NOFOLLOW, so a
-    link anywhere below `base`, planted or swapped in after the tree was checked, fails the open
-    (ELOOP/ENOTDIR) instead of leading out of it. `base` itself is the caller's anchor. OSError
-    as the kernel says; ValueError for a `..` or an empty component."""
-    parts = [p for p in str(rel).split("/") if p not in ("", ".")]
-    if ".." in parts or (not parts and not directory):
-        raise ValueError(f"{rel!r} is not a path below {base}")
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def walk_dirs(
+    anchor: Path | int,
+    parts: Sequence[str],
+    *,
+    create_mode: int | None = None,
+    owner: tuple[int, int] | None = None,
+) -> int:
+    """The one directory walk: a descriptor of anchor/parts, each component opened with
+    openat(2) `O_DIRECTORY|O_NOFOLLOW` relative to the one above, so a link anywhere below
+    `anchor` (planted, or swapped in after a check) fails the walk instead of leading out.
+    `anchor` itself is the caller's (`/`, an image root, a folder it checked, or the descriptor
+    of a directory already walked to, which stays open). create_mode: a
+    missing directory is made (mkdirat(2), that mode less the umask; `owner`'s, set on its
+    descriptor, when we are root). OSError as the kernel says, its filename the path walked
+    up to the component that failed (ELOOP/ENOTDIR: a link or a non-directory there)."""
+    if isinstance(anchor, int):
+        fd, where = os.dup(anchor), Path(f"/proc/self/fd/{anchor}")
+    else:
+        fd, where = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), Path(anchor)
     try:
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            flags = _BENEATH_DIR if (not last or directory) else _BENEATH_FILE
-            nxt = os.open(part, flags, dir_fd=fd)
+        for part in parts:
+            where = where / part
+            try:
+                try:
+                    nxt = os.open(part, _BENEATH_DIR, dir_fd=fd)
+                except FileNotFoundError:
+                    if create_mode is None:
+                        raise
+                    made = True
+                    try:
+                        os.mkdir(part, create_mode, dir_fd=fd)
+                    except FileExistsError:
+                        made = False  # another run made it meanwhile: opened as it is
+                    nxt = os.open(part, _BENEATH_DIR, dir_fd=fd)
+                    if made and owner is not None and os.geteuid() == 0:
+                        os.fchown(nxt, *owner)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(where)) from None
             os.close(fd)
             fd = nxt
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def below_parts(rel: str | os.PathLike[str]) -> list[str]:
+    """The components of a relative path, `.` and empty ones left out; ValueError for a `..`
+    (a walk below an anchor never climbs out of it)."""
+    parts = [p for p in str(rel).split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{rel!r} climbs out of the directory it is read in")
+    return parts
+
+
+def open_beneath(
+    base: Path,
+    rel: str | os.PathLike[str],
+    *,
+    directory: bool = False,
+    flags: int = _BENEATH_FILE,
+) -> int:
+    """The one way egpu-setup opens a file of an untrusted tree (`--root`, `--from`, a bundle,
+    a state or report folder): `walk_dirs` to its directory, then the file itself opened
+    relative to that descriptor with O_NOFOLLOW, so no link below `base` is followed. flags:
+    how the file is opened (read-only by default; O_NOFOLLOW is always added). OSError as the
+    kernel says; ValueError for a `..` or an empty path."""
+    parts = below_parts(rel)
+    if not parts and not directory:
+        raise ValueError(f"{rel!r} is not a path below {base}")
+    if directory:
+        return walk_dirs(base, parts)
+    dfd = walk_dirs(base, parts[:-1])
+    try:
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def read_beneath(

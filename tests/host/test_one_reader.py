@@ -25,6 +25,7 @@ ALLOWED = {
     ("host/machine.py", "write_attr"): "a sysfs write on the running system, not a read",
     ("doctor/record.py", "record"): "checks that the output folder record makes is empty",
     ("host/machine.py", "open_beneath"): "the reader itself",
+    ("host/machine.py", "walk_dirs"): "the one directory walk, openat(2) by descriptor",
     ("host/machine.py", "listdir_beneath"): "os.listdir of open_beneath's descriptor",
     ("bundle/format.py", "sha256_file"): "open_beneath with a bundle; else builder's private copy",
     ("bundle/format.py", "_nofollow"): "the opener sha256_file uses for the private copy",
