@@ -15,6 +15,7 @@ sysfs tree behaves like the real one and a link in a bundle can never reach this
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import stat
@@ -36,6 +37,8 @@ log = get_logger("egpu_setup")
 MAX_READ = 64 * 1024 * 1024
 _MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
 _C_LOCALE = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+_BENEATH_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_BENEATH_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Host:
@@ -104,18 +107,44 @@ class Host:
             log.debug("%s", exc.message)
             return None
 
+    def _open(self, path: str, flags: int = _BENEATH_FILE, *, directory: bool = False) -> int:
+        """The use of a resolved path, in one step: a descriptor of what `path` resolves to,
+        opened by `open_beneath` from the root (from `/` on the running system, where the
+        resolved path holds no link either), so a link swapped in anywhere since `resolve`
+        looked fails the open (ELOOP/ENOTDIR) instead of being followed. OSError (ENOENT when
+        it does not resolve) or ValueError."""
+        real = self._real(path)
+        if real is None:
+            raise FileNotFoundError(errno.ENOENT, "does not resolve inside the root", path)
+        anchor = Path("/") if self._is_slash else self.root
+        rel = real.relative_to(anchor)
+        return open_beneath(anchor, rel, flags=flags, directory=directory or not rel.parts)
+
+    def _stat(self, path: str) -> os.stat_result | None:
+        """fstat of what `path` resolves to (`_open`, O_PATH); None when it is missing, or a
+        link stands where the resolved path had none."""
+        try:
+            fd = self._open(path, os.O_PATH)
+        except (OSError, ValueError):
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return None if stat.S_ISLNK(st.st_mode) else st
+
     # -- reads (soft: a missing or unreadable source is None, with a debug line) ---------------
 
     def read_bytes(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> bytes | None:
         """At most `limit` bytes of a regular file (sysfs and procfs attributes are regular
         files too); None for anything else: a FIFO or a device planted in a bundle or an image
         must neither block a read nor feed it forever. newest: the end of a longer file."""
-        real = self._real(path)
-        if real is None:
+        try:
+            fd = self._open(path)
+        except (OSError, ValueError) as exc:
+            log.debug("cannot read %s: %s", path, getattr(exc, "strerror", None) or exc)
             return None
-        if self._is_slash:
-            return read_regular(real, limit, label=path, newest=newest)
-        return read_beneath(self.root, real.relative_to(self.root), limit, newest=newest)
+        return _read_fd(fd, limit, path, newest)
 
     def read(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> str | None:
         """Text of a file; None when it is missing, unreadable or binary."""
@@ -135,33 +164,37 @@ class Host:
         return text.strip() or None
 
     def listdir(self, path: str) -> list[str]:
-        real = self._real(path)
-        if real is not None and not self._is_slash:
-            return listdir_beneath(self.root, real.relative_to(self.root))
         try:
-            return sorted(os.listdir(real)) if real is not None else []
-        except OSError:
+            fd = self._open(path, directory=True)
+        except (OSError, ValueError):
             return []
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
 
     def exists(self, path: str) -> bool:
-        real = self._real(path)
-        return real is not None and real.exists()
+        return self._stat(path) is not None
 
     def is_dir(self, path: str) -> bool:
-        real = self._real(path)
-        return real is not None and real.is_dir()
+        st = self._stat(path)
+        return st is not None and stat.S_ISDIR(st.st_mode)
 
     def readlink(self, path: str) -> str | None:
         """The target of the link at `path` itself; links above it resolve inside the root."""
         parent, _, name = path.rstrip("/").rpartition("/")
-        parent_real = self.resolve(parent or "/")
-        if parent_real is None or name in ("", ".", ".."):
+        if name in ("", ".", ".."):
             return None
-        real = self.root / parent_real.lstrip("/") / name if not self._is_slash else Path(path)
         try:
-            return os.readlink(real)
+            fd = self._open(parent or "/", directory=True)
+        except (OSError, ValueError):
+            return None
+        try:
+            return os.readlink(name, dir_fd=fd)
         except OSError:
             return None
+        finally:
+            os.close(fd)
 
     def glob(self, directory: str, pattern: str) -> list[str]:
         """Host paths of the entries of `directory` matching a glob pattern (one level)."""
@@ -183,14 +216,15 @@ class Host:
     def write_attr(self, path: str, value: str) -> None:
         """Write an existing sysfs attribute (never creates a file); ExecutionError on failure."""
         try:
-            fd = os.open(self.real_path(path), os.O_WRONLY)
+            fd = self._open(path, os.O_WRONLY)
             try:
                 os.write(fd, value.encode())
             finally:
                 os.close(fd)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ExecutionError(
-                f"cannot write {value.strip()!r} to {path}: {exc.strerror or exc}",
+                f"cannot write {value.strip()!r} to {path}: "
+                f"{getattr(exc, 'strerror', None) or exc}",
                 "run as root; see dmesg for what the kernel refused",
             ) from exc
 
@@ -360,14 +394,10 @@ class Host:
     def which(self, name: str) -> str | None:
         for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
             candidate = f"{d}/{name}"
-            real = self._real(candidate)
-            if real is not None and real.is_file() and os.access(real, os.X_OK):
+            st = self._stat(candidate)
+            if st is not None and stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
                 return candidate
         return None
-
-
-_BENEATH_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_BENEATH_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def walk_dirs(
@@ -386,12 +416,11 @@ def walk_dirs(
     descriptor, when we are root). OSError as the kernel says, its filename the path walked
     up to the component that failed (ELOOP/ENOTDIR: a link or a non-directory there)."""
     if isinstance(anchor, int):
-        fd, where = os.dup(anchor), Path(f"/proc/self/fd/{anchor}")
+        fd = os.dup(anchor)
     else:
-        fd, where = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), Path(anchor)
+        fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in parts:
-            where = where / part
+        for i, part in enumerate(parts):
             try:
                 try:
                     nxt = os.open(part, _BENEATH_DIR, dir_fd=fd)
@@ -407,7 +436,8 @@ def walk_dirs(
                     if made and owner is not None and os.geteuid() == 0:
                         os.fchown(nxt, *owner)
             except OSError as exc:
-                raise OSError(exc.errno, exc.strerror, str(where)) from None
+                top = f"/proc/self/fd/{anchor}" if isinstance(anchor, int) else anchor
+                raise OSError(exc.errno, exc.strerror, str(Path(top, *parts[: i + 1]))) from None
             os.close(fd)
             fd = nxt
         return fd
