@@ -20,7 +20,7 @@ import io
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,45 @@ class Host:
         st = self._stat(path)
         return st is not None and stat.S_ISDIR(st.st_mode)
 
+    def file_sizes(self, directory: str, rels: Iterable[str]) -> dict[str, int]:
+        """rel -> size of each regular file `rel` below `directory`, by lstat relative to its
+        folder's descriptor (each folder walked once from `directory`'s, no link followed: a
+        venv's RECORD is thousands of files in hundreds of folders). A rel that is missing, a
+        link, not a regular file or climbs out (`..`) is left out."""
+        real = self._real(directory)
+        anchor = Path("/") if self._is_slash else self.root
+        try:
+            top = open_beneath(anchor, (real or anchor).relative_to(anchor), directory=True)
+        except (OSError, ValueError):
+            return {}
+        folders: dict[str, list[tuple[str, str]]] = {}
+        for rel in rels:
+            folder, _, name = rel.rpartition("/")
+            folders.setdefault(folder, []).append((rel, name))
+        sizes: dict[str, int] = {}
+        # the folders open on the way down, each walked from the nearest one above it that is
+        # open: one openat(2) per folder, and no more descriptors held than the tree is deep
+        stack: list[tuple[str, int]] = [("", top)]
+        try:
+            for folder in sorted(folders):
+                while stack[-1][0] and not folder.startswith(stack[-1][0] + "/"):
+                    os.close(stack.pop()[1])
+                above, above_fd = stack[-1]
+                try:
+                    fd = walk_dirs(above_fd, below_parts(folder[len(above) :]))
+                except (OSError, ValueError):
+                    continue
+                stack.append((folder, fd))
+                for rel, name in folders[folder]:
+                    with contextlib.suppress(OSError, ValueError):
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            sizes[rel] = st.st_size
+        finally:
+            for _, fd in stack:
+                os.close(fd)
+        return sizes
+
     def readlink(self, path: str) -> str | None:
         """The target of the link at `path` itself; links above it resolve inside the root."""
         parent, _, name = path.rstrip("/").rpartition("/")
@@ -231,16 +270,26 @@ class Host:
     def free_bytes(self, path: str) -> int | None:
         """Bytes a normal process may still write on the filesystem that would hold `path`
         (its nearest existing ancestor); None when that cannot be told."""
+        st = self._filesystem(path)
+        return None if st is None else st[1].f_bavail * st[1].f_frsize
+
+    def filesystem_of(self, path: str) -> int | None:
+        """The device number (st_dev) of the filesystem that would hold `path` (as
+        free_bytes), so two paths can be told to share one; None when that cannot be told."""
+        st = self._filesystem(path)
+        return None if st is None else st[0]
+
+    def _filesystem(self, path: str) -> tuple[int, os.statvfs_result] | None:
+        """(st_dev, statvfs) of the nearest existing ancestor of `path`, or None."""
         real = self._real(path)
         if real is None:
             return None
         while not real.exists() and real != real.parent:
             real = real.parent
         try:
-            st = os.statvfs(real)
+            return os.stat(real).st_dev, os.statvfs(real)
         except OSError:
             return None
-        return st.f_bavail * st.f_frsize
 
     def uname(self) -> tuple[str | None, str | None]:
         """(kernel release, machine) of the running kernel."""

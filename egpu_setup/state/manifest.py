@@ -122,7 +122,17 @@ class Manifest:
         target = refuse_link(self.paths.backups) / digest
         have = read_state(target, anchor=self.paths.anchor) if os.path.lexists(target) else None
         if have is None or sha256(have) != digest:  # missing, or not what its name says
-            atomic_write(target, data, 0o600, anchor=self.paths.anchor)
+            try:
+                atomic_write(target, data, 0o600, anchor=self.paths.anchor)
+            except PermissionError as exc:
+                raise denied(self.paths.backups, "write") from exc
+            except OSError as exc:  # ENOSPC, EDQUOT, EROFS: the file it backs up stays as it is
+                raise EgpuSetupError(
+                    f"cannot keep a backup ({len(data)} bytes) in {self.paths.backups}: "
+                    f"{exc.strerror or exc}; the file it is the backup of was left unchanged",
+                    "free space or remount the filesystem read-write, then run the same command "
+                    "again: it goes on from where this one stopped",
+                ) from None
         return digest
 
     def read_backup(self, name: str) -> bytes:
