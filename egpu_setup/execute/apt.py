@@ -9,7 +9,10 @@ we name it (docs/sources.md, "Non-interactive apt").
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,7 +23,7 @@ from egpu_setup.execute.console import show_line
 from egpu_setup.execute.dpkg_lock import wait_for_dpkg_lock
 from egpu_setup.execute.files import Context, write_managed
 from egpu_setup.host.dpkg_lock import lock_holder
-from egpu_setup.host.machine import Host
+from egpu_setup.host.machine import Host, open_beneath
 from egpu_setup.log import get_logger
 from egpu_setup.plan.installed import (
     auto_installed,
@@ -251,8 +254,8 @@ def stage_repository(
         have = ctx.host.read_bytes(target)
         if have is not None and sha256(have) == want:
             continue
-        try:
-            data = (src / name).read_bytes()
+        try:  # inside the bundle only: a link planted there is not followed
+            data = _read_bundle_file(src, name)
         except OSError as exc:
             raise ExecutionError(
                 f"cannot read {src / name}: {exc}: nothing was staged",
@@ -271,3 +274,12 @@ def stage_repository(
         copied += 1
     log.info("staged %d of %d files in %s", copied, len(expected), stage_to)
     return copied
+
+
+def _read_bundle_file(src: Path, name: str) -> bytes:
+    """The whole regular file `name` of the bundle folder `src`, opened by `open_beneath`
+    (no link followed); OSError for a link, a missing or a non-regular file."""
+    with os.fdopen(open_beneath(src, name), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(src / name))
+        return f.read()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from egpu_setup.errors import BusyError
 from egpu_setup.host.dpkg_lock import DPKG_LOCKS, lock_holder
-from egpu_setup.host.machine import Host
+from egpu_setup.host.machine import Host, open_beneath
 from egpu_setup.log import get_logger
 
 log = get_logger("egpu_setup.execute")
@@ -24,8 +25,9 @@ def wait_for_dpkg_lock(host: Host, timeout: float) -> None:
         for lock in DPKG_LOCKS:
             real = host.real_path(lock)
             try:
-                fd = os.open(real, os.O_RDWR)
-            except OSError:
+                # no link followed (a planted lock -> /etc/shadow is not opened for writing)
+                fd = open_beneath(Path("/"), real, flags=os.O_RDWR | os.O_NONBLOCK)
+            except (OSError, ValueError):
                 continue
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import EgpuSetupError
-from egpu_setup.host.machine import Host
+from egpu_setup.host.machine import Host, open_beneath
 from egpu_setup.log import get_logger
 from egpu_setup.state.atomic import atomic_symlink, atomic_write, sha256
 from egpu_setup.state.manifest import Manifest
@@ -152,10 +152,13 @@ def _lstat(real: Path) -> os.stat_result | None:
 
 
 def read_managed(real: Path, path: str) -> bytes:
-    """The bytes of the regular file at `real` (a managed path), never through a link; an
-    error naming it for anything else there (a FIFO would block, a device never end)."""
+    """The bytes of the regular file at `real` (a managed path, every link on the way already
+    resolved inside its root: Host.real_path), never through a link: opened by `open_beneath`
+    from `/`, so a directory swapped for a link since it was resolved fails the read instead of
+    leading it elsewhere. An error naming it for anything else there (a FIFO would block, a
+    device never end)."""
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = open_beneath(Path("/"), real)
     except OSError as exc:
         raise EgpuSetupError(
             f"cannot read {path}: {exc.strerror or exc}", f"look at {real} and move it away"

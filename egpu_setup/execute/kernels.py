@@ -86,7 +86,7 @@ def save_check(state_dir: Path, anchor: Path, check: KernelCheck) -> bool:
 
     data = (json.dumps(check.to_json(), indent=2, sort_keys=True) + "\n").encode()
     path = state_dir / KERNELS_FILE
-    if read_state(path) == data:
+    if read_state(path, anchor=anchor) == data:
         return False
     make_dirs(state_dir, anchor=anchor)
     atomic_write(path, data, 0o644, anchor=anchor)

@@ -13,9 +13,11 @@ never a crash; values are type-checked where they are used (fleet/rows.py).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import open_beneath
 from egpu_setup.state.reports import OrderKey, report_order, sequence_of
 
 SCHEMA_VERIFY = "egpu-setup/verify/1"
@@ -200,7 +203,7 @@ def load_folder(folder: Path, base: Path, files: Sequence[Path]) -> Folder:
     ident_path = folder / IDENTITY_FILE
     if ident_path.is_file() or ident_path.is_symlink():
         try:
-            identity = load_identity(ident_path)
+            identity = load_identity(ident_path, base)
         except ValueError as exc:
             problems.append(FileProblem(ident_path, str(exc), ours=True))
     for path in sorted(files):
@@ -209,34 +212,47 @@ def load_folder(folder: Path, base: Path, files: Sequence[Path]) -> Folder:
                 problems.append(FileProblem(path, "identity.json below its machine's", True))
             continue
         try:
-            reports.append(load_report(path))
+            reports.append(load_report(path, base))
         except ValueError as exc:
             problems.append(FileProblem(path, str(exc), ours=bool(_OUR_NAME.match(path.name))))
     return Folder(folder, base, identity, tuple(reports), tuple(problems))
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file we did not write: bounded, never followed through a link, never a crash.
-    Raises ValueError with a reason."""
+def read_json(path: Path, base: Path | None = None) -> Any:
+    """A JSON file we did not write: bounded, never a crash, and never followed through a link,
+    neither its own name nor a folder between `base` (the argument it was found under; else
+    its own folder) and it: opened by `open_beneath`, so a folder a user swaps for a link
+    (-> /etc) after the walk found the file is refused too. Raises ValueError with a reason."""
     if path.is_symlink():
         raise ValueError("a symbolic link, not followed")
+    base = path.parent if base is None else base
     try:
-        size = path.stat().st_size
+        fd = open_beneath(base, path.relative_to(base))
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ValueError("reached through a symbolic link, not followed") from exc
         raise ValueError(f"cannot read: {exc.strerror or exc}") from exc
-    if size > MAX_REPORT_BYTES:
-        raise ValueError(f"too large for a report ({size} bytes)")
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_REPORT_BYTES:
+            raise ValueError(f"too large for a report ({st.st_size} bytes)")
+        raw = f.read(MAX_REPORT_BYTES + 1)
+    if len(raw) > MAX_REPORT_BYTES:  # grew since its size was taken
+        raise ValueError(f"too large for a report (over {MAX_REPORT_BYTES} bytes)")
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except RecursionError as exc:  # json's decoder recurses once per nesting level
         raise ValueError("not a report: JSON nested too deeply") from exc
     except (OSError, ValueError) as exc:  # ValueError: bad UTF-8, bad JSON, a 5000-digit int
         raise ValueError(f"not JSON: {exc}") from exc
 
 
-def load_report(path: Path) -> LoadedReport:
-    """Parse one report file; raises ValueError (with a reason) for anything that is not ours."""
-    data = read_json(path)
+def load_report(path: Path, base: Path | None = None) -> LoadedReport:
+    """Parse one report file (read_json, below `base`); raises ValueError (with a reason) for
+    anything that is not ours."""
+    data = read_json(path, base)
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     schema = data.get("schema")
@@ -259,9 +275,10 @@ def load_report(path: Path) -> LoadedReport:
     )
 
 
-def load_identity(path: Path) -> Identity:
-    """identity.json (schema egpu-setup/identity/1); ValueError when it is not one."""
-    data = read_json(path)
+def load_identity(path: Path, base: Path | None = None) -> Identity:
+    """identity.json (schema egpu-setup/identity/1), read below `base`; ValueError when it is
+    not one."""
+    data = read_json(path, base)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_IDENTITY:
         raise ValueError(f"not an identity file (schema {SCHEMA_IDENTITY} expected)")
     raw_id = data.get("machine_id_sha256")

@@ -15,11 +15,12 @@ sysfs tree behaves like the real one and a link in a bundle can never reach this
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ log = get_logger("egpu_setup")
 MAX_READ = 64 * 1024 * 1024
 _MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
 _C_LOCALE = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+_BENEATH_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_BENEATH_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Host:
@@ -104,18 +107,44 @@ class Host:
             log.debug("%s", exc.message)
             return None
 
+    def _open(self, path: str, flags: int = _BENEATH_FILE, *, directory: bool = False) -> int:
+        """The use of a resolved path, in one step: a descriptor of what `path` resolves to,
+        opened by `open_beneath` from the root (from `/` on the running system, where the
+        resolved path holds no link either), so a link swapped in anywhere since `resolve`
+        looked fails the open (ELOOP/ENOTDIR) instead of being followed. OSError (ENOENT when
+        it does not resolve) or ValueError."""
+        real = self._real(path)
+        if real is None:
+            raise FileNotFoundError(errno.ENOENT, "does not resolve inside the root", path)
+        anchor = Path("/") if self._is_slash else self.root
+        rel = real.relative_to(anchor)
+        return open_beneath(anchor, rel, flags=flags, directory=directory or not rel.parts)
+
+    def _stat(self, path: str) -> os.stat_result | None:
+        """fstat of what `path` resolves to (`_open`, O_PATH); None when it is missing, or a
+        link stands where the resolved path had none."""
+        try:
+            fd = self._open(path, os.O_PATH)
+        except (OSError, ValueError):
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return None if stat.S_ISLNK(st.st_mode) else st
+
     # -- reads (soft: a missing or unreadable source is None, with a debug line) ---------------
 
     def read_bytes(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> bytes | None:
         """At most `limit` bytes of a regular file (sysfs and procfs attributes are regular
         files too); None for anything else: a FIFO or a device planted in a bundle or an image
         must neither block a read nor feed it forever. newest: the end of a longer file."""
-        real = self._real(path)
-        if real is None:
+        try:
+            fd = self._open(path)
+        except (OSError, ValueError) as exc:
+            log.debug("cannot read %s: %s", path, getattr(exc, "strerror", None) or exc)
             return None
-        if self._is_slash:
-            return read_regular(real, limit, label=path, newest=newest)
-        return read_beneath(self.root, real.relative_to(self.root), limit, newest=newest)
+        return _read_fd(fd, limit, path, newest)
 
     def read(self, path: str, limit: int = MAX_READ, *, newest: bool = False) -> str | None:
         """Text of a file; None when it is missing, unreadable or binary."""
@@ -135,33 +164,76 @@ class Host:
         return text.strip() or None
 
     def listdir(self, path: str) -> list[str]:
-        real = self._real(path)
-        if real is not None and not self._is_slash:
-            return listdir_beneath(self.root, real.relative_to(self.root))
         try:
-            return sorted(os.listdir(real)) if real is not None else []
-        except OSError:
+            fd = self._open(path, directory=True)
+        except (OSError, ValueError):
             return []
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
 
     def exists(self, path: str) -> bool:
-        real = self._real(path)
-        return real is not None and real.exists()
+        return self._stat(path) is not None
 
     def is_dir(self, path: str) -> bool:
-        real = self._real(path)
-        return real is not None and real.is_dir()
+        st = self._stat(path)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def file_sizes(self, directory: str, rels: Iterable[str]) -> dict[str, int]:
+        """rel -> size of each regular file `rel` below `directory`, by lstat relative to its
+        folder's descriptor (each folder walked once from `directory`'s, no link followed: a
+        venv's RECORD is thousands of files in hundreds of folders). A rel that is missing, a
+        link, not a regular file or climbs out (`..`) is left out."""
+        real = self._real(directory)
+        anchor = Path("/") if self._is_slash else self.root
+        try:
+            top = open_beneath(anchor, (real or anchor).relative_to(anchor), directory=True)
+        except (OSError, ValueError):
+            return {}
+        folders: dict[str, list[tuple[str, str]]] = {}
+        for rel in rels:
+            folder, _, name = rel.rpartition("/")
+            folders.setdefault(folder, []).append((rel, name))
+        sizes: dict[str, int] = {}
+        # the folders open on the way down, each walked from the nearest one above it that is
+        # open: one openat(2) per folder, and no more descriptors held than the tree is deep
+        stack: list[tuple[str, int]] = [("", top)]
+        try:
+            for folder in sorted(folders):
+                while stack[-1][0] and not folder.startswith(stack[-1][0] + "/"):
+                    os.close(stack.pop()[1])
+                above, above_fd = stack[-1]
+                try:
+                    fd = walk_dirs(above_fd, below_parts(folder[len(above) :]))
+                except (OSError, ValueError):
+                    continue
+                stack.append((folder, fd))
+                for rel, name in folders[folder]:
+                    with contextlib.suppress(OSError, ValueError):
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            sizes[rel] = st.st_size
+        finally:
+            for _, fd in stack:
+                os.close(fd)
+        return sizes
 
     def readlink(self, path: str) -> str | None:
         """The target of the link at `path` itself; links above it resolve inside the root."""
         parent, _, name = path.rstrip("/").rpartition("/")
-        parent_real = self.resolve(parent or "/")
-        if parent_real is None or name in ("", ".", ".."):
+        if name in ("", ".", ".."):
             return None
-        real = self.root / parent_real.lstrip("/") / name if not self._is_slash else Path(path)
         try:
-            return os.readlink(real)
+            fd = self._open(parent or "/", directory=True)
+        except (OSError, ValueError):
+            return None
+        try:
+            return os.readlink(name, dir_fd=fd)
         except OSError:
             return None
+        finally:
+            os.close(fd)
 
     def glob(self, directory: str, pattern: str) -> list[str]:
         """Host paths of the entries of `directory` matching a glob pattern (one level)."""
@@ -183,30 +255,41 @@ class Host:
     def write_attr(self, path: str, value: str) -> None:
         """Write an existing sysfs attribute (never creates a file); ExecutionError on failure."""
         try:
-            fd = os.open(self.real_path(path), os.O_WRONLY)
+            fd = self._open(path, os.O_WRONLY)
             try:
                 os.write(fd, value.encode())
             finally:
                 os.close(fd)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ExecutionError(
-                f"cannot write {value.strip()!r} to {path}: {exc.strerror or exc}",
+                f"cannot write {value.strip()!r} to {path}: "
+                f"{getattr(exc, 'strerror', None) or exc}",
                 "run as root; see dmesg for what the kernel refused",
             ) from exc
 
     def free_bytes(self, path: str) -> int | None:
         """Bytes a normal process may still write on the filesystem that would hold `path`
         (its nearest existing ancestor); None when that cannot be told."""
+        st = self._filesystem(path)
+        return None if st is None else st[1].f_bavail * st[1].f_frsize
+
+    def filesystem_of(self, path: str) -> int | None:
+        """The device number (st_dev) of the filesystem that would hold `path` (as
+        free_bytes), so two paths can be told to share one; None when that cannot be told."""
+        st = self._filesystem(path)
+        return None if st is None else st[0]
+
+    def _filesystem(self, path: str) -> tuple[int, os.statvfs_result] | None:
+        """(st_dev, statvfs) of the nearest existing ancestor of `path`, or None."""
         real = self._real(path)
         if real is None:
             return None
         while not real.exists() and real != real.parent:
             real = real.parent
         try:
-            st = os.statvfs(real)
+            return os.stat(real).st_dev, os.statvfs(real)
         except OSError:
             return None
-        return st.f_bavail * st.f_frsize
 
     def uname(self) -> tuple[str | None, str | None]:
         """(kernel release, machine) of the running kernel."""
@@ -368,37 +451,89 @@ class Host:
     def which(self, name: str) -> str | None:
         for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
             candidate = f"{d}/{name}"
-            real = self._real(candidate)
-            if real is not None and real.is_file() and os.access(real, os.X_OK):
+            st = self._stat(candidate)
+            if st is not None and stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
                 return candidate
         return None
 
 
-_BENEATH_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_BENEATH_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def open_beneath(base: Path, rel: str | os.PathLike[str], *, directory: bool = False) -> int:
-    """The one way egpu-setup opens a file of an untrusted tree (`--root`, `--from`, a bundle):
-    a descriptor of base/rel reached one component at a time with openat(2) and O_NOFOLLOW, so a
-    link anywhere below `base`, planted or swapped in after the tree was checked, fails the open
-    (ELOOP/ENOTDIR) instead of leading out of it. `base` itself is the caller's anchor. OSError
-    as the kernel says; ValueError for a `..` or an empty component."""
-    parts = [p for p in str(rel).split("/") if p not in ("", ".")]
-    if ".." in parts or (not parts and not directory):
-        raise ValueError(f"{rel!r} is not a path below {base}")
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def walk_dirs(
+    anchor: Path | int,
+    parts: Sequence[str],
+    *,
+    create_mode: int | None = None,
+    owner: tuple[int, int] | None = None,
+) -> int:
+    """The one directory walk: a descriptor of anchor/parts, each component opened with
+    openat(2) `O_DIRECTORY|O_NOFOLLOW` relative to the one above, so a link anywhere below
+    `anchor` (planted, or swapped in after a check) fails the walk instead of leading out.
+    `anchor` itself is the caller's (`/`, an image root, a folder it checked, or the descriptor
+    of a directory already walked to, which stays open). create_mode: a
+    missing directory is made (mkdirat(2), that mode less the umask; `owner`'s, set on its
+    descriptor, when we are root). OSError as the kernel says, its filename the path walked
+    up to the component that failed (ELOOP/ENOTDIR: a link or a non-directory there)."""
+    if isinstance(anchor, int):
+        fd = os.dup(anchor)
+    else:
+        fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            flags = _BENEATH_DIR if (not last or directory) else _BENEATH_FILE
-            nxt = os.open(part, flags, dir_fd=fd)
+            try:
+                try:
+                    nxt = os.open(part, _BENEATH_DIR, dir_fd=fd)
+                except FileNotFoundError:
+                    if create_mode is None:
+                        raise
+                    made = True
+                    try:
+                        os.mkdir(part, create_mode, dir_fd=fd)
+                    except FileExistsError:
+                        made = False  # another run made it meanwhile: opened as it is
+                    nxt = os.open(part, _BENEATH_DIR, dir_fd=fd)
+                    if made and owner is not None and os.geteuid() == 0:
+                        os.fchown(nxt, *owner)
+            except OSError as exc:
+                top = f"/proc/self/fd/{anchor}" if isinstance(anchor, int) else anchor
+                raise OSError(exc.errno, exc.strerror, str(Path(top, *parts[: i + 1]))) from None
             os.close(fd)
             fd = nxt
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def below_parts(rel: str | os.PathLike[str]) -> list[str]:
+    """The components of a relative path, `.` and empty ones left out; ValueError for a `..`
+    (a walk below an anchor never climbs out of it)."""
+    parts = [p for p in str(rel).split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{rel!r} climbs out of the directory it is read in")
+    return parts
+
+
+def open_beneath(
+    base: Path,
+    rel: str | os.PathLike[str],
+    *,
+    directory: bool = False,
+    flags: int = _BENEATH_FILE,
+) -> int:
+    """The one way egpu-setup opens a file of an untrusted tree (`--root`, `--from`, a bundle,
+    a state or report folder): `walk_dirs` to its directory, then the file itself opened
+    relative to that descriptor with O_NOFOLLOW, so no link below `base` is followed. flags:
+    how the file is opened (read-only by default; O_NOFOLLOW is always added). OSError as the
+    kernel says; ValueError for a `..` or an empty path."""
+    parts = below_parts(rel)
+    if not parts and not directory:
+        raise ValueError(f"{rel!r} is not a path below {base}")
+    if directory:
+        return walk_dirs(base, parts)
+    dfd = walk_dirs(base, parts[:-1])
+    try:
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def read_beneath(

@@ -9,6 +9,7 @@ the executor re-checks the dpkg lock right before apt runs.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import BusyError, EgpuSetupError, UsageError
@@ -22,6 +23,7 @@ from egpu_setup.state.paths import StatePaths
 DRIVER_BYTES = 2 * 1024**3
 TORCH_CPU_BYTES = 1 * 1024**3
 TORCH_CUDA_BYTES = 7 * 1024**3
+APT_CACHE = "/var/cache/apt/archives"  # where apt-get downloads the .debs it installs
 
 
 def preflight(
@@ -69,18 +71,57 @@ def _check_venv(plan: Plan, host: Host) -> None:
             )
 
 
-def _check_space(plan: Plan, host: Host) -> None:
-    needs: list[tuple[str, int]] = []
+@dataclass(frozen=True)
+class SpaceNeed:
+    """What the plan will write on one filesystem: the paths on it, the bytes they take (the
+    sizes above, summed when the apt cache and the venv share a filesystem), and its free
+    bytes now (None when that cannot be told: a recorded host)."""
+
+    paths: tuple[str, ...]
+    need: int
+    free: int | None
+
+    @property
+    def short(self) -> bool:
+        return self.free is not None and self.free < self.need
+
+    def describe(self) -> str:
+        free = "free space unknown" if self.free is None else f"{_gib(self.free)} GiB free"
+        return f"about {_gib(self.need)} GiB in {' and '.join(self.paths)} ({free})"
+
+    def to_json(self) -> dict[str, object]:
+        return {"paths": list(self.paths), "bytes": self.need, "free_bytes": self.free}
+
+
+def space_needs(plan: Plan, host: Host) -> tuple[SpaceNeed, ...]:
+    """The disk space the plan's downloads and installs take, per filesystem: the driver's
+    packages in the apt cache, torch in its venv (a CPU or a CUDA wheel)."""
+    needs: dict[str, int] = {}
     for step in plan.steps:
         if isinstance(step, AptInstall) and any("nvidia" in p for p in step.packages):
-            needs.append(("/var/cache/apt/archives", DRIVER_BYTES))
+            needs[APT_CACHE] = needs.get(APT_CACHE, 0) + DRIVER_BYTES
         if isinstance(step, PipInstall):
             cpu = all("+cpu" in r or not r.startswith("torch") for r in step.requirements)
-            needs.append((step.venv, TORCH_CPU_BYTES if cpu else TORCH_CUDA_BYTES))
-    for path, need in needs:
-        free = host.free_bytes(path)
-        if free is not None and free < need:
+            need = TORCH_CPU_BYTES if cpu else TORCH_CUDA_BYTES
+            needs[step.venv] = needs.get(step.venv, 0) + need
+    live = host.kind != "recorded"  # a recording's folder is not the machine's disk
+    by_fs: dict[object, tuple[list[str], int, int | None]] = {}
+    for path, need in needs.items():
+        key = (host.filesystem_of(path) if live else None) or path  # unknown: its own
+        paths, total, _ = by_fs.get(key, ([], 0, None))
+        by_fs[key] = ([*paths, path], total + need, host.free_bytes(path) if live else None)
+    return tuple(SpaceNeed(tuple(p), need, free) for p, need, free in by_fs.values())
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.1f}"
+
+
+def _check_space(plan: Plan, host: Host) -> None:
+    for need in space_needs(plan, host):
+        if need.short:
             raise EgpuSetupError(
-                f"{free / 1024**3:.1f} GiB free for {path}, about {need / 1024**3:.0f} GiB needed",
-                "free some space (apt-get clean, old kernels, pip caches), then run again",
+                f"not enough disk space: {need.describe()}; nothing was changed",
+                "free some space (apt-get clean, old kernels, pip caches) on the filesystem "
+                f"of {need.paths[0]}, or pass --venv PATH on another one, then run again",
             )

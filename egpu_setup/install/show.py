@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from egpu_setup.install.advice import Advice
+from egpu_setup.install.preflight import space_needs
 from egpu_setup.install.prepared import NOTHING_TO_DO, Outcome, Prepared
 from egpu_setup.plan.steps import WriteFile
 from egpu_setup.resolve.resolution import format_resolution
@@ -25,6 +26,7 @@ def plan_json(run: Prepared) -> dict[str, Any]:
     data["actions"] = [a.to_json() for a in run.actions]
     data["advice"] = [a.to_json() for a in run.advice]
     data["profile_mismatch"] = run.mismatch
+    data["space_needed"] = [need.to_json() for need in space_needs(run.plan, run.target)]
     return data
 
 
@@ -41,6 +43,7 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
     n = len(run.plan.steps)
     lines += ["", f"Plan ({n} step{'' if n == 1 else 's'}):"]
     lines += [f"  {i:2d}. [{s.part_name}] {s.describe()}" for i, s in enumerate(run.plan.steps, 1)]
+    lines += [f"Disk space: {need.describe()}" for need in space_needs(run.plan, run.target)]
     lines += _actions(
         run, "after", "After these steps, a person must (the run stops there, exit 4):"
     )

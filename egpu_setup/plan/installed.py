@@ -184,19 +184,43 @@ _COMPLETE = ("METADATA", "RECORD", "INSTALLER")
 
 def _missing(host: Host, info: str) -> str | None:
     """What makes the distribution at `info` untrustworthy, or None: one of _COMPLETE missing or
-    empty, or a console script its RECORD lists (bin/torchrun, bin/pip) not there. The scripts
-    alone are checked of RECORD's files: they are what a user runs, and checking torch's
-    thousands of files would cost every run the time of reading them."""
+    empty, a console script its RECORD lists (bin/torchrun, bin/pip) not there, or a file of
+    site-packages RECORD lists missing or of another size than RECORD says (a file a kill, or
+    a power cut before the disk had it, left short: pip writes each file in place). Sizes, not
+    RECORD's hashes: one fstatat(2) per file, by directory descriptor (Host.file_sizes), is
+    what every plan can afford for torch's 12,000 files (docs/testing.md has the figures);
+    hashing its 665 MiB is not."""
     for name in _COMPLETE:
         if not host.read(f"{info}/{name}", 4096):
             return f"no {name}"
     record = host.read(f"{info}/RECORD") or ""
     site = info.rpartition("/")[0]
-    for line in record.splitlines():
-        path = line.partition(",")[0]
-        if not path.startswith("../") or "/bin/" not in path:
-            continue
-        where = os.path.normpath(f"{site}/{path}")
-        if not host.exists(where):
-            return f"no {where} (listed in RECORD)"
+    sized: dict[str, int] = {}
+    for row in parse_record(record):
+        path, size = row
+        if path.startswith("../"):
+            if "/bin/" in path and not host.exists(where := os.path.normpath(f"{site}/{path}")):
+                return f"no {where} (listed in RECORD)"
+        elif size is not None:
+            sized[path] = size
+    found = host.file_sizes(site, sized)
+    for path, size in sized.items():
+        if found.get(path) != size:
+            have = found.get(path)
+            what = "missing" if have is None else f"{have} bytes"
+            return f"{site}/{path} is {what}, RECORD says {size} bytes"
     return None
+
+
+def parse_record(text: str) -> list[tuple[str, int | None]]:
+    """(path, size) of each row of a RECORD file (CSV: path, hash, size; the specification
+    above); size None where the row gives none (RECORD itself, .pyc files pip compiled)."""
+    import csv
+
+    rows = []
+    for line in text.splitlines():
+        # the path is quoted only when it holds a comma or a quote: csv for those lines alone
+        fields = next(csv.reader([line]), []) if '"' in line else line.rsplit(",", 2)
+        if len(fields) == 3 and fields[0]:
+            rows.append((fields[0], int(fields[2]) if fields[2].isdigit() else None))
+    return rows

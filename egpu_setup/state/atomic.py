@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import walk_dirs
 
 TMP_MARK = ".egpu-setup-tmp-"  # temp files carry this in their name so a later run can find them
 ROOT = Path("/")
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _COPY_CHUNK = 4 * 1024 * 1024
 
 
@@ -78,47 +78,18 @@ def open_dir(
     mode: int = 0o755,
     owner: tuple[int, int] | None = None,
 ) -> int:
-    """A descriptor of the directory `path`, reached from `anchor` with no link followed below
-    it (the anchor itself is the caller's: `/`, an image root, a folder it checked). create:
-    make the missing directories on the way (`mode`, less the umask; `owner`'s, set on the new
-    directory's descriptor, when we are root). LinkInPath for a link or
-    a non-directory on the way; FileNotFoundError/PermissionError as the kernel says."""
-    fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    where = Path(anchor)
+    """A descriptor of the directory `path`, reached from `anchor` by host/machine.py's
+    `walk_dirs` (no link followed below the anchor, which is the caller's: `/`, an image
+    root, a folder it checked). create: make the missing directories on the way (`mode`, less
+    the umask; `owner`'s when we are root). LinkInPath for a link or a non-directory on the
+    way; FileNotFoundError/PermissionError as the kernel says."""
     try:
-        for part in _below(path, anchor):
-            where = where / part
-            try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                made = True
-                try:
-                    os.mkdir(part, mode, dir_fd=fd)
-                except FileExistsError:
-                    made = False
-                nxt = _open_below(part, fd, where)
-                if made and owner is not None and os.geteuid() == 0:
-                    os.fchown(nxt, *owner)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise _refused(where, exc) from None
-                raise
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _open_below(part: str, fd: int, where: Path) -> int:
-    try:
-        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+        return walk_dirs(
+            anchor, _below(path, anchor), create_mode=mode if create else None, owner=owner
+        )
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise _refused(where, exc) from None
+            raise _refused(Path(exc.filename or path), exc) from None
         raise
 
 
@@ -176,7 +147,7 @@ def _remove_at(dfd: int, name: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dfd)
         return
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    fd = walk_dirs(dfd, [name])
     try:
         for child in os.listdir(fd):
             _remove_at(fd, child)

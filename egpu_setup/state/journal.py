@@ -78,7 +78,7 @@ class Journal:
             os.close(fd)
 
     def events(self) -> Iterator[dict[str, Any]]:
-        raw = read_state(self.path)
+        raw = read_state(self.path, anchor=self.paths.anchor)
         if raw is None:
             return
         for line in raw.decode("utf-8", errors="replace").splitlines():

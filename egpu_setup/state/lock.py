@@ -35,8 +35,10 @@ class RunLock:
     def holder(self) -> str | None:
         """Who holds the lock ("pid 123: egpu-setup install …"), or None when it is free."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+            fd = open_file(
+                self.path, os.O_RDONLY | os.O_NONBLOCK, anchor=self.anchor, create_dirs=False
+            )
+        except (OSError, EgpuSetupError):  # missing, or a link on the way: nobody we know
             return None
         try:
             try:

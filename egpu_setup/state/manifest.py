@@ -47,7 +47,9 @@ class Manifest:
     def load(cls, paths: StatePaths) -> Manifest:
         """The manifest of `paths` (empty when there is none); EgpuSetupError naming the key
         when it is not one egpu-setup wrote (a link, bad JSON, the wrong shape)."""
-        raw = read_state(paths.manifest)  # StateAccessError (a PermissionError) when not root
+        raw = read_state(
+            paths.manifest, anchor=paths.anchor
+        )  # StateAccessError (a PermissionError) when not root
         if raw is None:
             return cls(paths)
         try:
@@ -118,15 +120,25 @@ class Manifest:
         digest = sha256(data)
         refuse_link(self.paths.state_dir)
         target = refuse_link(self.paths.backups) / digest
-        have = read_state(target) if os.path.lexists(target) else None
+        have = read_state(target, anchor=self.paths.anchor) if os.path.lexists(target) else None
         if have is None or sha256(have) != digest:  # missing, or not what its name says
-            atomic_write(target, data, 0o600, anchor=self.paths.anchor)
+            try:
+                atomic_write(target, data, 0o600, anchor=self.paths.anchor)
+            except PermissionError as exc:
+                raise denied(self.paths.backups, "write") from exc
+            except OSError as exc:  # ENOSPC, EDQUOT, EROFS: the file it backs up stays as it is
+                raise EgpuSetupError(
+                    f"cannot keep a backup ({len(data)} bytes) in {self.paths.backups}: "
+                    f"{exc.strerror or exc}; the file it is the backup of was left unchanged",
+                    "free space or remount the filesystem read-write, then run the same command "
+                    "again: it goes on from where this one stopped",
+                ) from None
         return digest
 
     def read_backup(self, name: str) -> bytes:
         """The backed-up bytes named `name`; EgpuSetupError when missing or corrupt."""
         path = refuse_link(self.paths.backups) / name
-        data = read_state(path) if HEX64.fullmatch(name) else None
+        data = read_state(path, anchor=self.paths.anchor) if HEX64.fullmatch(name) else None
         if data is None:
             raise EgpuSetupError(
                 f"backup {path} is missing",

@@ -76,13 +76,21 @@ def refuse_link(path: Path) -> Path:
     return path
 
 
-def read_state(path: Path, limit: int = 256 * 1024 * 1024) -> bytes | None:
-    """A state file's bytes (None when missing), never through a link; StateAccessError when
-    this user may not read it, UsageError for a link or anything but a regular file."""
+def read_state(
+    path: Path, limit: int = 256 * 1024 * 1024, *, anchor: Path = Path("/")
+) -> bytes | None:
+    """A state file's bytes (None when missing), never through a link: opened relative to its
+    directory's descriptor, walked from `anchor` as the writers walk (state/atomic.py), so a
+    directory swapped for a link after the check is refused too. StateAccessError when this
+    user may not read it, UsageError for a link or anything but a regular file."""
     import stat
 
+    from egpu_setup.state.atomic import open_file
+
     try:
-        fd = os.open(refuse_link(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_file(
+            refuse_link(path), os.O_RDONLY | os.O_NONBLOCK, anchor=anchor, create_dirs=False
+        )
     except FileNotFoundError:
         return None
     except PermissionError as exc:

@@ -108,7 +108,9 @@ class _SequenceLock:
         """One more than the last number handed out. A counter file that is empty or damaged
         (a power cut while it was written) is rebuilt from the reports themselves."""
         raw = os.pread(self._fd, 64, 0).decode("ascii", "replace").strip()
-        last = int(raw) if raw.isdigit() and len(raw) < 17 else highest_sequence(reports)
+        last = (
+            int(raw) if raw.isdigit() and len(raw) < 17 else highest_sequence(reports, self._anchor)
+        )
         return last + 1
 
     def commit(self, sequence: int) -> None:
@@ -118,32 +120,40 @@ class _SequenceLock:
         os.fsync(self._fd)
 
 
-def highest_sequence(reports: Path) -> int:
-    """The largest `sequence` among the reports in a folder (0 when none carries one)."""
-    best = 0
+def highest_sequence(reports: Path, anchor: Path = Path("/")) -> int:
+    """The largest `sequence` among the reports in a folder (0 when none carries one), the
+    folder walked from `anchor` and each report opened relative to its descriptor."""
+    from egpu_setup.errors import EgpuSetupError
+    from egpu_setup.state.atomic import open_dir
+
     try:
-        names = os.listdir(reports)
+        dfd = open_dir(reports, anchor=anchor)
+    except (OSError, EgpuSetupError):
+        return 0
+    try:
+        return max([_sequence_at(dfd, name) for name in os.listdir(dfd)], default=0)
+    finally:
+        os.close(dfd)
+
+
+def _sequence_at(dfd: int, name: str) -> int:
+    """The `sequence` of the report `name` in the directory open at `dfd`; 0 without one."""
+    if not name.endswith(".json"):
+        return 0
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
     except OSError:
         return 0
-    for name in names:
-        if not name.endswith(".json"):
-            continue
-        try:
-            fd = os.open(reports / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = json.loads(f.read(8 * 1024 * 1024))
-        except (OSError, ValueError, RecursionError):
-            continue
-        finally:
-            os.close(fd)
-        seq = sequence_of(data)
-        best = max(best, seq or 0)
-    return best
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = json.loads(f.read(8 * 1024 * 1024))
+    except (OSError, ValueError, RecursionError):
+        return 0
+    finally:
+        os.close(fd)
+    return sequence_of(data) or 0
 
 
 def sequence_of(data: Any) -> int | None:

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from egpu_setup.errors import EgpuSetupError
+from egpu_setup.state.atomic import make_dirs, open_file, rename
+from egpu_setup.state.paths import read_state
+
 
 @dataclass(frozen=True)
 class PreviousRun:
@@ -84,18 +88,24 @@ class ProgressLog:
         self.dir = directory
         self.path = directory / "progress.jsonl"
 
-    def previous(self) -> PreviousRun | None:
+    def _text(self) -> str | None:
+        """The log's text, read as the state is (state/paths.read_state: by descriptor, no link
+        followed); None when it is missing or cannot be read."""
         try:
-            text = self.path.read_text(errors="replace")
-        except OSError:
+            raw = read_state(self.path)
+        except (OSError, EgpuSetupError):
             return None
-        return parse_progress(text)
+        return None if raw is None else raw.decode("utf-8", errors="replace")
+
+    def previous(self) -> PreviousRun | None:
+        text = self._text()
+        return None if text is None else parse_progress(text)
 
     def begin(self, python: str, options: dict[str, Any]) -> None:
         """Rotate the old log away, then durably record that a run starts."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)
         with contextlib.suppress(FileNotFoundError):
-            os.replace(self.path, self.dir / "progress.prev.jsonl")
+            rename(self.path, "progress.prev.jsonl")
         self.append({"event": "start", "python": python, "pid": os.getpid(), "options": options})
 
     def step(self, name: str, pid: int | None, seq: int | None) -> None:
@@ -107,9 +117,8 @@ class ProgressLog:
 
     def last_step(self) -> str | None:
         """The step the child announced last in this run."""
-        try:
-            text = self.path.read_text(errors="replace")
-        except OSError:
+        text = self._text()
+        if text is None:
             return None
         step = None
         for line in text.splitlines():
@@ -121,7 +130,7 @@ class ProgressLog:
 
     def append(self, event: dict[str, Any]) -> None:
         line = json.dumps({**event, "time": event.get("time", time.time())}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)

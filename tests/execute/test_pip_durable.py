@@ -75,18 +75,38 @@ def test_a_power_cut_mid_install_converges_on_the_next_run(tmp_path: Path, index
         assert plan_torch(venv, ("egpu-probe==1.1",), index.url).steps == ()
 
 
-@pytest.mark.parametrize("lost", ["RECORD", "INSTALLER", "script"])
+# what each loss makes incomplete_distributions say
+_LOST = {
+    "RECORD": "no RECORD",
+    "INSTALLER": "no INSTALLER",
+    "script": "/bin/egpu-probe (listed in RECORD)",
+    # a kill (or a power cut) while pip wrote the module: pip writes each file in place
+    "short-file": "egpu_probe/__init__.py is 100 bytes, RECORD says",
+    "missing-file": "egpu_probe/__init__.py is missing, RECORD says",
+}
+
+
+@pytest.mark.parametrize("lost", list(_LOST))
 def test_a_half_installed_distribution_is_rebuilt(tmp_path: Path, index, lost: str) -> None:
-    """METADATA there but RECORD, INSTALLER or a console script RECORD lists gone: the
-    distribution is not counted, egpu-setup's own venv is rebuilt, and the run after is a
-    no-op."""
+    """METADATA there but RECORD, INSTALLER, a console script RECORD lists, or a file of the
+    package whole (the size RECORD gives) gone: the distribution is not counted, egpu-setup's
+    own venv is rebuilt, and the run after is a no-op."""
     venv = tmp_path / "venv"
     install_torch(venv, PROBE, index.url)
     info = next(venv.glob("lib/python3*/site-packages/egpu_probe-1.0.dist-info"))
-    (venv / "bin/egpu-probe" if lost == "script" else info / lost).unlink()
+    module = info.parent / "egpu_probe/__init__.py"
+    if lost == "short-file":
+        with open(module, "r+b") as f:
+            f.truncate(100)
+    elif lost == "missing-file":
+        module.unlink()
+    else:
+        (venv / "bin/egpu-probe" if lost == "script" else info / lost).unlink()
     host = LiveHost()
     assert "egpu-probe" not in (venv_versions(host, str(venv)) or {})
-    assert list(incomplete_distributions(host, str(venv))) == ["egpu_probe-1.0.dist-info"]
+    broken = incomplete_distributions(host, str(venv))
+    assert list(broken) == ["egpu_probe-1.0.dist-info"]
+    assert _LOST[lost] in broken["egpu_probe-1.0.dist-info"]
     plan, result = install_torch(venv, PROBE, index.url)
     assert plan.steps[0].rebuild_venv
     assert any("egpu_probe-1.0.dist-info" in w for w in plan.warnings), plan.warnings
