@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "kernels",
         "Check (and have DKMS build) the NVIDIA module for every installed kernel.",
     ),
+    "health": (
+        "health",
+        "Sample the eGPU's temperature, power, throttling, link and Xids (run by a timer).",
+    ),
     "firstboot": (
         "firstboot",
         "A lab image's first boot: enrol the enclosure, wait for the eGPU, verify.",

@@ -5,11 +5,7 @@ Each command is a Click command (https://click.palletsprojects.com/) named `comm
 module, which egpu_setup/cli.py imports only when that command runs. Modules: `_options` (every
 option more than one command takes, declared once; JSON printing), `detect`, `record`, `doctor`,
 `resolve`, `install`, `verify`, `render`, `rollback`, `eject`, `profiles`, `matrix`, `bundle`,
-<<<<<<< HEAD
 `report`, `firstboot` (a lab image's first boot), `venv` (a user's own venv on the verified
-torch).
-=======
-`report`, `firstboot` (a lab image's first boot), `kernels` (an NVIDIA module for every
-installed kernel).
->>>>>>> h-term
+torch), `kernels` (an NVIDIA module for every installed kernel), `health` (the eGPU's
+temperature, power, throttling, link and Xid events while people train).
 """

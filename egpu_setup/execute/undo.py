@@ -48,6 +48,7 @@ RENDERED = (
     "/etc/udev/rules.d/*egpu-setup*.rules",
     "/etc/modprobe.d/egpu-setup-*.conf",
     "/etc/systemd/system/egpu-setup-*.service",
+    "/etc/systemd/system/egpu-setup-*.timer",
     "/usr/local/bin/egpu-*",
     "/etc/default/grub.d/*egpu-setup*.cfg",
     "/etc/X11/xorg.conf.d/*egpu-setup*.conf",
@@ -56,6 +57,7 @@ RENDERED = (
 # Paths egpu-setup writes without a header: unit links, apt sources and keys, staged packages.
 OTHER_OWNED = (
     "/etc/systemd/system/*.wants/egpu-setup-*.service",
+    "/etc/systemd/system/*.wants/egpu-setup-*.timer",
     "/etc/apt/sources.list.d/egpu-setup-*.sources",
     "/etc/apt/keyrings/egpu-setup-*.gpg",
     "/etc/apt/preferences.d/egpu-setup-*",

@@ -27,6 +27,7 @@ from egpu_setup.render.checks import (
     check_kernel_params,
     check_path,
     check_profile_name,
+    check_temperature,
     check_uuid,
 )
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
@@ -141,6 +142,8 @@ class RenderContext:
     firstboot: FirstBoot | None = None
     # the distribution's packages come through apt: its DPkg::Post-Invoke hook is rendered
     apt: bool = False
+    # the profile's expect.max_temp_c, kept by the health sampler beside its readings
+    max_temp_c: str = "87"
 
     def as_template_vars(self) -> dict[str, Any]:
         return {
@@ -166,6 +169,7 @@ class RenderContext:
             "venv": self.venv,
             "wait_timeout": self.wait_timeout,
             "firstboot": self.firstboot,
+            "max_temp_c": self.max_temp_c,
         }
 
 
@@ -324,6 +328,7 @@ def build_context(
         notes=tuple(notes),
         firstboot=_check_firstboot(firstboot),
         apt=family in APT_FAMILIES,
+        max_temp_c=check_temperature(profile.expect.max_temp_c, "profile expect.max_temp_c"),
     )
 
 

@@ -61,6 +61,12 @@ UNIT_KERNELS = "/etc/systemd/system/egpu-setup-kernels.service"
 APT_KERNELS_HOOK = "/etc/apt/apt.conf.d/99egpu-setup-kernels"
 
 
+UNIT_HEALTH = "/etc/systemd/system/egpu-setup-health.service"
+
+
+UNIT_HEALTH_TIMER = "/etc/systemd/system/egpu-setup-health.timer"
+
+
 UDEV_FIRSTBOOT = "/etc/udev/rules.d/62-egpu-setup-firstboot.rules"
 
 
@@ -198,6 +204,19 @@ def _always(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
             "boot unit: `egpu-setup kernels check`, an NVIDIA module for every installed kernel",
         ),
         (
+            "systemd/egpu-setup-health.service.j2",
+            UNIT_HEALTH,
+            0o644,
+            "`egpu-setup health sample`: temperature, power, throttling, link and Xids into "
+            "/var/lib/egpu-setup/health.json (skipped without an NVIDIA GPU)",
+        ),
+        (
+            "systemd/egpu-setup-health.timer.j2",
+            UNIT_HEALTH_TIMER,
+            0o644,
+            "runs egpu-setup-health.service every minute",
+        ),
+        (
             "bin/egpu-hotplug.j2",
             BIN_HOTPLUG,
             0o755,
@@ -317,6 +336,7 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
             ("systemctl", "daemon-reload"),
             "load the new units",
             after=(UNIT_WAIT, UNIT_HOTPLUG, UNIT_PERSISTENCED, UNIT_VERIFY, UNIT_KERNELS)
+            + (UNIT_HEALTH, UNIT_HEALTH_TIMER)
             + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ()),
         )
     )
@@ -328,8 +348,10 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
                 "egpu-setup-wait.service",
                 "egpu-setup-verify.service",
                 "egpu-setup-kernels.service",
+                "egpu-setup-health.timer",
             ),
-            "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules",
+            "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules; "
+            "sample the eGPU's health every minute",
         )
     )
     if ctx.grub == "dropin":
