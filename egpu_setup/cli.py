@@ -52,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "resume_check",
         "After a suspend: is the eGPU authorized, on the bus and bound? Rescan once if not.",
     ),
+    "health": (
+        "health",
+        "Sample the eGPU's temperature, power, throttling, link and Xids (run by a timer).",
+    ),
     "firstboot": (
         "firstboot",
         "A lab image's first boot: enrol the enclosure, wait for the eGPU, verify.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ Examples:
   egpu-setup report /var/lib/egpu-setup/reports   # this machine's own history
   egpu-setup report reports/ --json --strict      # for CI: exit 1 unless every machine is ok
   egpu-setup report ci-reports/ --strict --cpu-ok  # CI runners verify on the CPU by design
+  egpu-setup report reports/ --since 2026-09-01   # health over the term that began then
 """
 
 
@@ -42,6 +44,14 @@ Examples:
     help="Count a machine verified on the CPU only (`verify --device cpu`) as ok: for CI "
     "runners and machines without an eGPU by design.",
 )
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    default=None,
+    metavar="YYYY-MM-DD",
+    help="The term's first day: peak temperature, throttle time and Xids from the health "
+    "sampler over the days from this one on (default: every day the machines kept).",
+)
 @json_option
 def command(
     paths: tuple[str, ...],
@@ -49,6 +59,7 @@ def command(
     title: str,
     strict: bool,
     cpu_ok: bool,
+    since: datetime | None,
     as_json: bool,
 ) -> None:
     """Merge install/verify JSON reports (folders are searched recursively) into one table.
@@ -60,12 +71,18 @@ def command(
     torch really installed, the newest report's time and age, and every failure with its
     message. A report that claims another machine than its folder's is set aside and makes
     that row "suspect". The HTML page draws the bandwidth and TFLOPS of every machine.
+
+    With the health sampler's health.json and the kernels check's kernels.json beside the
+    reports, each row also shows the term's peak temperature against the profile's limit,
+    the time throttled, the Xid events and which kernels lack the NVIDIA module; a second
+    table groups the machines by the Thunderbolt enclosure their eGPU sat in and flags a
+    box whose link was degraded on every machine it met.
     """
     from egpu_setup.fleet.html import render_html
     from egpu_setup.fleet.rows import collect
     from egpu_setup.fleet.text import render_text
 
-    report = collect(paths, cpu_ok=cpu_ok)
+    report = collect(paths, cpu_ok=cpu_ok, since=since.date() if since else None)
     if html_out is not None:
         _write_atomic(Path(html_out), render_html(report, title))
     if as_json:

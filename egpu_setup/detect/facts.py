@@ -199,7 +199,37 @@ class HostFacts:
             out["gpu"] = {"name": gpu.name, "pci_address": gpu.pci_address}
             out["connection"] = gpu.connection
             out["link"] = asdict(gpu.link)
+            box = self.enclosure_of(gpu)
+            # the box (and its cable) this GPU sat in: `egpu-setup report` groups machines by it
+            out["enclosure"] = (
+                None
+                if box is None
+                else {
+                    "unique_id": box.unique_id,
+                    "vendor": box.vendor,
+                    "name": box.name,
+                    "generation": box.generation,
+                    "rx_speed_gbps": box.rx_speed_gbps,
+                    "rx_lanes": box.rx_lanes,
+                }
+            )
         return out
+
+    @property
+    def tb_peripherals(self) -> tuple[TbDevice, ...]:
+        """The Thunderbolt/USB4 routers that are not a host router (route 0: "0-0", "1-0",
+        Linux Documentation/ABI/testing/sysfs-bus-thunderbolt)."""
+        return tuple(d for d in self.thunderbolt.devices if not (d.sysfs_name or "").endswith("-0"))
+
+    def enclosure_of(self, gpu: Gpu | None) -> TbDevice | None:
+        """The Thunderbolt device carrying `gpu`'s PCIe tunnel, when it can be told: the GPU is
+        on a Thunderbolt/USB4 link and exactly one peripheral is (or may be) authorized. sysfs
+        ties no router to the PCI functions behind it (render/thunderbolt.py says why), so a
+        dock beside the enclosure makes two candidates and the answer None, never a guess."""
+        if gpu is None or gpu.connection not in ("thunderbolt", "usb4"):
+            return None
+        candidates = [d for d in self.tb_peripherals if d.authorized is not False]
+        return candidates[0] if len(candidates) == 1 else None
 
     @property
     def egpu(self) -> Gpu | None:

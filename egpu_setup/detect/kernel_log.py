@@ -11,9 +11,14 @@ where the GPUs are named) and the newest TAIL_LINES (the last load), so memory s
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 from egpu_setup.host.machine import Host
+
+# "NVRM: Xid (PCI:0000:01:00): 79, pid=..., GPU has fallen off the bus." (NVIDIA's Xid catalog:
+# https://docs.nvidia.com/deploy/xid-errors/); "caused by previous Xid 149" is not an Xid line.
+XID_RE = re.compile(r"NVRM: Xid \(PCI:(?P<addr>[0-9a-fA-F:.]+)\): (?P<code>\d+)\b")
 
 SMALL = 1024 * 1024  # bytes: a log this size is read whole
 HEAD_CHARS = 256 * 1024  # of a big log's first NVRM lines

@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from egpu_setup.detect.kernel_log import XID_RE
+
 # Evidence is capped: a flapping link can print the same line thousands of times.
 MAX_HITS = 200
 
@@ -53,9 +55,7 @@ _ENUM_RE = re.compile(
     rf"^pci {_ADDR}: \[(?P<ven>[0-9a-f]{{4}}):(?P<dev>[0-9a-f]{{4}})\] "
     r"type \d+ class 0x(?P<cls>[0-9a-f]{6})"
 )
-# "NVRM: Xid (PCI:0000:01:00): 79, pid=..., GPU has fallen off the bus." (NVIDIA's Xid catalog:
-# https://docs.nvidia.com/deploy/xid-errors/); "caused by previous Xid 149" is not an Xid line.
-_XID_RE = re.compile(r"NVRM: Xid \(PCI:(?P<addr>[0-9a-fA-F:.]+)\): (?P<code>\d+)\b")
+_XID_RE = XID_RE  # detect/kernel_log.py: the health sampler counts the same lines
 # "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7": the
 # second field is the process that asked (security/lockdown/lockdown.c prints current->comm),
 # not the module; modprobe names the module it could not insert on its own line.

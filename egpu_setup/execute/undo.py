@@ -48,6 +48,7 @@ RENDERED = (
     "/etc/udev/rules.d/*egpu-setup*.rules",
     "/etc/modprobe.d/egpu-setup-*.conf",
     "/etc/systemd/system/egpu-setup-*.service",
+    "/etc/systemd/system/egpu-setup-*.timer",
     "/usr/local/bin/egpu-*",
     "/etc/default/grub.d/*egpu-setup*.cfg",
     "/etc/X11/xorg.conf.d/*egpu-setup*.conf",
@@ -58,6 +59,7 @@ OTHER_OWNED = (
     "/etc/systemd/system/*.wants/egpu-setup-*.service",
     # NVIDIA's sleep units enabled in display mode (render/sleep.py): the links, never the units
     "/etc/systemd/system/systemd-*.service.requires/nvidia-*.service",
+    "/etc/systemd/system/*.wants/egpu-setup-*.timer",
     "/etc/apt/sources.list.d/egpu-setup-*.sources",
     "/etc/apt/keyrings/egpu-setup-*.gpg",
     "/etc/apt/preferences.d/egpu-setup-*",

@@ -13,17 +13,24 @@ from typing import TYPE_CHECKING
 
 from egpu_setup.fleet.rows import FleetReport, MachineRow
 from egpu_setup.fleet.svg import chart, h2d_lanes, tflops_lanes
+from egpu_setup.fleet.text import (
+    ENCLOSURE_COLUMNS,
+    detail_lines,
+    enclosure_cells,
+    plural,
+    summary_line,
+)
 from egpu_setup.fleet.text import cells as text_cells
-from egpu_setup.fleet.text import detail_lines, plural, summary_line
 
 if TYPE_CHECKING:
     import jinja2
 
 COLUMNS = (
     "machine", "status", "device", "GPU", "connection", "link (ceiling)", "H2D GB/s",
-    "TFLOPS", "AMP", "torch", "driver", "install", "time (UTC)", "age",
+    "TFLOPS", "AMP", "torch", "driver", "install", "kernels", "peak C (limit)", "throttled",
+    "Xid", "time (UTC)", "age",
 )  # fmt: skip
-_NUMERIC = {"H2D GB/s", "TFLOPS", "age"}
+_NUMERIC = {"H2D GB/s", "TFLOPS", "age", "peak C (limit)", "throttled"}
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem 2rem;color:#1b1b1b;background:#fff}
@@ -105,6 +112,18 @@ _PAGE = """\
 {% endfor -%}
 </tbody>
 </table>
+{% if enclosures -%}
+<h2>Enclosures: the machines each one met, and the link it trained there</h2>
+<table class="enclosures">
+<thead><tr>{% for c in enclosure_columns %}<th>{{ c }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for box in enclosures -%}
+<tr class="{{ box.state }}" data-enclosure="{{ box.id }}">
+{%- for cell in box.cells %}<td>{{ cell }}</td>{% endfor %}</tr>
+{% endfor -%}
+</tbody>
+</table>
+{% endif -%}
 {% if skipped -%}
 <details><summary>{{ skipped_count }} skipped</summary><ul>
 {%- for path, why in skipped %}<li><code>{{ path }}</code>: {{ why }}</li>{% endfor -%}
@@ -171,6 +190,15 @@ def render_html(report: FleetReport, title: str = "egpu-setup fleet report") -> 
         tflops=Markup(tflops),  # the same
         columns=COLUMNS,
         rows=[_row(r) for r in report.rows],
+        enclosure_columns=ENCLOSURE_COLUMNS,
+        enclosures=[
+            {
+                "state": "failed" if b.degraded_everywhere else "ok",
+                "id": b.enclosure.unique_id,
+                "cells": enclosure_cells(b),
+            }
+            for b in report.enclosures
+        ],
         skipped=list(report.skipped),
         skipped_count=plural(len(report.skipped), "file"),
     )

@@ -35,13 +35,17 @@ SCHEMA_INSTALL = "egpu-setup/install/1"
 SCHEMA_RESOLUTION = "egpu-setup/resolution/1"
 SCHEMA_IDENTITY = "egpu-setup/identity/1"
 IDENTITY_FILE = "identity.json"
+# A machine's state beside its reports, fetched with them (ansible/roles/egpu_setup/tasks/
+# fetch.yml): `kernels check` (<state>/kernels.json) and the health sampler (<state>/health.json).
+SCHEMA_KERNELS = "egpu-setup/kernels/1"
+SCHEMA_HEALTH = "egpu-setup/health/1"
 
 # A report is a few kilobytes; anything far larger is not one of ours (or is hostile).
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 
 # Names our tools give their files: a file named so that cannot be read is a problem of its
 # machine (a truncated verify report may hide a failure); any other unreadable JSON is skipped.
-_OUR_NAME = re.compile(r"^(?:verify|install)-.*\.json$|^identity\.json$")
+_OUR_NAME = re.compile(r"^(?:verify|install)-.*\.json$|^(?:identity|kernels|health)\.json$")
 
 # verify-20261129T164900Z.json / install-2026-11-29T16:49:00.json: the timestamp in the name is
 # the fallback when a report carries no "time" key.
@@ -54,7 +58,7 @@ class LoadedReport:
     """One JSON report file, parsed and classified, with what it claims about its machine."""
 
     path: Path
-    kind: str  # "verify" / "install" / "resolution"
+    kind: str  # "verify" / "install" / "resolution" / "kernels" / "health"
     time: datetime | None
     data: Mapping[str, Any]
     hostname: str | None  # the hostname the report claims
@@ -256,7 +260,13 @@ def load_report(path: Path, base: Path | None = None) -> LoadedReport:
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     schema = data.get("schema")
-    kinds = {SCHEMA_VERIFY: "verify", SCHEMA_INSTALL: "install", SCHEMA_RESOLUTION: "resolution"}
+    kinds = {
+        SCHEMA_VERIFY: "verify",
+        SCHEMA_INSTALL: "install",
+        SCHEMA_RESOLUTION: "resolution",
+        SCHEMA_KERNELS: "kernels",
+        SCHEMA_HEALTH: "health",
+    }
     if not isinstance(schema, str) or schema not in kinds:
         shown = schema if isinstance(schema, (str, int, float, type(None))) else type(schema)
         raise ValueError(f"not an egpu-setup install/verify report (schema {shown!r})")

@@ -7,7 +7,10 @@
 - torch only when a verify imported it or an install's pip step ran, never the planned one;
 - every failure with its one-line message; the time of the newest report and its age;
 - measured against expected (fleet/expected.py): the link against its ceiling, host-to-device
-  GB/s against that ceiling and the profile's floor, TFLOPS against the profile's rate.
+  GB/s against that ceiling and the profile's floor, TFLOPS against the profile's rate;
+- the enclosure the eGPU sat in (fleet/enclosures.py groups the rows by it), the term's health
+  (peak temperature against the limit, time throttled, Xids) and the last kernels check
+  (fleet/term.py): warnings below the row, never its status, which verify alone decides.
 A verify older than an install that changed the machine proves nothing about it any more.
 """
 
@@ -16,10 +19,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any
 
 from egpu_setup.errors import UsageError
+from egpu_setup.fleet.enclosures import Enclosure, EnclosureRow, enclosure_of, group_by_enclosure
 from egpu_setup.fleet.expected import (
     Link,
     Measure,
@@ -30,6 +34,7 @@ from egpu_setup.fleet.expected import (
 )
 from egpu_setup.fleet.identity import Machine, machines, unique_names
 from egpu_setup.fleet.load import FileProblem, LoadedReport, dig, find_folders, load_folder
+from egpu_setup.fleet.term import HealthTerm, KernelsState, health_term, kernels_state
 from egpu_setup.log import get_logger
 from egpu_setup.state.reports import OrderKey
 
@@ -100,6 +105,9 @@ class MachineRow:
     sequence: int | None = None  # the newest report's place in its machine's order
     age_s: float | None = None
     profile: str | None = None
+    enclosure: Enclosure | None = None
+    health: HealthTerm | None = None
+    kernels: KernelsState | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -136,6 +144,9 @@ class MachineRow:
             "age_s": round(self.age_s) if self.age_s is not None else None,
             "sequence": self.sequence,
             "profile": self.profile,
+            "enclosure": self.enclosure.to_json() if self.enclosure else None,
+            "health": self.health.to_json() if self.health else None,
+            "kernels": self.kernels.to_json() if self.kernels else None,
             "sources": list(self.sources),
         }
 
@@ -148,6 +159,12 @@ class FleetReport:
     skipped: tuple[tuple[str, str], ...] = ()  # (path, reason): files that are not ours
     cpu_ok: bool = False
     now: datetime | None = None
+    since: date | None = None  # the term's first day (health), None: every day kept
+
+    @property
+    def enclosures(self) -> tuple[EnclosureRow, ...]:
+        """The rows grouped by the enclosure their eGPU sat in (fleet/enclosures.py)."""
+        return group_by_enclosure([(r.machine, r.enclosure, r.link, r.ceiling) for r in self.rows])
 
     @property
     def summary(self) -> dict[str, int]:
@@ -172,7 +189,9 @@ class FleetReport:
             "summary": self.summary,
             "cpu_ok": self.cpu_ok,
             "time": self.now.isoformat(timespec="seconds") if self.now else None,
+            "since": self.since.isoformat() if self.since else None,
             "hosts": [r.to_json() for r in self.rows],
+            "enclosures": [e.to_json() for e in self.enclosures],
             "skipped": [{"path": p, "reason": why} for p, why in self.skipped],
         }
 
@@ -181,9 +200,14 @@ class FleetReport:
 
 
 def collect(
-    paths: Sequence[str | os.PathLike[str]], *, cpu_ok: bool = False, now: datetime | None = None
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    cpu_ok: bool = False,
+    now: datetime | None = None,
+    since: date | None = None,
 ) -> FleetReport:
-    """Load every report under `paths` into one row per machine (fleet/identity.py)."""
+    """Load every report under `paths` into one row per machine (fleet/identity.py); the
+    health of the days from `since` on."""
     now = now or datetime.now(timezone.utc)
     found: list[Machine] = []
     skipped: list[FileProblem] = []
@@ -205,20 +229,23 @@ def collect(
             "reports are saved by `egpu-setup verify` under /var/lib/egpu-setup/reports/; "
             "fetch them with the Ansible role or copy them here",
         )
-    rows = [build_row(m, cpu_ok=cpu_ok, now=now) for m in unique_names(found)]
+    rows = [build_row(m, cpu_ok=cpu_ok, now=now, since=since) for m in unique_names(found)]
     rows.sort(key=lambda r: (r.machine.lower(), r.folder))
     return FleetReport(
         rows=tuple(rows),
         skipped=tuple((str(p.path), p.reason) for p in skipped),
         cpu_ok=cpu_ok,
         now=now,
+        since=since,
     )
 
 
 # -- one row ---------------------------------------------------------------------------------------
 
 
-def build_row(machine: Machine, *, cpu_ok: bool, now: datetime) -> MachineRow:
+def build_row(
+    machine: Machine, *, cpu_ok: bool, now: datetime, since: date | None = None
+) -> MachineRow:
     """The row of one machine from its own reports (the newest of each kind)."""
     verify = _newest(machine.reports, "verify")
     install = _newest(machine.reports, "install")
@@ -277,6 +304,11 @@ def build_row(machine: Machine, *, cpu_ok: bool, now: datetime) -> MachineRow:
         notes.append(clock)
     if machine.identity is not None and machine.identity.root:
         notes.append(f"an image root ({machine.identity.root}): verified on its first boot")
+    health_doc = _newest(machine.reports, "health")
+    health = health_term(health_doc.data, since) if health_doc else None
+    kernels_doc = _newest(machine.reports, "kernels")
+    kernels = kernels_state(kernels_doc.data) if kernels_doc else None
+    warnings += _term_warnings(health, kernels)
 
     verify_state = None
     if verify is not None:
@@ -312,8 +344,37 @@ def build_row(machine: Machine, *, cpu_ok: bool, now: datetime) -> MachineRow:
         sequence=used[0].sequence if used else None,
         age_s=(now - newest).total_seconds() if newest else None,
         profile=_first_str(*(r.data.get("profile") for r in used)),
+        enclosure=enclosure_of(hosts),
+        health=health,
+        kernels=kernels,
         sources=tuple(str(r.path) for r in used),
     )
+
+
+def _term_warnings(health: HealthTerm | None, kernels: KernelsState | None) -> list[Problem]:
+    """What the term's health and the kernels check say is wrong, one line each."""
+    out = []
+    if health is not None and health.too_hot:
+        out.append(
+            Problem(
+                "health",
+                "temperature",
+                f"peaked at {health.peak_c:g} C, the profile's limit is {health.limit_c:g} C",
+            )
+        )
+    if health is not None and health.xids:
+        codes = ", ".join(f"{code} x{n}" for code, n in health.xids)
+        out.append(Problem("health", "xid", f"Xid events over the term: {codes}"))
+    if kernels is not None and not kernels.ok:
+        running = " (the running one among them)" if kernels.running_missing else ""
+        out.append(
+            Problem(
+                "kernels",
+                "nvidia-module-missing-for-kernel",
+                f"no NVIDIA module for {', '.join(kernels.missing)}{running}",
+            )
+        )
+    return out
 
 
 def _status(

@@ -6,13 +6,16 @@ not control, and an escape sequence among them must not drive the terminal.
 
 from __future__ import annotations
 
+from egpu_setup.fleet.enclosures import EnclosureRow
 from egpu_setup.fleet.rows import FleetReport, MachineRow
 from egpu_setup.text import plain
 
 COLUMNS = (
     "machine", "status", "device", "GPU", "connection", "link (ceiling)", "H2D GB/s", "TFLOPS",
-    "torch", "driver", "time (UTC)", "age",
+    "torch", "driver", "kernels", "peak C (limit)", "throttled", "Xid", "time (UTC)", "age",
 )  # fmt: skip
+# The lab by enclosure (fleet/enclosures.py), below the machines when any report names one.
+ENCLOSURE_COLUMNS = ("enclosure", "unique id", "machines (link)", "verdict")
 
 # The marks before a machine's lines below its row: a failure, a report set aside or a file
 # that could not be read, a warning, a note.
@@ -34,6 +37,10 @@ def cell_values(row: MachineRow) -> dict[str, str]:
         "torch": row.torch or "-",
         "driver": row.driver or "-",
         "install": row.install or "-",
+        "kernels": row.kernels.text() if row.kernels else "-",
+        "peak C (limit)": peak_text(row),
+        "throttled": duration_text(row.health.throttle_s) if row.health else "-",
+        "Xid": xid_text(row),
         "time (UTC)": row.time.strftime("%Y-%m-%d %H:%M") if row.time else "-",
         "age": age_text(row.age_s),
     }
@@ -95,6 +102,36 @@ def amp_text(row: MachineRow) -> str:
     return f"{row.amp} (cpu)" if row.device == "cpu" and row.amp != "skipped" else row.amp
 
 
+def peak_text(row: MachineRow) -> str:
+    """The term's peak temperature against the profile's limit: "91 (88)"."""
+    h = row.health
+    if h is None or h.peak_c is None:
+        return "-"
+    return f"{h.peak_c:g}" + (f" ({h.limit_c:g})" if h.limit_c is not None else "")
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def xid_text(row: MachineRow) -> str:
+    """The term's Xid events by code, most frequent first ("79 x2, 13 x1"); "0" when the
+    sampler ran and saw none."""
+    if row.health is None:
+        return "-"
+    return ", ".join(f"{code} x{n}" for code, n in row.health.xids) or "0"
+
+
+def enclosure_cells(row: EnclosureRow) -> tuple[str, ...]:
+    """One enclosure's cells, in ENCLOSURE_COLUMNS order."""
+    met = ", ".join(f"{m.machine} ({m.link.text() if m.link else '?'})" for m in row.meetings)
+    return (row.enclosure.model, row.enclosure.unique_id, met, row.verdict())
+
+
 def age_text(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -133,19 +170,32 @@ def plural(n: int, word: str) -> str:
 def render_text(report: FleetReport) -> str:
     """An aligned plain-text table, problems under each row, and a one-line summary."""
     table = [COLUMNS, *(tuple(plain(c) for c in cells(r)) for r in report.rows)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
-
-    def line(row: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-
-    lines = [line(COLUMNS)]
+    widths = _widths(table)
+    lines = [_line(COLUMNS, widths)]
     for row, text_row in zip(report.rows, table[1:], strict=True):
-        lines.append(line(text_row))
+        lines.append(_line(text_row, widths))
         lines += [f"    {_MARK[kind]} {plain(text)}" for kind, text in detail_lines(row)]
+    boxes = report.enclosures
+    if boxes:
+        lines += ["", *_aligned([ENCLOSURE_COLUMNS, *(enclosure_cells(b) for b in boxes)])]
     lines.append("")
     skipped = len(report.skipped)
     lines.append(summary_line(report) + (f"; {plural(skipped, 'file')} skipped" if skipped else ""))
     return "\n".join(lines) + "\n"
+
+
+def _aligned(table: list[tuple[str, ...]]) -> list[str]:
+    plain_table = [tuple(plain(c) for c in r) for r in table]
+    widths = _widths(plain_table)
+    return [_line(r, widths) for r in plain_table]
+
+
+def _widths(table: list[tuple[str, ...]]) -> list[int]:
+    return [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+
+
+def _line(row: tuple[str, ...], widths: list[int]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
 
 
 def _sig(value: float) -> str:

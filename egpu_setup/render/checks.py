@@ -142,3 +142,14 @@ def check_choice(value: object, choices: tuple[str, ...], what: str) -> str:
     if value not in choices:
         raise UsageError(f"{what}: {value!r} is not one of {', '.join(choices)}", "fix the profile")
     return str(value)
+
+
+def check_temperature(value: object, what: str) -> str:
+    """A temperature limit in degrees C, 40 to 110 (profile.schema.json expect.max_temp_c), as
+    the digits a unit's command line gets: "88", "87.5"."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 40 <= value <= 110
+    if not ok:
+        raise UsageError(
+            f"{what}: {value!r} is not a temperature between 40 and 110 C", "fix the profile"
+        )
+    return f"{float(value):g}"  # type: ignore[arg-type]

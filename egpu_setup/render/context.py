@@ -27,6 +27,7 @@ from egpu_setup.render.checks import (
     check_kernel_params,
     check_path,
     check_profile_name,
+    check_temperature,
     check_uuid,
 )
 from egpu_setup.render.sleep import SleepSetup, plan_sleep
@@ -144,6 +145,8 @@ class RenderContext:
     apt: bool = False
     # display mode where the driver ships its suspend units (render/sleep.py)
     sleep: SleepSetup | None = None
+    # the profile's expect.max_temp_c, kept by the health sampler beside its readings
+    max_temp_c: str = "87"
 
     def as_template_vars(self) -> dict[str, Any]:
         return {
@@ -170,6 +173,7 @@ class RenderContext:
             "wait_timeout": self.wait_timeout,
             "firstboot": self.firstboot,
             "sleep": self.sleep,
+            "max_temp_c": self.max_temp_c,
         }
 
 
@@ -335,6 +339,7 @@ def build_context(
         firstboot=_check_firstboot(firstboot),
         apt=family in APT_FAMILIES,
         sleep=sleep,
+        max_temp_c=check_temperature(profile.expect.max_temp_c, "profile expect.max_temp_c"),
     )
 
 

@@ -67,6 +67,12 @@ UNIT_RESUME = "/etc/systemd/system/egpu-setup-resume.service"
 APT_KERNELS_HOOK = "/etc/apt/apt.conf.d/99egpu-setup-kernels"
 
 
+UNIT_HEALTH = "/etc/systemd/system/egpu-setup-health.service"
+
+
+UNIT_HEALTH_TIMER = "/etc/systemd/system/egpu-setup-health.timer"
+
+
 UDEV_FIRSTBOOT = "/etc/udev/rules.d/62-egpu-setup-firstboot.rules"
 
 
@@ -218,6 +224,19 @@ def _always(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
             "PCI rescan if not; verify --quick when CUDA was using it)",
         ),
         (
+            "systemd/egpu-setup-health.service.j2",
+            UNIT_HEALTH,
+            0o644,
+            "`egpu-setup health sample`: temperature, power, throttling, link and Xids into "
+            "/var/lib/egpu-setup/health.json (skipped without an NVIDIA GPU)",
+        ),
+        (
+            "systemd/egpu-setup-health.timer.j2",
+            UNIT_HEALTH_TIMER,
+            0o644,
+            "runs egpu-setup-health.service every minute",
+        ),
+        (
             "bin/egpu-hotplug.j2",
             BIN_HOTPLUG,
             0o755,
@@ -354,6 +373,8 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
                 UNIT_KERNELS,
                 UNIT_SLEEP,
                 UNIT_RESUME,
+                UNIT_HEALTH,
+                UNIT_HEALTH_TIMER,
             )
             + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ()),
         )
@@ -368,9 +389,10 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
                 "egpu-setup-kernels.service",
                 "egpu-setup-sleep.service",
                 "egpu-setup-resume.service",
+                "egpu-setup-health.timer",
             ),
             "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules; "
-            "check the eGPU around every sleep",
+            "check the eGPU around every sleep; sample its health every minute",
         )
     )
     if ctx.grub == "dropin":

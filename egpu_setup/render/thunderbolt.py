@@ -39,11 +39,6 @@ _TB_CONNECTIONS = ("thunderbolt", "usb4")
 WAITING = "no eGPU is visible while Thunderbolt devices wait for authorization"
 
 
-def _is_peripheral(dev: TbDevice) -> bool:
-    # Route 0 ("0-0", "1-0") is the host router itself (sysfs-bus-thunderbolt).
-    return not (dev.sysfs_name or "").endswith("-0")
-
-
 def _enclosure(
     facts: HostFacts, wanted: str | None, egpu: Gpu | None
 ) -> tuple[TbDevice | None, str | None]:
@@ -63,7 +58,7 @@ def _enclosure(
     candidates, which is refused). Anything else (eGPU unplugged, a dock alone) names no device:
     a dock's UUID must never be enrolled as the enclosure.
     """
-    peripherals = [d for d in facts.thunderbolt.devices if _is_peripheral(d)]
+    peripherals = list(facts.tb_peripherals)
     if wanted is not None:
         for dev in peripherals:
             if (dev.unique_id or "").lower() == wanted:
@@ -94,9 +89,10 @@ def _enclosure(
             f"{why}, so no Thunderbolt device can be tied to it and none is authorized: "
             "connect the eGPU, or pin hotplug.enclosure_unique_id in the profile, then re-run"
         )
+    found = facts.enclosure_of(egpu)
+    if found is not None:
+        return found, None
     candidates = [d for d in peripherals if d.authorized is not False]
-    if len(candidates) == 1:
-        return candidates[0], None
     listed = "; ".join(
         f"{d.vendor or '?'} {d.name or '?'}: {d.unique_id or '?'}" for d in candidates
     )

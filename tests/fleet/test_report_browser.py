@@ -127,3 +127,34 @@ def test_the_page_renders_charts_with_one_mark_per_machine(tmp_path: Path) -> No
     blank.write_text("<!DOCTYPE html><html><body></body></html>")
     ok, stats = looks_rendered(screenshot(blank, tmp_path / "blank.png", tmp_path / "b"))
     assert not ok and stats["non_white"] == 0, stats
+
+
+@pytest.mark.slow
+def test_the_box_degraded_on_every_laptop_stands_out_on_the_page(tmp_path: Path) -> None:
+    """The enclosure table as Chromium draws it: the flagged box's row carries the failed
+    colour's left border; the same lab with that box's laptops on a full link draws none."""
+    from fleet.test_report_term import NOW as TERM_NOW
+    from fleet.test_report_term import X1, _machine
+
+    failed = bytes((0xC6, 0x28, 0x28))  # tr.failed td:first-child (fleet/html.py)
+    header = bytes((0xF0, 0xF0, 0xF0))  # th: the enclosure table's header is the page's last
+
+    def red_pixels(name: str, link: object) -> int:
+        """Pixels of the failed colour below the last table header: the enclosure rows."""
+        dest = tmp_path / name / "reports"
+        for laptop in ("lab-a", "lab-b"):
+            _machine(dest, laptop, "tb3-rtx3090-ubuntu2204", link)  # type: ignore[arg-type]
+        page = tmp_path / f"{name}.html"
+        page.write_text(render_html(collect([dest], now=TERM_NOW)))
+        img = decode(screenshot(page, tmp_path / f"{name}.png", tmp_path / name))
+        rows = [bytes(r) for r in img.rows]
+        last = max(y for y, row in enumerate(rows) if row.count(header) > 100)
+        return sum(
+            1
+            for row in rows[last + 1 :]
+            for i in range(0, len(row), img.channels)
+            if row[i : i + 3] == failed
+        )
+
+    flagged, control = red_pixels("flagged", X1), red_pixels("control", None)
+    assert (control, flagged > 100) == (0, True), (flagged, control)

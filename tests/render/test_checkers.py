@@ -103,7 +103,7 @@ def _fake_root(tmp_path: Path, files: tuple[RenderedFile, ...]) -> Path:
 def test_units_pass_systemd_analyze_verify(name: str, mode: str, tmp_path: Path) -> None:
     analyze = _need("systemd-analyze")
     files = _files(name, mode)
-    units = [f.path for f in files if f.path.endswith(".service")]
+    units = [f.path for f in files if f.path.endswith((".service", ".timer"))]
     assert len(units) >= 3
     root = _fake_root(tmp_path, files)
     for unit in units:

@@ -615,6 +615,8 @@ def test_render_command_writes_only_under_out(tmp_path: Path) -> None:
             "etc/apt/apt.conf.d/99egpu-setup-kernels",
             "etc/modprobe.d/egpu-setup-nouveau.conf",
             "etc/modprobe.d/egpu-setup-nvidia.conf",
+            "etc/systemd/system/egpu-setup-health.service",
+            "etc/systemd/system/egpu-setup-health.timer",
             "etc/systemd/system/egpu-setup-hotplug.service",
             "etc/systemd/system/egpu-setup-kernels.service",
             "etc/systemd/system/egpu-setup-persistenced.service",
