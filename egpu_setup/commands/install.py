@@ -43,6 +43,7 @@ Examples:
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
   sudo egpu-setup install --bundle /media/usb/lab-bundle --bundle-sha256 HEX --yes  # offline
   sudo egpu-setup install --profile rtx4090 --matrix updated --yes  # after `matrix update`
+  sudo egpu-setup install --profile rtx4090 --hold-driver --yes  # the driver stays for the term
   sudo egpu-setup install --profile rtx4090 --yes --enclosure 00e8d1a4-3c2b-0e01-ffff-ffffffffffff
 \b
 Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again after),
@@ -114,6 +115,13 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     default=True,
     help="Run `verify --quick` after installing torch.",
 )
+@click.option(
+    "--hold-driver/--no-hold-driver",
+    "hold_driver",
+    default=None,
+    help="Hold the NVIDIA driver packages at the installed versions for the term (apt pin and "
+    "unattended-upgrades blacklist; rollback releases it). Default: the profile's driver.hold.",
+)
 @matrix_option
 def command(
     profile_name: str | None,
@@ -137,6 +145,7 @@ def command(
     download_timeout: int,
     enclosure: str | None,
     run_verify: bool,
+    hold_driver: bool | None,
     matrix_choice: str,
 ) -> None:
     """Provision this machine: NVIDIA driver, torch venv, hot-plug configuration.
@@ -170,6 +179,7 @@ def command(
         run_verify=run_verify,
         matrix=matrix_choice,
         enclosure=enclosure,
+        hold_driver=hold_driver,
     )
     prepared = prepare(options)
     if dry_run:

@@ -8,5 +8,6 @@ tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`,
 (`lspci -t`/`-tv` trees as pasted), `nvidia` and
 `nvidia_smi` (the driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa`
 (nodes, each GPU's node), `kernel_log` (a recording's kernel log, bounded however big it is),
-`kernels` (installed kernels, their headers and NVIDIA modules, `dkms status`).
+`kernels` (installed kernels, their headers and NVIDIA modules, `dkms status`), `dpkg_status`
+(dpkg's database and apt pins: the driver's packages and the versions a hold keeps).
 """

@@ -5,5 +5,6 @@ reversal), `apt` (apt sources and installs), `apt_key` (a third-party key checke
 pinned fingerprint), `dpkg_lock` (waiting for the package manager), `pip` (torch into a venv),
 `console` (a child's output under its step), `eject` (safe detach), `dkms` (the module
 built for every kernel the target boots), `tool` (egpu-setup's own root-owned venv), `kernels`
-(`kernels check`: DKMS builds for new kernels, the rest recorded).
+(`kernels check`: DKMS builds for new kernels, the rest recorded), `hold` (the driver's pin
+written from dpkg's status after the apt step).
 """

@@ -38,6 +38,7 @@ class InstallOptions:
     run_verify: bool = True
     matrix: str = "shipped"  # "updated": the overlay of `matrix update` decides (--matrix)
     enclosure: str | None = None  # --enclosure UUID: the Thunderbolt device to enrol and tie
+    hold_driver: bool | None = None  # --hold-driver/--no-hold-driver; None: the profile's
 
     @property
     def venv_path(self) -> str:
