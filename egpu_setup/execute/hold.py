@@ -12,7 +12,12 @@ from egpu_setup.render.hold import hold_files
 
 
 def hold(ctx: Context, step: HoldDriver) -> tuple[str, str]:
-    """Write the pin file and the unattended-upgrades drop-in for the driver as installed now."""
+    """Write the pin file and the unattended-upgrades drop-in for the driver as installed now
+    (or, releasing, with nothing in them: still egpu-setup's files, so rollback removes them)."""
+    if step.release:
+        for path, content, _purpose in hold_files({}, step.profile, step.mode, release=True):
+            write_managed(ctx, path, content.encode(), 0o644)
+        return "done", "driver hold released for the apt step"
     held = driver_packages(dpkg_entries(ctx.host), step.named)
     for path, content, _purpose in hold_files(held, step.profile, step.mode):
         write_managed(ctx, path, content.encode(), 0o644)

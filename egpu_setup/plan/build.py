@@ -75,7 +75,8 @@ def build_plan(
     )
 
     if "driver" in options.only:
-        steps += driver + hold_steps(resolution, profile, host, options, driver)
+        release, hold = hold_steps(resolution, profile, host, options, driver)
+        steps += release + driver + hold
     # the commands that consume the files (initramfs, udev/systemd reloads) come right after
     # them: a torch download that fails or is interrupted must not leave them undone
     steps += file_steps + unit_steps + link_steps(links, host, options) + cmd_steps

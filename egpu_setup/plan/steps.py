@@ -300,10 +300,16 @@ class HoldDriver(Step):
     profile: str
     mode: str
     held: tuple[tuple[str, str], ...] = ()  # (name, version) installed now; () before the apt step
+    release: bool = False  # before an apt step: both files emptied, so apt may move the driver
 
     def describe(self) -> str:
         from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
 
+        if self.release:
+            return (
+                f"release the driver hold ({HOLD_PIN}, {HOLD_UNATTENDED}) for the apt step; "
+                "it is held again after it"
+            )
         if self.held:
             versions = sorted({v for _, v in self.held})
             what = f"{len(self.held)} packages at {', '.join(versions)}"

@@ -20,11 +20,13 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?$")
 _VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
 
 
-def hold_files(packages: Mapping[str, str], profile: str, mode: str) -> list[tuple[str, str, str]]:
+def hold_files(
+    packages: Mapping[str, str], profile: str, mode: str, *, release: bool = False
+) -> list[tuple[str, str, str]]:
     """(path, content, purpose) of the pin file and the unattended-upgrades drop-in holding each
     of `packages` (name -> version) at its version; EgpuSetupError for a name or version that is
-    not dpkg's, or for none at all."""
-    if not packages:
+    not dpkg's, or for none at all unless `release` (both files holding nothing)."""
+    if not packages and not release:
         raise EgpuSetupError(
             "no NVIDIA driver package is installed to hold (dpkg's status lists none)",
             "install the driver first (`egpu-setup install --only driver`), or run without "

@@ -112,3 +112,25 @@ def test_doctor_tells_a_held_driver_from_a_split_one(root: Path) -> None:
     assert hold_findings(split) == []  # the split is driver-library-mismatch's (doctor/checks.py)
     # the same split with the pin gone: measured against the module's package
     assert judge_hold(status.read_text(), None).split_text() == split.split_text()
+
+
+def test_a_planned_upgrade_releases_the_hold_first_and_holds_the_new_release(root: Path) -> None:
+    # with the pin in place apt keeps the held version: an upgrade step alone would do nothing
+    sim = debroot.chroot(root, "apt-get", "-s", "install", "nvidia-driver")
+    assert f"nvidia-driver is already the newest version ({OLD})" in sim.stdout, sim.stdout
+    plan = Plan(
+        (
+            HoldDriver(("nvidia-driver",), "lab-rtx3080", "compute", release=True),
+            AptInstall(("nvidia-driver",), no_install_recommends=True),
+            HoldDriver(("nvidia-driver",), "lab-rtx3080", "compute"),
+        )
+    )
+    result = execute(plan, RootHost(root), StatePaths.for_root(root), ExecOptions())
+    assert result.steps[2].detail == f"driver held at {NEW}: {', '.join(sorted(DRIVER))}"
+    pin = (root / HOLD_PIN.lstrip("/")).read_text()
+    assert f"Pin: version {OLD}" not in pin and pin.count(f"Pin: version {NEW}") == 4
+    assert _upgrades(root, "-o", "Dir::Etc::PreferencesParts=/nonexistent") == set()
+    # rollback still removes both files: they were replaced twice, created by egpu-setup
+    apply_rollback(plan_rollback(RollbackOptions(yes=True, root_dir=str(root))))
+    assert not (root / HOLD_PIN.lstrip("/")).exists()
+    assert not (root / HOLD_UNATTENDED.lstrip("/")).exists()
