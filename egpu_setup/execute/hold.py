@@ -17,7 +17,7 @@ def hold(ctx: Context, step: HoldDriver) -> tuple[str, str]:
     if step.release:
         for path, content, _purpose in hold_files({}, step.profile, step.mode, release=True):
             write_managed(ctx, path, content.encode(), 0o644)
-        return "done", "driver hold released for the apt step"
+        return "done", "driver hold released" + ("" if step.for_good else " for the apt step")
     held = driver_packages(dpkg_entries(ctx.host), step.named)
     for path, content, _purpose in hold_files(held, step.profile, step.mode):
         write_managed(ctx, path, content.encode(), 0o644)

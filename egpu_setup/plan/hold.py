@@ -25,7 +25,7 @@ def hold_steps(
     """(before, after) the driver's steps: [HoldDriver] after them when the driver is to be held
     and its hold is missing or stale; before them, the hold released when an apt step is planned
     and egpu-setup's pin holds something (apt would otherwise keep the pinned versions and the
-    upgrade or reinstall would do nothing).
+    upgrade or reinstall would do nothing), or for good when the driver is no longer to be held.
 
     After an apt step the versions are known only once it ran (the step reads them then);
     without one, the hold is what dpkg's status says now, and planned only when the two files
@@ -33,13 +33,18 @@ def hold_steps(
     # the driver's own packages (not the kernel headers); none when an installed driver is
     # kept, and then the NVIDIA driver's source packages by name (detect/dpkg_status.py)
     named = tuple(p for p in resolution.driver.packages if "nvidia" in p or "cuda" in p)
-    if not options.hold_driver or "driver" not in options.only:
+    if "driver" not in options.only:
         return [], []
+    pinned = parse_pins(host.read(HOLD_PIN) or "")
+    if not options.hold_driver:
+        # the profile (or --no-hold-driver) holds nothing: a hold an earlier run left goes
+        if not pinned:
+            return [], []
+        return [HoldDriver(named, profile.name, profile.mode, release=True, for_good=True)], []
     if resolution.driver.action in ("host-managed", "in-kernel"):
         return [], []  # WSL's driver is Windows'; amdgpu is the kernel's: no packages to hold
     step = HoldDriver(named, profile.name, profile.mode)
     if any(isinstance(s, AptInstall) for s in driver):
-        pinned = parse_pins(host.read(HOLD_PIN) or "")
         release: list[Step] = [HoldDriver(named, profile.name, profile.mode, release=True)]
         return (release if pinned else []), [step]
     held = driver_packages(dpkg_entries(host), named)

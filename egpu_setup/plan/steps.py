@@ -300,16 +300,19 @@ class HoldDriver(Step):
     profile: str
     mode: str
     held: tuple[tuple[str, str], ...] = ()  # (name, version) installed now; () before the apt step
-    release: bool = False  # before an apt step: both files emptied, so apt may move the driver
+    release: bool = False  # both files emptied, so apt may move the driver: before an apt step,
+    for_good: bool = False  # or because the driver is no longer to be held
 
     def describe(self) -> str:
         from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
 
         if self.release:
-            return (
-                f"release the driver hold ({HOLD_PIN}, {HOLD_UNATTENDED}) for the apt step; "
-                "it is held again after it"
+            why = (
+                "the profile holds the driver no more (driver.hold, --hold-driver)"
+                if self.for_good
+                else "for the apt step; it is held again after it"
             )
+            return f"release the driver hold ({HOLD_PIN}, {HOLD_UNATTENDED}): {why}"
         if self.held:
             versions = sorted({v for _, v in self.held})
             what = f"{len(self.held)} packages at {', '.join(versions)}"

@@ -136,4 +136,13 @@ def test_an_apt_step_under_a_hold_of_ours_releases_it_first(tmp_path: Path) -> N
     release, hold = (s for s in steps if isinstance(s, HoldDriver))
     assert release.release and not hold.release
     assert kinds.index(HoldDriver) < kinds.index(AptInstall) < steps.index(hold)
-    assert release.describe().startswith("release the driver hold (")
+    assert release.describe().endswith("for the apt step; it is held again after it")
+    # the hold turned off (the default, or --no-hold-driver): released for good, nothing after
+    off = PlanOptions(target="root", only=HOLD.only)
+    [gone] = _plan(root, "keep", off).steps
+    assert isinstance(gone, HoldDriver) and gone.release and gone.for_good
+    assert "the profile holds the driver no more" in gone.describe()
+    # once released (files empty), nothing more to do
+    for path, content, _ in hold_files({}, "rtx4090", "compute", release=True):
+        (root / path.lstrip("/")).write_text(content)
+    assert _plan(root, "keep", off).steps == ()
