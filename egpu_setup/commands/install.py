@@ -45,6 +45,7 @@ Examples:
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
   sudo egpu-setup install --bundle /media/usb/lab-bundle --bundle-sha256 HEX --yes  # offline
   sudo egpu-setup install --profile rtx4090 --matrix updated --yes  # after `matrix update`
+  sudo egpu-setup install --profile rtx4090 --hold-driver --yes  # the driver stays for the term
   sudo egpu-setup install --profile rtx4090 --yes --enclosure 00e8d1a4-3c2b-0e01-ffff-ffffffffffff
 \b
 Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again after),
@@ -125,6 +126,13 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
     help="With --root: sign the image's DKMS module with the lab's key in DIR (mok.key, mok.der, "
     "mok.hash; `egpu-setup mok-key new DIR`); first boot queues its enrolment.",
 )
+@click.option(
+    "--hold-driver/--no-hold-driver",
+    "hold_driver",
+    default=None,
+    help="Hold the NVIDIA driver packages at the installed versions for the term (apt pin and "
+    "unattended-upgrades blacklist; rollback releases it). Default: the profile's driver.hold.",
+)
 @matrix_option
 def command(
     profile_name: str | None,
@@ -149,6 +157,7 @@ def command(
     enclosure: str | None,
     run_verify: bool,
     mok_key: str | None,
+    hold_driver: bool | None,
     matrix_choice: str,
 ) -> None:
     """Provision this machine: NVIDIA driver, torch venv, hot-plug configuration.
@@ -183,6 +192,7 @@ def command(
         matrix=matrix_choice,
         enclosure=enclosure,
         mok_key=mok_key,
+        hold_driver=hold_driver,
     )
     prepared = prepare(options)
     if dry_run:

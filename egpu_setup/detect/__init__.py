@@ -9,5 +9,7 @@ tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`,
 `nvidia_smi` (the driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa`
 (nodes, each GPU's node), `kernel_log` (a recording's kernel log, bounded however big it is),
 `kernels` (installed kernels, their headers and NVIDIA modules, `dkms status`), `health`
-(one nvidia-smi reading of temperature, power, throttling and link; the kernel log's Xids).
+(one nvidia-smi reading of temperature, power, throttling and link; the kernel log's Xids),
+`dpkg_status` (dpkg's database and apt pins: the driver's packages and the versions a hold
+keeps).
 """

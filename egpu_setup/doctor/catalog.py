@@ -104,6 +104,23 @@ CATALOG: tuple[Spec, ...] = (
         ("NVIDIA README: Known Issues", "stackhpc/ansible-slurm-appliance#287"),
     ),
     Spec(
+        "driver-held",
+        "info",
+        "The NVIDIA driver packages are held at one version (egpu-setup's apt pin, profile "
+        "driver.hold): no upgrade, unattended or not, moves them until the hold is released.",
+        (
+            "apt_preferences(5) (a priority over 1000 keeps the pinned version)",
+            "https://github.com/mvo5/unattended-upgrades (Unattended-Upgrade::Package-Blacklist)",
+        ),
+    ),
+    Spec(
+        "driver-hold-removed",
+        "warning",
+        "egpu-setup held the NVIDIA driver (its manifest names the pin) and the pin file is "
+        "gone: the next upgrade can split the kernel module from its libraries.",
+        ("apt_preferences(5)",),
+    ),
+    Spec(
         "nvidia-module-missing-for-kernel",
         "error",
         "An installed kernel has no NVIDIA module it can load (a kernel update DKMS did not "

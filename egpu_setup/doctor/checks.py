@@ -14,6 +14,7 @@ from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.detect.lspci import LspciEntry
 from egpu_setup.doctor.dmesg import BarFailure, DmesgScan, Hit, nvrm_address, scan_dmesg
 from egpu_setup.doctor.findings import MAX_EVIDENCE, DoctorInput, Finding
+from egpu_setup.doctor.hold import HoldVerdict, hold_findings, judge_hold, split_lines
 from egpu_setup.doctor.kernels import judge_kernels, kernel_findings
 from egpu_setup.doctor.torchcheck import TorchInfo
 
@@ -495,7 +496,10 @@ _NO_GPU_FIX = (
 )
 
 
-def check_mismatch(ctx: _Context) -> list[Finding]:
+def check_mismatch(ctx: _Context, hold: HoldVerdict | None = None) -> list[Finding]:
+    """Module and libraries of different versions: the kernel log and nvidia-smi say so once the
+    module is loaded, dpkg's status (`hold`) as soon as the packages moved apart; the packages
+    that moved are named."""
     smi = ctx.inputs.nvidia_smi or ""
     lines = _hit_lines(ctx.dmesg.api_mismatch)
     smi_lines = [
@@ -503,22 +507,35 @@ def check_mismatch(ctx: _Context) -> list[Finding]:
         for ln in smi.splitlines()
         if "version mismatch" in ln or "NVML library version" in ln
     ]
-    if not lines and not smi_lines:
+    split = hold is not None and hold.split
+    if not lines and not smi_lines and not split:
         return []
     versions = ctx.dmesg.api_versions[-1] if ctx.dmesg.api_versions else None
     detail = f" (libraries {versions[0]}, kernel module {versions[1]})" if versions else ""
+    packages = ""
+    dpkg_lines: list[str] = []
+    if hold is not None and split:
+        packages = f"; dpkg: {hold.split_text()}"
+        dpkg_lines = split_lines(hold)
     return [
         Finding(
             "driver-library-mismatch",
             "error",
-            f"The NVIDIA kernel module and user-space libraries are different versions{detail}",
-            _evidence(smi_lines + lines),
+            f"The NVIDIA kernel module and user-space libraries are different "
+            f"versions{detail}{packages}",
+            _evidence(smi_lines + lines + dpkg_lines),
             "Reboot so the kernel loads the module that matches the installed libraries. If it "
             "persists "
             "after a reboot, the upgrade is half-finished: run sudo apt-get install -f (or "
             "reinstall one "
             "driver version) and compare `cat /proc/driver/nvidia/version` with `modinfo -F "
-            "version nvidia`.",
+            "version nvidia`."
+            + (
+                " dpkg shows the packages apart: bring the moved ones back to the driver's "
+                "version (`sudo apt-get install NAME=VERSION`) or move all of them together."
+                if split
+                else ""
+            ),
         )
     ]
 
@@ -1078,7 +1095,12 @@ def run_checks(
     out += check_link(ctx)
     nouveau = check_nouveau(ctx)
     out += nouveau
-    out += check_mismatch(ctx)
+    hold = (
+        judge_hold(inputs.dpkg_status, inputs.driver_pin, inputs.hold_recorded)
+        if inputs.dpkg_status is not None
+        else None
+    )
+    out += check_mismatch(ctx, hold)
     out += check_fallen_off(ctx)
     resumed = check_lost_after_resume(ctx)
     out += resumed
@@ -1103,5 +1125,7 @@ def run_checks(
     out += check_verify_temperature(ctx)
     if inputs.kernels is not None:
         out += kernel_findings(judge_kernels(inputs.kernels))
+    if hold is not None:
+        out += hold_findings(hold)
     out += check_timed_out(ctx)
     return out

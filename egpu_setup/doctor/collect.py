@@ -9,6 +9,7 @@ import itertools
 from typing import Any
 
 from egpu_setup.detect import nvidia
+from egpu_setup.detect.dpkg_status import HOLD_PIN
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.detect.kernels import probe_kernels
 from egpu_setup.doctor.dmesg import DmesgScan, scan_lines
@@ -120,8 +121,26 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         verify_report=report,
         verify_report_path=report_path,
         kernels=probe_kernels(host),
+        dpkg_status=host.read("/var/lib/dpkg/status"),
+        driver_pin=host.read(HOLD_PIN, limit=1024 * 1024),
+        hold_recorded=hold_recorded(host),
         timed_out=tuple(host.timed_out),  # detection's and the commands' above
     )
+
+
+def hold_recorded(host: Host) -> bool:
+    """Does egpu-setup's manifest name the driver hold's pin (it held the driver)? False when
+    it names none, or cannot be read (root's 0600 file, doctor run as a user)."""
+    import json
+
+    from egpu_setup.state.paths import STATE_DIR
+
+    text = host.read(f"{STATE_DIR}/manifest.json")
+    try:
+        files = json.loads(text).get("files") if text else None
+    except ValueError:
+        return False
+    return isinstance(files, dict) and HOLD_PIN in files
 
 
 def latest_verify_report(host: Host) -> tuple[dict[str, Any] | None, str | None]:

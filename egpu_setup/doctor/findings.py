@@ -65,6 +65,11 @@ class DoctorInput:
     timed_out: tuple[tuple[str, float], ...] = ()
     # installed kernels and their NVIDIA modules (detect/kernels.py)
     kernels: KernelFacts | None = None
+    # the driver hold (doctor/hold.py): dpkg's status file, egpu-setup's pin file, and whether
+    # the manifest says egpu-setup wrote that pin
+    dpkg_status: str | None = None
+    driver_pin: str | None = None
+    hold_recorded: bool = False
 
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""

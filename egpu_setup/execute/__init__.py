@@ -6,5 +6,6 @@ pinned fingerprint), `dpkg_lock` (waiting for the package manager), `pip` (torch
 `console` (a child's output under its step), `eject` (safe detach), `dkms` (the module
 built for every kernel the target boots), `tool` (egpu-setup's own root-owned venv), `kernels`
 (`kernels check`: DKMS builds for new kernels, the rest recorded), `health` (`health sample`:
-a reading folded into the bounded health.json).
+a reading folded into the bounded health.json), `hold` (the driver's pin written from dpkg's
+status after the apt step).
 """

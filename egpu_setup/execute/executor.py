@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
 from egpu_setup.errors import EgpuSetupError, ExecutionError
 from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute import files as execute_files
+from egpu_setup.execute import hold as execute_hold
 from egpu_setup.execute import pip as execute_pip
 from egpu_setup.execute import tool as execute_tool
 from egpu_setup.execute.console import show_line
@@ -31,6 +33,7 @@ from egpu_setup.plan.steps import (
     CopyFile,
     CreateLink,
     EnableUnit,
+    HoldDriver,
     InstallTool,
     PipInstall,
     Plan,
@@ -133,6 +136,8 @@ def _paths_of(step: Step) -> list[str]:
         return [p for p in (step.sources_path, step.keyring_path, step.pin_path) if p]
     if isinstance(step, EnableUnit):
         return list(step.links)
+    if isinstance(step, HoldDriver):
+        return [HOLD_PIN, HOLD_UNATTENDED]
     return []
 
 
@@ -246,6 +251,8 @@ def _apply(
         return execute_apt.add_repository(ctx, step)
     if isinstance(step, AptInstall):
         return execute_apt.install(ctx, step)
+    if isinstance(step, HoldDriver):
+        return execute_hold.hold(ctx, step)
     if isinstance(step, PipInstall):
         return execute_pip.install(ctx, step, options.installer)
     if isinstance(step, InstallTool):

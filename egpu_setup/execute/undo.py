@@ -52,7 +52,8 @@ RENDERED = (
     "/usr/local/bin/egpu-*",
     "/etc/default/grub.d/*egpu-setup*.cfg",
     "/etc/X11/xorg.conf.d/*egpu-setup*.conf",
-    "/etc/apt/apt.conf.d/99egpu-setup-*",  # the kernels hook (render/files.py)
+    "/etc/apt/apt.conf.d/99egpu-setup-*",  # the kernels hook, the hold's unattended-upgrades
+    "/etc/apt/preferences.d/99egpu-setup-*",  # the driver hold's pin (render/hold.py)
 )
 # Paths egpu-setup writes without a header: unit links, apt sources and keys, staged packages.
 OTHER_OWNED = (

@@ -198,7 +198,9 @@ def plan_options(
     paths: StatePaths,
     only: frozenset[str],
     bundle: BundleSource | None,
+    profile_hold: bool = False,
 ) -> PlanOptions:
+    """The planner's options; the driver hold is the flag's when given, else the profile's."""
     sudo_uid = target.getenv("SUDO_UID")
     return PlanOptions(
         only=only,
@@ -213,6 +215,7 @@ def plan_options(
         sudo_user=target.getenv("SUDO_USER"),
         sudo_uid=int(sudo_uid) if sudo_uid and sudo_uid.isdigit() else None,
         bundle=bundle,
+        hold_driver=profile_hold if options.hold_driver is None else options.hold_driver,
     )
 
 

@@ -39,6 +39,7 @@ class InstallOptions:
     matrix: str = "shipped"  # "updated": the overlay of `matrix update` decides (--matrix)
     enclosure: str | None = None  # --enclosure UUID: the Thunderbolt device to enrol and tie
     mok_key: str | None = None  # --mok-key DIR: the lab's module signing key (install/mok_key.py)
+    hold_driver: bool | None = None  # --hold-driver/--no-hold-driver; None: the profile's
 
     @property
     def venv_path(self) -> str:

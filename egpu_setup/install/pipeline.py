@@ -72,7 +72,7 @@ def prepare(options: InstallOptions) -> Prepared:
     paths = StatePaths.for_root(target.root)
     manifest, note = inputs.manifest(paths)
     warnings += note
-    plan_options = inputs.plan_options(options, target, paths, only, source)
+    plan_options = inputs.plan_options(options, target, paths, only, source, profile.driver.hold)
     plan = build_plan(
         facts,
         profile,

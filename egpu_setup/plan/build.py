@@ -18,6 +18,7 @@ from egpu_setup.host.dpkg_lock import lock_holder
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.config import config_steps, link_steps
 from egpu_setup.plan.driver import driver_steps
+from egpu_setup.plan.hold import hold_steps
 from egpu_setup.plan.installed import dpkg_interrupted
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, Plan, RebootNeeded, RunCommand, Step, WriteFile
@@ -74,7 +75,8 @@ def build_plan(
     )
 
     if "driver" in options.only:
-        steps += driver
+        release, hold = hold_steps(resolution, profile, host, options, driver)
+        steps += release + driver + hold
     # the commands that consume the files (initramfs, udev/systemd reloads) come right after
     # them: a torch download that fails or is interrupted must not leave them undone
     steps += file_steps + unit_steps + link_steps(links, host, options) + cmd_steps

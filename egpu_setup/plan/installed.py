@@ -15,28 +15,23 @@ import re
 
 from packaging.utils import canonicalize_name
 
+from egpu_setup.detect.dpkg_status import DpkgEntry, parse_dpkg_status
 from egpu_setup.host.machine import Host
 
 
-def _dpkg_status(host: Host) -> dict[str, tuple[str, str, str, str]]:
-    """name -> (want, flag, state, version) of every package in dpkg's database: the status
-    file, then the journal of changes not yet merged into it (/var/lib/dpkg/updates/, files
-    named by number, applied in order; what a killed dpkg leaves), as dpkg reads them itself
-    (modstatdb_init in dpkg's lib/dpkg/dbmodify.c,
-    https://git.dpkg.org/cgit/dpkg/dpkg.git/tree/lib/dpkg/dbmodify.c)."""
-    out: dict[str, tuple[str, str, str, str]] = {}
+def dpkg_entries(host: Host) -> dict[str, DpkgEntry]:
+    """Every package in dpkg's database: the status file, then the journal of changes not yet
+    merged into it (/var/lib/dpkg/updates/, files named by number, applied in order; what a
+    killed dpkg leaves), as dpkg reads them itself (modstatdb_init in dpkg's
+    lib/dpkg/dbmodify.c, https://git.dpkg.org/cgit/dpkg/dpkg.git/tree/lib/dpkg/dbmodify.c)."""
     journal = sorted((n for n in host.listdir("/var/lib/dpkg/updates") if n.isdigit()), key=int)
-    for path in ["/var/lib/dpkg/status", *(f"/var/lib/dpkg/updates/{n}" for n in journal)]:
-        for stanza in (host.read(path) or "").split("\n\n"):
-            fields = dict(
-                (m.group(1), m.group(2).strip())
-                for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
-            )
-            status = fields.get("Status", "").split()
-            if fields.get("Package") and len(status) == 3:
-                want, flag, state = status
-                out[fields["Package"]] = (want, flag, state, fields.get("Version", ""))
-    return out
+    paths = ["/var/lib/dpkg/status", *(f"/var/lib/dpkg/updates/{n}" for n in journal)]
+    return parse_dpkg_status(host.read(path) or "" for path in paths)
+
+
+def _dpkg_status(host: Host) -> dict[str, tuple[str, str, str, str]]:
+    """name -> (want, flag, state, version) of every package in dpkg's database."""
+    return {n: (e.want, e.flag, e.state, e.version) for n, e in dpkg_entries(host).items()}
 
 
 def installed_packages(host: Host) -> dict[str, str]:

@@ -27,6 +27,7 @@ class PlanOptions:
     sudo_user: str | None = None
     sudo_uid: int | None = None
     bundle: BundleSource | None = None  # install --bundle: everything from there, offline
+    hold_driver: bool = False  # hold the driver packages for the term (plan/hold.py)
 
 
 @dataclass(frozen=True)

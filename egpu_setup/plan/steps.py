@@ -310,6 +310,42 @@ class RunCommand(Step):
 
 
 @dataclass(frozen=True)
+class HoldDriver(Step):
+    """The driver held for the term (profile `driver.hold`): after the driver's apt step, the
+    pin file and the unattended-upgrades drop-in written from dpkg's status then (render/hold.py),
+    each a managed file that rollback removes."""
+
+    kind: ClassVar[str] = "hold-driver"
+    part: ClassVar[str] = "driver"
+    named: tuple[str, ...]  # the resolution's driver packages: their sources are what is held
+    profile: str
+    mode: str
+    held: tuple[tuple[str, str], ...] = ()  # (name, version) installed now; () before the apt step
+    release: bool = False  # both files emptied, so apt may move the driver: before an apt step,
+    for_good: bool = False  # or because the driver is no longer to be held
+
+    def describe(self) -> str:
+        from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
+
+        if self.release:
+            why = (
+                "the profile holds the driver no more (driver.hold, --hold-driver)"
+                if self.for_good
+                else "for the apt step; it is held again after it"
+            )
+            return f"release the driver hold ({HOLD_PIN}, {HOLD_UNATTENDED}): {why}"
+        if self.held:
+            versions = sorted({v for _, v in self.held})
+            what = f"{len(self.held)} packages at {', '.join(versions)}"
+        else:
+            what = "its packages at the versions this run installs"
+        return (
+            f"hold the NVIDIA driver for the term: {what} (apt pin {HOLD_PIN}, "
+            f"unattended-upgrades blacklist {HOLD_UNATTENDED})"
+        )
+
+
+@dataclass(frozen=True)
 class RebootNeeded(Step):
     kind: ClassVar[str] = "reboot-needed"
     part: ClassVar[str] = "driver"

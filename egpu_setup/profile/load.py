@@ -145,6 +145,7 @@ def to_profile(d: dict[str, Any], path: str, origin: str, chain: tuple[str, ...]
             max_branch=_int(dr["max_branch"]),
             flavour=dr["flavour"],
             pin=dr["pin"],
+            hold=bool(dr["hold"]),
         ),
         torch=TorchConstraints(
             spec=t["spec"], cuda=t["cuda"], extras=tuple(t["extras"]), pin=t["pin"]

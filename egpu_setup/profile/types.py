@@ -49,6 +49,7 @@ class DriverConstraints:
     max_branch: int | None
     flavour: str  # "open" / "proprietary" / "auto"
     pin: str | None = None  # exactly this driver version ("580.95.05"): a lab's fixed choice
+    hold: bool = False  # pin the installed driver packages for the term (plan/hold.py)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ class Profile:
                 "max_branch": self.driver.max_branch,
                 "flavour": self.driver.flavour,
                 "pin": self.driver.pin,
+                "hold": self.driver.hold,
             },
             "torch": {
                 "spec": self.torch.spec,

@@ -495,3 +495,8 @@ def entry_point_path(argv0: str) -> str | None:
     if argv0.startswith("/") and argv0.rsplit("/", 1)[-1] == "egpu-setup":
         return argv0
     return None
+
+
+def render_template(name: str, **values: object) -> str:
+    """One template of templates/ rendered with `values` (the environment every file uses)."""
+    return _environment().get_template(name).render(**values)

@@ -253,6 +253,74 @@ def test_driver_library_mismatch_from_journal_and_nvidia_smi():
     assert any("NVRM: the version 575.51.02.  Please make sure that this" in e for e in mm.evidence)
 
 
+# dpkg's status as dpkg 1.21.23 wrote it in the Debian 12 test root of
+# tests/install/test_driver_hold.py (the driver's stanzas and dpkg's own): the driver installed
+# and held at 550.127-1, then libcuda1 550.135-1 put in by `dpkg -i`, which ignores apt's pins.
+HOLD_PIN = "/etc/apt/preferences.d/99egpu-setup-driver"
+
+
+def test_driver_held_at_its_version():
+    inp = DoctorInput(dpkg_status=text("dpkg-status-held.txt"), driver_pin=text("hold-pin.txt"))
+    held = only(diagnose(facts(), inp), "driver-held")
+    assert held.severity == "info"
+    assert held.summary == (
+        f"The NVIDIA driver is held at 550.127-1 (4 packages, {HOLD_PIN}): no upgrade moves it "
+        "this term"
+    )
+    assert "libcuda1 550.127-1 (pinned)" in held.evidence
+    assert "driver-library-mismatch" not in ids(diagnose(facts(), inp))
+
+
+def test_a_split_driver_names_the_packages_that_moved():
+    split = DoctorInput(dpkg_status=text("dpkg-status-split.txt"), driver_pin=text("hold-pin.txt"))
+    found = diagnose(facts(), split)
+    mm = only(found, "driver-library-mismatch")
+    assert mm.summary.endswith(
+        "; dpkg: split: nvidia-kernel-dkms 550.127-1 vs libcuda1 550.135-1 (moved: libcuda1)"
+    )
+    assert "dpkg: libcuda1 550.135-1 (the driver is 550.127-1)" in mm.evidence
+    assert "NAME=VERSION" in mm.fix
+    assert "driver-held" not in ids(found)  # a hold that no longer holds is not reported as one
+    # with no pin at all, the split is measured against the kernel module's package
+    unpinned = only(diagnose(facts(), replace(split, driver_pin=None)), "driver-library-mismatch")
+    assert unpinned.summary == mm.summary
+    # beside nvidia-smi's own word, both are said
+    both = DoctorInput(
+        nvidia_smi=text("nvidia-smi-mismatch.txt"),
+        dpkg_status=text("dpkg-status-split.txt"),
+        driver_pin=text("hold-pin.txt"),
+    )
+    mm = only(diagnose(facts(), both), "driver-library-mismatch")
+    assert "Failed to initialize NVML: Driver/library version mismatch" in mm.evidence
+    assert "(moved: libcuda1)" in mm.summary
+
+
+def test_a_driver_of_one_version_without_a_hold_is_nothing_to_report():
+    found = diagnose(facts(), DoctorInput(dpkg_status=text("dpkg-status-held.txt")))
+    assert not {"driver-held", "driver-library-mismatch", "driver-hold-removed"} & set(ids(found))
+
+
+def test_a_hold_removed_by_hand(tmp_path):
+    manifest = {"schema": "egpu-setup/manifest/1", "files": {HOLD_PIN: {"kind": "file"}}}
+    bundle = _bundle(
+        tmp_path,
+        {
+            "root/var/lib/dpkg/status": text("dpkg-status-held.txt"),
+            "root/var/lib/egpu-setup/manifest.json": json.dumps(manifest),
+        },
+    )
+    inp = collect(RecordedHost(bundle), facts())
+    assert inp.hold_recorded and inp.driver_pin is None
+    removed = only(diagnose(facts(), inp), "driver-hold-removed")
+    assert removed.severity == "warning"
+    assert f"its pin {HOLD_PIN} is gone" in removed.summary
+    # the pin back in place: held again, nothing removed
+    (bundle / "root" / HOLD_PIN.lstrip("/")).parent.mkdir(parents=True)
+    (bundle / "root" / HOLD_PIN.lstrip("/")).write_text(text("hold-pin.txt"))
+    found = ids(diagnose(facts(), collect(RecordedHost(bundle), facts())))
+    assert "driver-held" in found and "driver-hold-removed" not in found
+
+
 def test_gpu_fallen_off_bus():
     found = diagnose(
         facts(), DoctorInput(dmesg=noisy("xid79.txt"), nvidia_smi=text("nvidia-smi-lost.txt"))

@@ -18,13 +18,18 @@ def build_deb(
     arch: str = "all",
     multi_arch: str = "",
     postinst: str = "",
+    version: str = "1.0",
+    source: str = "",
 ) -> Path:
     """A package built in the root with its own dpkg-deb: `depends`, prerm and postinst scripts,
-    `files` (a path ending in / is an empty directory)."""
-    build = root / "tmp" / "build" / f"{name}_{arch}"
+    `files` (a path ending in / is an empty directory), the `source` package it says it is
+    built from."""
+    build = root / "tmp" / "build" / f"{name}_{version}_{arch}"
     (build / "DEBIAN").mkdir(parents=True)
     control = (
-        f"Package: {name}\nVersion: 1.0\nArchitecture: {arch}\nMaintainer: Lab <lab@example.org>\n"
+        f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\n"
+        + (f"Source: {source}\n" if source else "")
+        + "Maintainer: Lab <lab@example.org>\n"
         + (f"Multi-Arch: {multi_arch or 'same'}\n" if arch != "all" or multi_arch else "")
         + (f"Depends: {depends}\n" if depends else "")
         + "Description: a lab package\n"
@@ -43,10 +48,10 @@ def build_deb(
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(f"{name}\n")
-    out = f"/tmp/repo/{name}_1.0_{arch}.deb"
+    out = f"/tmp/repo/{name}_{version}_{arch}.deb"
     (root / "tmp/repo").mkdir(exist_ok=True)
     done = chroot(
-        root, "dpkg-deb", "--root-owner-group", "--build", f"/tmp/build/{name}_{arch}", out
+        root, "dpkg-deb", "--root-owner-group", "--build", f"/tmp/build/{build.name}", out
     )
     assert done.returncode == 0, done.stderr
     return root / out.lstrip("/")

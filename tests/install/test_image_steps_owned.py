@@ -3,6 +3,7 @@ lab-image steps write must be one of them, or rollback of an image refuses it.""
 
 from __future__ import annotations
 
+from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
 from egpu_setup.execute.undo import owned_path
 from egpu_setup.host.identity import MACHINE_ID
 from egpu_setup.image.additions import DBUS_MACHINE_ID, DEBIAN_PERSISTENCED, PROFILES_DIR
@@ -32,18 +33,20 @@ def test_every_path_an_image_step_writes_is_one_rollback_may_undo() -> None:
 
 
 def test_every_file_render_writes_is_one_rollback_may_undo() -> None:
-    """Each file of every golden render (tests/golden/render/<case>/, at its host path) is a
+    """Each file of every golden render (tests/golden/{render,hold}/<case>/, at its host path) is a
     path rollback may remove: a new drop-in left out of execute/undo.py's lists is refused by
     rollback and stays on the machine (the kernels hook once was)."""
     from pathlib import Path
 
-    golden = Path(__file__).parents[1] / "golden" / "render"
+    golden = Path(__file__).parents[1] / "golden"
     written = {
         "/" + p.relative_to(case).as_posix()
-        for case in golden.iterdir()
+        for kind in ("render", "hold")  # hold: the driver hold's drop-ins (render/hold.py)
+        for case in (golden / kind).iterdir()
         if case.is_dir()
         for p in case.rglob("*")
         if p.is_file() and not p.name.startswith("_")
     }
     assert "/etc/apt/apt.conf.d/99egpu-setup-kernels" in written
+    assert {HOLD_PIN, HOLD_UNATTENDED} <= written
     assert sorted(p for p in written if not owned_path(p)) == []
