@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.tiers import HEAVY, running
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
 # Where the slow helpers keep what they build once per run (tests/helpers/debroot.py, image.py,
@@ -75,7 +77,23 @@ def _remove_cache(cache: Path) -> None:
 LONGEST_FIRST = ("test_image_boot.py",)
 
 
+def _heavy_kinds(item: pytest.Item) -> frozenset[str]:
+    return frozenset(kind for kind in HEAVY if item.get_closest_marker(kind) is not None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A heavy tool started by this test's setup (a module's shared fixture too), call or
+    teardown must be one its markers name (helpers/tiers.py)."""
+    with running(_heavy_kinds(item)):
+        yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, so "not slow" sees it too
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # each heavy kind (helpers/tiers.py) is slow too: one marker says both
+        if item.get_closest_marker("slow") is None and _heavy_kinds(item):
+            item.add_marker(pytest.mark.slow)
     if config.getoption("quick"):
         slow = [item for item in items if item.get_closest_marker("slow")]
         if slow:
