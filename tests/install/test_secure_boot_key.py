@@ -115,6 +115,7 @@ def test_only_a_dkms_built_driver_needs_the_key(tmp_path: Path) -> None:
     assert has_dkms_driver(Plan(()), host)
 
 
+@pytest.mark.debootstrap
 @pytest.mark.parametrize(
     ("answer", "want"),
     [(NOT_ENROLLED, "mok-needed"), (PENDING, "mok-needed"), (ENROLLED, "mok-enrolled")],
