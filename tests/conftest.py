@@ -13,10 +13,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from helpers.tiers import HEAVY, running
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
@@ -69,19 +72,58 @@ def _remove_cache(cache: Path) -> None:
         print(f"egpu-setup tests: {cache} was not removed (a mount below it?)", file=sys.stderr)
 
 
-# pytest-xdist hands out whole files (--dist loadfile) in the order they were collected. The
-# lab-image file alone runs about 9 minutes and is collected 64th of 80 (root files after the
-# folders); started first, it overlaps the rest of the suite instead of risking a lone tail.
-LONGEST_FIRST = ("test_image_boot.py",)
+# pytest-xdist hands out whole files (--dist loadfile) in the order of the queue this hook leaves
+# (pyproject.toml turns off xdist's own reordering, which sorts files by how many tests they
+# hold: the lab-image file, 19 tests and the longest by far, went out 33rd of 108, and files of
+# 2 to 4 long tests last, to run alone at the end). Longest first, so they overlap the rest:
+# the files measured slowest (`--durations`, docs/testing.md), then any other file with a slow
+# test, then the rest by their number of tests, as xdist would.
+LONGEST_FIRST = (
+    "test_image_boot.py",  # about 11 min: the image (DKMS), its boot under TCG, two rollbacks
+    "test_verify_cuda.py",  # 26 real verify children, DDP ranks among them
+    "test_ansible_rollout.py",
+    "test_pip_kill.py",
+    "test_bundle.py",
+    "test_apt_kill.py",
+    "test_ansible.py",
+)
 
 
+def _heavy_kinds(item: pytest.Item) -> frozenset[str]:
+    return frozenset(kind for kind in HEAVY if item.get_closest_marker(kind) is not None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A heavy tool started by this test's setup (a module's shared fixture too), call or
+    teardown must be one its markers name (helpers/tiers.py)."""
+    with running(_heavy_kinds(item)):
+        yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, so "not slow" sees it too
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # each heavy kind (helpers/tiers.py) is slow too: one marker says both
+        if item.get_closest_marker("slow") is None and _heavy_kinds(item):
+            item.add_marker(pytest.mark.slow)
     if config.getoption("quick"):
         slow = [item for item in items if item.get_closest_marker("slow")]
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if not item.get_closest_marker("slow")]
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # stable: order otherwise kept
+    items.sort(key=_longest_first(items))  # stable: a file's tests stay together and in order
+
+
+def _longest_first(items: list[pytest.Item]) -> Callable[[pytest.Item], tuple[int, int, int]]:
+    count = Counter(item.path for item in items)
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def key(item: pytest.Item) -> tuple[int, int, int]:
+        name = item.path.name
+        rank = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        return rank, item.path not in slow, -count[item.path]
+
+    return key
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -37,7 +37,7 @@ from helpers.ansible_play import (
 )
 from helpers.source import copy_buildable_source
 
-pytestmark = needs_ansible
+pytestmark = [needs_ansible, pytest.mark.ansible]
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +275,7 @@ def test_real_run_skips_host_without_egpu_and_is_idempotent(tmp_path: Path, whee
 # -- a real install into a Debian root ---------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_install_into_debootstrap_root_twice(tmp_path: Path) -> None:
     """The role drives the real installer into a Debian 13 root (`install --root`): the first
     run writes the hot-plug configuration and is "changed", the second changes nothing; the

@@ -36,7 +36,7 @@ from helpers.ansible_play import (
     write_playbook,
 )
 
-pytestmark = needs_ansible
+pytestmark = [needs_ansible, pytest.mark.ansible]
 
 MACHINE_ID = Path("/etc/machine-id")
 

@@ -28,7 +28,7 @@ from helpers.ansible_play import (
     write_inventory,
 )
 
-pytestmark = needs_ansible
+pytestmark = [needs_ansible, pytest.mark.ansible]
 
 NO_BECOME = {"ansible_become": False}  # site.yml becomes root; these hosts are already this user
 

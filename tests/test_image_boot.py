@@ -42,7 +42,7 @@ from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 from helpers import debroot as _debroot
 from helpers import image, pypi_index, vm
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.debootstrap, pytest.mark.qemu]
 
 TESTS = Path(__file__).resolve().parent
 # egpu-setup's units and helpers in an image, and what they run

@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO
 from helpers.debroot import DebrootUnavailable, copy_root
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.debootstrap
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
        "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C.UTF-8"}  # fmt: skip
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import tiers
 from helpers.source import copy_buildable_source
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +45,7 @@ def _clean_env(tmp: Path, **env: str) -> dict[str, str]:
 
 
 def _validate(tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    tiers.require("vagrant")
     return subprocess.run(
         ["vagrant", "validate", "--ignore-provider"],
         capture_output=True,
@@ -66,6 +68,7 @@ def test_ruby_syntax() -> None:
 
 
 @needs_vagrant
+@pytest.mark.vagrant
 def test_validate_defaults(tmp_path: Path) -> None:
     proc = _validate(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -76,6 +79,7 @@ def test_validate_defaults(tmp_path: Path) -> None:
 
 
 @needs_vagrant
+@pytest.mark.vagrant
 @pytest.mark.parametrize(
     "env",
     [
@@ -92,6 +96,7 @@ def test_validate_with_switches(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 @needs_vagrant
+@pytest.mark.vagrant
 @pytest.mark.parametrize(
     ("env", "message"),
     [

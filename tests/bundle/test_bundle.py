@@ -211,7 +211,7 @@ def built(tmp_path_factory: pytest.TempPathFactory):
         }
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
 def test_bundle_holds_hashed_wheels_from_the_loopback_index(built) -> None:
     b: Path = built["dir"]
     manifest = json.loads((b / "manifest.json").read_text())
@@ -234,7 +234,7 @@ def test_bundle_holds_hashed_wheels_from_the_loopback_index(built) -> None:
     assert {"egpu_setup", "click", "distro", "jinja2", "pyyaml", "requests", "packaging"} <= tool
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
 def test_second_bundle_with_the_same_inputs_downloads_nothing(built) -> None:
     again = built["again"]
     assert again["downloaded"] == []
@@ -242,7 +242,7 @@ def test_second_bundle_with_the_same_inputs_downloads_nothing(built) -> None:
     assert built["served_again"] == []  # not even an index page
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
 def test_offline_install_into_a_fresh_venv(built, tmp_path: Path) -> None:
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs unshare -n (root)")
@@ -286,7 +286,7 @@ def _linked_copy(src: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
 def test_tampered_wheel_exit_1_and_nothing_installed(built, tmp_path: Path) -> None:
     copy = _linked_copy(built["dir"], tmp_path / "b")
     victim = next((copy / "wheels/py3.11").glob("filelock-*.whl"))
@@ -302,7 +302,7 @@ def test_tampered_wheel_exit_1_and_nothing_installed(built, tmp_path: Path) -> N
     assert not venv.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
 def test_wrong_target_exit_2_names_what_the_bundle_has(built) -> None:
     res = _cli("install", "--bundle", str(built["dir"]), *_pin(built["dir"]), "--only", "torch",
                "--dry-run",
@@ -312,7 +312,7 @@ def test_wrong_target_exit_2_names_what_the_bundle_has(built) -> None:
     assert "--python 3.12" in res.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
 def test_driver_from_the_bundle_into_a_debootstrap_root_offline(built, tmp_path: Path) -> None:
     if not built["debs"]:
         pytest.skip(built["why_no_debs"])

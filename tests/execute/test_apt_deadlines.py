@@ -29,7 +29,7 @@ from helpers import debroot as _debroot
 from helpers.local_apt import build_deb, local_repository
 from helpers.loopback import LoopbackServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.debootstrap
 
 PACKAGE = "lab-slow"
 

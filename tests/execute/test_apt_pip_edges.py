@@ -67,7 +67,7 @@ def _ctx(host, paths: StatePaths) -> Context:
 # -- 1. headers for the running kernel ------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_live_headers_only_when_apt_has_them_and_never_for_an_image(tmp_path: Path) -> None:
     root = _debroot_copy(tmp_path)
     dep = _chroot(root, "apt-cache", "depends", "linux-headers-amd64").stdout
@@ -99,7 +99,7 @@ def test_live_headers_only_when_apt_has_them_and_never_for_an_image(tmp_path: Pa
 # -- 3./4. the components drop-in mirrors the distro archive only; update refreshes ours only -----
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_components_skip_ppas_and_third_party_and_apt_stays_usable(tmp_path: Path) -> None:
     root = _debroot_copy(tmp_path)
     (root / "etc/apt/sources.list.d/some-ppa.sources").write_text(PPA_STANZA)
@@ -125,7 +125,7 @@ def test_components_skip_ppas_and_third_party_and_apt_stays_usable(tmp_path: Pat
     assert "Inst nvidia-driver (535." in sim.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_update_refreshes_our_source_only_a_stale_repo_does_not_roll_it_back(
     tmp_path: Path,
 ) -> None:
@@ -178,7 +178,7 @@ def test_inline_and_fingerprint_keys_are_never_mirrored(tmp_path: Path) -> None:
 # -- 5. rollback --packages removes only what we installed -----------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_only_packages_missing_before_apt_ran_are_recorded(tmp_path: Path) -> None:
     root = _debroot_copy(tmp_path)
     assert _chroot(root, "dpkg-query", "-W", "hello").returncode != 0

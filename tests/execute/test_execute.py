@@ -148,6 +148,7 @@ def _files_are_whole(root: Path) -> None:
 KILLS = {"fsync": 10, "rename": 6}
 
 
+@pytest.mark.slow  # 16 killed runs, each run again and rolled back (strace)
 def test_kill_9_at_every_kind_of_point_converges_and_rolls_back(
     root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,9 @@ from helpers import pypi_index as _pypi_index
 from helpers.loop_ext4 import loop_ext4
 from helpers.pip_install import install_torch, plan_torch
 
+# fresh venvs and real pip runs on a loop-mounted ext4, each test 5 to 60 s: not the quick tier
+pytestmark = pytest.mark.slow
+
 PROBE = ("egpu-probe==1.0",)
 
 

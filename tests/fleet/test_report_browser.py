@@ -21,6 +21,7 @@ import pytest
 from egpu_setup.fleet import svg
 from egpu_setup.fleet.html import render_html
 from egpu_setup.fleet.rows import collect
+from helpers import tiers
 from helpers.fleet_reports import Page
 from helpers.png import decode
 
@@ -29,9 +30,12 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 WINDOW = (1600, 1300)
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
-)
+pytestmark = [
+    pytest.mark.chromium,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+    ),
+]
 
 
 def _rgb(colour: str) -> tuple[int, int, int]:
@@ -41,6 +45,7 @@ def _rgb(colour: str) -> tuple[int, int, int]:
 def screenshot(page: Path, out: Path, tmp: Path) -> Path:
     """Chromium, headless, as root (--no-sandbox), with a profile of its own and nothing that
     reaches out (no QUIC, no background networking, component updates or sync)."""
+    tiers.require("chromium")
     profile = tmp / "chromium-profile"
     profile.mkdir(parents=True)
     argv = [

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import tiers
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"
 ROLE = ANSIBLE / "roles" / "egpu_setup"
@@ -83,6 +85,7 @@ REBOOT_TASKS = """\
 
 
 def ansible_env(tmp: Path) -> dict[str, str]:
+    tiers.require("ansible")  # every ansible-playbook of the tests runs in this environment
     plugins = tmp / "callback_plugins"
     plugins.mkdir(exist_ok=True)
     (plugins / "egpu_record.py").write_text(_RECORDER)

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from helpers import tiers
+
 SUITES = ("bookworm", "trixie")
 _MARKER = ".egpu-setup-debroot-complete"
 # A policy-rc.d that refuses every service start: nothing in a root must start daemons.
@@ -77,6 +79,7 @@ def build(suite: str, dest: Path | None = None) -> Path:
 
     Parallel test workers (pytest-xdist) share the cache: the first one to ask builds the root
     under an exclusive lock, the others wait for it and then use the same root."""
+    tiers.require("debootstrap")  # a cached root too: it is chrooted into, and 155 s the first time
     if shutil.which("debootstrap") is None:
         raise DebrootUnavailable("debootstrap is not installed (apt-get install debootstrap)")
     if os.geteuid() != 0:

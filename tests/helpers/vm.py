@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers import tiers
+
 JOB_LABEL = "egpujob"
 JOB_MOUNT = "/run/egpu-test-job"
 RUNNER_UNIT = "egpu-test-job.service"
@@ -257,6 +259,7 @@ def boot(
     append: str = "",
 ) -> Boot:
     """Boot the disk with the job disk attached; wait for QEMU to exit (or kill it at timeout_s)."""
+    tiers.require("qemu")
     require_tools()
     accel = accelerator()
     console, job_log = workdir / "console.log", workdir / "job-serial.log"

@@ -20,7 +20,7 @@ from egpu_setup.host.machine import RootHost
 from helpers import debroot, local_apt
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.debootstrap,
     pytest.mark.skipif(os.geteuid() != 0, reason="entering an image needs root"),
 ]
 KEPT = sum(1 << cap for cap in KEEP_CAPABILITIES)

@@ -26,7 +26,7 @@ from helpers import kill_points
 from helpers.local_apt import build_deb, local_repository
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.debootstrap,
     pytest.mark.skipif(kill_points.STRACE is None, reason="strace missing (.ci/run installs it)"),
 ]
 

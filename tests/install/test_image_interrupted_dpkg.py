@@ -23,7 +23,7 @@ from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.installed import dpkg_interrupted, unfinished_packages
 from helpers import debroot as _debroot
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.debootstrap
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from egpu_setup.state.paths import StatePaths
 from helpers import debroot as _debroot
 from helpers import install_values as values
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.debootstrap
 
 USER_XORG = b'Section "Device"\n  Identifier "mine"\n  Driver "modesetting"\nEndSection\n'
 RELEASES = {"bookworm": ("12", "535"), "trixie": ("13", "550")}

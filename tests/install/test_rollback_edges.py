@@ -401,7 +401,7 @@ def test_rollback_without_those_files_runs_nothing(root: Path) -> None:
     assert json.loads(proc.stdout)["commands"] == []
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_rollback_rebuilds_the_initramfs_inside_a_debian_root(tmp_path: Path) -> None:
     try:
         root = _debroot.copy_root("trixie", tmp_path / "trixie")

@@ -34,7 +34,7 @@ from helpers import debroot as _debroot
 from helpers.local_apt import build_deb as _build_deb
 from helpers.local_apt import local_repository as _local_repository
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.debootstrap
 
 NAMED = "jq"
 BROUGHT = ["libjq1", "libonig5"]  # jq's Depends in bookworm, neither in a minbase root

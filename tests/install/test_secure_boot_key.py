@@ -71,7 +71,7 @@ def test_test_key_text_decides_not_its_exit_status() -> None:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_an_unenrolled_key_is_a_console_step(root: Path) -> None:
     with pytest.raises(ActionRequired) as err:
         require_enrolled_key(with_mokutil(root, NOT_ENROLLED), UBUNTU_KEY)
@@ -79,7 +79,7 @@ def test_an_unenrolled_key_is_a_console_step(root: Path) -> None:
     assert f"mokutil --import {UBUNTU_KEY}" in err.value.hint
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_an_imported_key_waits_for_mokmanager_and_says_only_that(root: Path) -> None:
     with pytest.raises(ActionRequired) as err:
         require_enrolled_key(with_mokutil(root, PENDING), UBUNTU_KEY)
@@ -87,7 +87,7 @@ def test_an_imported_key_waits_for_mokmanager_and_says_only_that(root: Path) -> 
     assert "--import" not in err.value.hint and "MokManager" in err.value.hint
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap
 def test_an_enrolled_key_or_no_key_passes(root: Path) -> None:
     host = with_mokutil(root, ENROLLED)
     require_enrolled_key(host, UBUNTU_KEY)
@@ -115,6 +115,7 @@ def test_only_a_dkms_built_driver_needs_the_key(tmp_path: Path) -> None:
     assert has_dkms_driver(Plan(()), host)
 
 
+@pytest.mark.debootstrap
 @pytest.mark.parametrize(
     ("answer", "want"),
     [(NOT_ENROLLED, "mok-needed"), (PENDING, "mok-needed"), (ENROLLED, "mok-enrolled")],

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from egpu_setup.render.files import XORG_DROPIN, RenderedFile, render_set
+from helpers import tiers
 from helpers.render_cases import CASES, fake_sys, run_helper
 
 RENDERS = [
@@ -216,7 +217,7 @@ def udev_root() -> Path:
         pytest.skip(f"no udevadm >= 254: {exc}")
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # udevadm of a Debian 13 root
 @pytest.mark.parametrize(("name", "mode"), RENDERS)
 def test_rules_pass_udevadm_verify(name: str, mode: str, udev_root: Path) -> None:
     from helpers.udev_root import udevadm_verify
@@ -227,7 +228,7 @@ def test_rules_pass_udevadm_verify(name: str, mode: str, udev_root: Path) -> Non
     assert f"Success: {len(rules)}" in res.stdout + res.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.debootstrap  # udevadm of a Debian 13 root
 def test_udevadm_verify_catches_a_bad_rule(udev_root: Path) -> None:
     from helpers.udev_root import udevadm_verify
 
@@ -239,6 +240,7 @@ def test_udevadm_verify_catches_a_bad_rule(udev_root: Path) -> None:
 
 
 def _xorg_parse(conf: Path, tmp_path: Path, configdir: Path | None = None) -> str:
+    tiers.require("xorg")
     xorg = _need("Xorg")
     log = tmp_path / "Xorg.log"
     log.unlink(missing_ok=True)
@@ -268,6 +270,7 @@ def _xorg_parse(conf: Path, tmp_path: Path, configdir: Path | None = None) -> st
     return log.read_text(errors="replace") if log.exists() else ""
 
 
+@pytest.mark.xorg
 @pytest.mark.parametrize("slot", ["0000:3c:00", "10000:e1:00"])
 def test_xorg_file_the_boot_helper_writes_parses(slot: str, tmp_path: Path) -> None:
     """The file egpu-hotplug writes at boot (display mode), through Xorg's own parser."""
@@ -297,6 +300,7 @@ def _config_dir(tmp_path: Path, target: Path) -> tuple[Path, Path]:
     return base, confd
 
 
+@pytest.mark.xorg
 def test_absent_egpu_leaves_xorg_without_an_egpu_device(tmp_path: Path) -> None:
     """Booted without the eGPU: the helper wrote nothing, the link dangles, and Xorg reads the
     directory as if our file were not there (scan.c skips what it cannot fopen)."""
@@ -313,6 +317,7 @@ def test_absent_egpu_leaves_xorg_without_an_egpu_device(tmp_path: Path) -> None:
     assert "(EE) Unable to locate/open config directory" not in log
 
 
+@pytest.mark.xorg
 def test_present_egpu_reaches_xorg_through_the_link(tmp_path: Path) -> None:
     """The control for the test above: the same directory with the file present has the
     eGPU's Device section, so its absence there is the dangling link's doing."""
@@ -329,6 +334,7 @@ def test_display_mode_writes_no_fixed_xorg_file() -> None:
         assert not [f.path for f in _files(name, mode) if "xorg.conf.d" in f.path]
 
 
+@pytest.mark.xorg
 def test_xorg_parser_catches_a_broken_section(tmp_path: Path) -> None:
     conf = tmp_path / "bad.conf"
     conf.write_text('Section "Device"\n    Identifier "x"\n    Driver "nvidia"\n')

@@ -553,6 +553,8 @@ SCENARIOS = {
 }
 
 
+# Every test that asks for `runs` is marked slow: its scenarios are real verify children, torch
+# imported and trained in each, DDP ranks in some (about 4 minutes in all on 2 cores).
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Scenarios:
     return Scenarios(tmp_path_factory.mktemp("cuda-standin"))
@@ -565,6 +567,7 @@ def recorded_tflops(key: str, size: str) -> dict[str, float]:
 # -- what the recorded GPUs report through the child -------------------------------------------
 
 
+@pytest.mark.slow
 def test_tb4_rtx4090_reports_the_recorded_card(runs: Scenarios) -> None:
     r = runs.get("tb4-rtx4090")
     report, checks = r.report, r.checks
@@ -611,6 +614,7 @@ def test_tb4_rtx4090_reports_the_recorded_card(runs: Scenarios) -> None:
     )
 
 
+@pytest.mark.slow
 def test_checks_are_streamed_in_report_order(runs: Scenarios) -> None:
     r = runs.get("tb4-rtx4090")
     streamed = [p.id for kind, p in r.events if kind == "check"]
@@ -623,6 +627,7 @@ def test_checks_are_streamed_in_report_order(runs: Scenarios) -> None:
     assert order.index("torch-import") < order.index("device") < order.index("arch-list")
 
 
+@pytest.mark.slow
 def test_server_rtx5090_replays_nvbandwidth(runs: Scenarios) -> None:
     checks = runs.get("server-rtx5090").checks
     card = rec.values()["gpus"]["rtx5090"]
@@ -637,6 +642,7 @@ def test_server_rtx5090_replays_nvbandwidth(runs: Scenarios) -> None:
     assert checks["gpu-temperature"]["detail"] == "not sampled: nvidia-smi not found"
 
 
+@pytest.mark.slow
 def test_usb4_throughput_is_a_share_of_the_internal_slot(runs: Scenarios) -> None:
     r = runs.get("usb4-rtx5090")
     ref = runs.get("server-rtx5090").checks["train-throughput"]["value"]["steps_per_s"]
@@ -651,6 +657,7 @@ def test_usb4_throughput_is_a_share_of_the_internal_slot(runs: Scenarios) -> Non
     assert r.checks["gpu-temperature"]["detail"].startswith("not sampled: nvidia-smi")
 
 
+@pytest.mark.slow
 def test_two_gpus_run_nccl_ddp_as_gloo(runs: Scenarios) -> None:
     r = runs.get("server-rtx4090-ddp")
     checks = r.checks
@@ -670,6 +677,7 @@ def test_two_gpus_run_nccl_ddp_as_gloo(runs: Scenarios) -> None:
     assert r.device["device_count"] == 2
 
 
+@pytest.mark.slow
 def test_t4_skips_what_turing_lacks(runs: Scenarios) -> None:
     checks = runs.get("t4-vm").checks
     assert checks["matmul-tf32"]["status"] == checks["matmul-bf16"]["status"] == "skip"
@@ -683,6 +691,7 @@ def test_t4_skips_what_turing_lacks(runs: Scenarios) -> None:
     assert checks["gpu-throttle"]["detail"].startswith("not sampled: nvidia-smi: ")
 
 
+@pytest.mark.slow
 def test_a_x1_link_warns(runs: Scenarios) -> None:
     checks = runs.get("strix-x1").checks
     link = checks["pcie-link"]
@@ -697,6 +706,7 @@ def test_a_x1_link_warns(runs: Scenarios) -> None:
 # -- failure paths, driven by recorded error texts ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_cuda_that_does_not_initialise(runs: Scenarios) -> None:
     r = runs.get("unavailable")
     fail = r.checks["cuda-available"]
@@ -707,6 +717,7 @@ def test_cuda_that_does_not_initialise(runs: Scenarios) -> None:
     assert "device-is-egpu" not in r.checks and r.outcome.finished
 
 
+@pytest.mark.slow
 def test_failing_allocation_copy_and_matmul(runs: Scenarios) -> None:
     checks = runs.get("faults").checks
     assert checks["large-allocation"]["status"] == "fail"
@@ -721,6 +732,7 @@ def test_failing_allocation_copy_and_matmul(runs: Scenarios) -> None:
     assert checks["torch-driver-cuda"]["status"] == "skip"
 
 
+@pytest.mark.slow
 def test_garbage_results_and_a_slowing_gpu(runs: Scenarios) -> None:
     checks = runs.get("garbage").checks
     amp = checks["amp-training"]
@@ -732,6 +744,7 @@ def test_garbage_results_and_a_slowing_gpu(runs: Scenarios) -> None:
     assert burn["value"]["slowdown"] > 1.3
 
 
+@pytest.mark.slow
 def test_nan_losses(runs: Scenarios) -> None:
     checks = runs.get("nan").checks
     assert checks["amp-training"]["status"] == "fail"
@@ -741,6 +754,7 @@ def test_nan_losses(runs: Scenarios) -> None:
     assert checks["burn-in"]["hint"] == "inf/NaN losses under sustained load: the GPU is unstable"
 
 
+@pytest.mark.slow
 def test_autocast_that_does_nothing(runs: Scenarios) -> None:
     checks = runs.get("no-autocast").checks
     assert checks["amp-training"]["detail"] == (
@@ -750,6 +764,7 @@ def test_autocast_that_does_nothing(runs: Scenarios) -> None:
     assert checks["burn-in"]["status"] == "fail"
 
 
+@pytest.mark.slow
 def test_errors_after_the_smoke(runs: Scenarios) -> None:
     checks = runs.get("late-errors").checks
     assert checks["amp-training"]["status"] == "pass"
@@ -758,6 +773,7 @@ def test_errors_after_the_smoke(runs: Scenarios) -> None:
     assert "unspecified launch failure" in checks["train-throughput"]["detail"]
 
 
+@pytest.mark.slow
 def test_ddp_rank_failure_and_hang(runs: Scenarios) -> None:
     err = runs.get("ddp-error").checks["ddp"]
     assert err["status"] == "fail"
@@ -767,6 +783,7 @@ def test_ddp_rank_failure_and_hang(runs: Scenarios) -> None:
     assert hang.outcome.finished  # the child itself ended the ranks and went on
 
 
+@pytest.mark.slow
 def test_a_rank_aborted_in_teardown_passes_one_aborted_before_its_result_fails(
     runs: Scenarios,
 ) -> None:
@@ -776,6 +793,7 @@ def test_a_rank_aborted_in_teardown_passes_one_aborted_before_its_result_fails(
     assert before["status"] == "fail" and "SIGABRT" in before["detail"]
 
 
+@pytest.mark.slow
 def test_identity_failures(runs: Scenarios) -> None:
     c = runs.get("no-such-index").checks["device-is-egpu"]
     assert (c["status"], c["detail"]) == ("fail", "cuda:5 does not exist (2 devices)")
@@ -792,6 +810,7 @@ def test_identity_failures(runs: Scenarios) -> None:
     assert c["status"] == "warn" and "(the laptop's own GPU, not an eGPU)" in c["detail"]
 
 
+@pytest.mark.slow
 def test_cpu_paths(runs: Scenarios) -> None:
     checks = runs.get("cpu-no-bf16").checks
     assert "float32 (no native bf16 on this CPU" in checks["amp-training"]["detail"]
@@ -811,6 +830,7 @@ def test_cpu_paths(runs: Scenarios) -> None:
     assert imp["status"] == "fail" and "No module named 'torch'" in imp["detail"]
 
 
+@pytest.mark.slow
 def test_a_hung_step_is_killed(runs: Scenarios) -> None:
     r = runs.get("hung")
     assert r.outcome.outcome == "timeout"
@@ -898,6 +918,7 @@ def test_pure_judges() -> None:
 REPORTS = sorted((REPO / "docs" / "reports").glob("verify-*.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.gpu  # the output of a real GPU: none here until one is committed
 @pytest.mark.skipif(not REPORTS, reason="no verify report of a real GPU is committed yet")
 @pytest.mark.parametrize("path", REPORTS, ids=[p.name for p in REPORTS])
@@ -943,6 +964,7 @@ def test_from_report_makes_a_scenario() -> None:
 # -- the gate ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_line_of_the_child_runs(runs: Scenarios, capsys: pytest.CaptureFixture) -> None:
     """Every scenario together executes every line of _child.py but those in UNEXECUTED; a
     typo in a CUDA-only line therefore fails a test above, and an unexecuted new line fails
