@@ -26,7 +26,7 @@ from egpu_setup.state.paths import StatePaths
 from helpers import debroot
 from helpers.local_apt import build_deb, local_repository
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.debootstrap
 
 SOURCE = "nvidia-graphics-drivers"
 OLD, NEW = "550.127-1", "550.135-1"

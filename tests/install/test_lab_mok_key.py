@@ -284,6 +284,7 @@ def _state(root: Path, text: str) -> None:
     (root / "var/lib/mok-standin/argv").write_text("")
 
 
+@pytest.mark.debootstrap
 def test_first_boot_queues_the_lab_key_once_and_reports_it_until_enrolled(laptop: Path) -> None:
     host = LiveLike(laptop)
     _state(laptop, NOT_ENROLLED)
@@ -303,6 +304,7 @@ def test_first_boot_queues_the_lab_key_once_and_reports_it_until_enrolled(laptop
     assert "--import" not in (laptop / "var/lib/mok-standin/argv").read_text()
 
 
+@pytest.mark.debootstrap
 def test_a_failed_import_is_said_not_raised(laptop: Path) -> None:
     host = LiveLike(laptop)
     _state(laptop, PENDING.replace("already in the enrollment request", "not enrolled"))
