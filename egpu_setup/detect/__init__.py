@@ -8,5 +8,7 @@ tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`,
 (`lspci -t`/`-tv` trees as pasted), `nvidia` and
 `nvidia_smi` (the driver), `thunderbolt` and `boltctl` (domains, devices, policies), `numa`
 (nodes, each GPU's node), `kernel_log` (a recording's kernel log, bounded however big it is),
-`kernels` (installed kernels, their headers and NVIDIA modules, `dkms status`).
+`kernels` (installed kernels, their headers and NVIDIA modules, `dkms status`), `rocm` (AMD's
+`rocminfo`, `rocm-smi`, `amd-smi`), `amdgpu_log` (amdgpu's hung rings, resets, failed init and
+SMU lines).
 """

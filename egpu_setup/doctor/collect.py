@@ -11,6 +11,7 @@ from typing import Any
 from egpu_setup.detect import nvidia
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.detect.kernels import probe_kernels
+from egpu_setup.detect.rocm import ROCM_TOOL_TIMEOUT_S
 from egpu_setup.doctor.dmesg import DmesgScan, scan_lines
 from egpu_setup.doctor.findings import DoctorInput
 from egpu_setup.host.machine import Host
@@ -120,6 +121,7 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         verify_report=report,
         verify_report_path=report_path,
         kernels=probe_kernels(host),
+        rocminfo=host.command("rocminfo", ["rocminfo"], timeout=ROCM_TOOL_TIMEOUT_S),
         timed_out=tuple(host.timed_out),  # detection's and the commands' above
     )
 

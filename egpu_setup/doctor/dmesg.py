@@ -21,6 +21,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from egpu_setup.detect.amdgpu_log import NEEDLES as AMDGPU_NEEDLES
+from egpu_setup.detect.amdgpu_log import AmdgpuEvent, classify
+
 # Evidence is capped: a flapping link can print the same line thousands of times.
 MAX_HITS = 200
 
@@ -153,6 +156,7 @@ class DmesgScan:
         default_factory=dict
     )  # bridge -> (domain, lo, hi)
     thunderbolt_seen: bool = False
+    amdgpu: tuple[AmdgpuEvent, ...] = ()  # hung rings, resets, a failed init, the SMU (log order)
 
     @property
     def xid_codes(self) -> tuple[int, ...]:
@@ -290,6 +294,9 @@ _NEEDLES: dict[str, tuple[str, int]] = {
     # Kernels before 4.x tagged nouveau's lines by subsystem: "nouveau  [  DEVICE][0000:01:00.0]".
     "nouveau_old": ("nouveau  [", 20),
 }
+# amdgpu's troubles (detect/amdgpu_log.py); a hung job's "parser" lines can repeat thousands of
+# times, so each needle keeps its first 50.
+_NEEDLES |= {f"amdgpu{i}": (needle, 50) for i, (_, needle) in enumerate(AMDGPU_NEEDLES)}
 # Enumeration and bridge lines are many (every PCI function, at every boot and hot-plug): of
 # those only what they say is kept, not the records.
 _ENUM = ("] type 0", 4096)
@@ -467,6 +474,12 @@ def _scan(found: _Found) -> DmesgScan:
             addr, lo, hi = bridge
             bridges[addr] = (addr.split(":")[0], lo, hi)
 
+    amdgpu = {
+        hit.offset: event
+        for i in range(len(AMDGPU_NEEDLES))
+        for hit in h[f"amdgpu{i}"]
+        if (event := classify(hit.message, hit.lines, hit.offset)) is not None
+    }
     nvrm = found.nvrm
     return DmesgScan(
         bar_failures=tuple(bars),
@@ -493,6 +506,7 @@ def _scan(found: _Found) -> DmesgScan:
         nvidia_functions=functions,
         bridges=bridges,
         thunderbolt_seen=found.thunderbolt,
+        amdgpu=tuple(amdgpu[k] for k in sorted(amdgpu)),
     )
 
 

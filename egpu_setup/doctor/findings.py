@@ -65,6 +65,7 @@ class DoctorInput:
     timed_out: tuple[tuple[str, float], ...] = ()
     # installed kernels and their NVIDIA modules (detect/kernels.py)
     kernels: KernelFacts | None = None
+    rocminfo: str | None = None  # rocminfo's text (detect/rocm.py)
 
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""
@@ -75,4 +76,5 @@ class DoctorInput:
             "boltctl": bool(self.boltctl),
             "udev-rules": bool(self.udev_rules),
             "xorg": bool(self.xorg),
+            "rocminfo": bool(self.rocminfo),
         }
