@@ -761,6 +761,8 @@ class _GpuSpec:
     architecture: str = "any"
     compute_capability: str | None = None
     memory_gib: float | None = None
+    vendor: str = "nvidia"
+    gfx: str | None = None
 
 
 @dataclass(frozen=True)

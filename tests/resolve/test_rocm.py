@@ -210,3 +210,14 @@ def test_an_amd_profile_the_rocm_table_contradicts_is_refused(
     assert done.returncode == 2 and done.stdout == "", done.stderr
     err, hint = done.stderr.splitlines()[:2]
     assert message in err and hint.startswith("hint: use the device ids"), done.stderr
+
+
+def test_drift_of_an_amd_machine_names_amdgpu_not_a_branch() -> None:
+    from egpu_setup.compat.matrix import load_snapshot
+    from egpu_setup.profile.load import load_profile
+    from egpu_setup.resolve.drift import drift
+
+    m = load_snapshot()
+    d = drift("lab", amd_host("744c", "oculink"), load_profile("rx7900xtx"), Constraints(), m, m)
+    assert d.shipped.driver == "amdgpu in the kernel (firmware firmware-amd-graphics)"
+    assert "branch None" not in d.text() and not d.changed
