@@ -36,6 +36,9 @@ KINDS = (
     "kernel-log",
     "connection",
     "glibc",
+    "rocminfo",
+    "rocm-smi",
+    "amd-smi",
 )
 
 # How a user hands each sample to egpu-setup when it is not `lspci` output (the default): the
@@ -327,6 +330,46 @@ def check_glibc(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
     return facts
 
 
+def check_rocminfo(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+    from egpu_setup.detect.rocm import parse_rocminfo
+
+    report = parse_rocminfo(text)
+    facts = [
+        _fact(key, want[key], getattr(report, key))
+        for key in ("kfd_loaded", "kfd_error", "user")
+        if key in want
+    ]
+    agents = [asdict(a) for a in report.agents]
+    facts.append(_fact("agents.count", len(want["agents"]), len(agents)))
+    for i, w in enumerate(want["agents"]):
+        a = agents[i] if i < len(agents) else {}
+        facts += [_fact(f"agents[{i}].{k}", v, a.get(k)) for k, v in w.items()]
+    # doctor, with the paste as commands/rocminfo.txt
+    facts.append(_fact("findings", want["findings"], doctor_ids(tmp, rocminfo=text)))
+    return facts
+
+
+def _check_readings(want: dict, got: Any) -> list[Fact]:
+    readings = [asdict(g) for g in got]
+    facts = [_fact("gpus.count", len(want["gpus"]), len(readings))]
+    for i, w in enumerate(want["gpus"]):
+        g = readings[i] if i < len(readings) else {}
+        facts += [_fact(f"gpus[{i}].{k}", v, g.get(k)) for k, v in w.items()]
+    return facts
+
+
+def check_rocm_smi(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+    from egpu_setup.detect.rocm import parse_rocm_smi
+
+    return _check_readings(want, parse_rocm_smi(text))
+
+
+def check_amd_smi(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+    from egpu_setup.detect.rocm import parse_amd_smi
+
+    return _check_readings(want, parse_amd_smi(text))
+
+
 CHECKS: dict[str, Callable[[str, str, dict, Path], list[Fact]]] = {
     "lspci-names": check_gpus,
     "lspci-wrapped": check_gpus,
@@ -337,6 +380,9 @@ CHECKS: dict[str, Callable[[str, str, dict, Path], list[Fact]]] = {
     "kernel-log": check_kernel_log,
     "connection": check_connection,
     "glibc": check_glibc,
+    "rocminfo": check_rocminfo,
+    "rocm-smi": check_rocm_smi,
+    "amd-smi": check_amd_smi,
 }
 
 

@@ -11,5 +11,6 @@ tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`,
 `kernels` (installed kernels, their headers and NVIDIA modules, `dkms status`), `health`
 (one nvidia-smi reading of temperature, power, throttling and link; the kernel log's Xids),
 `dpkg_status` (dpkg's database and apt pins: the driver's packages and the versions a hold
-keeps).
+keeps), `rocm` (AMD's `rocminfo`, `rocm-smi`, `amd-smi`), `amdgpu_log` (amdgpu's hung rings,
+resets, failed init and SMU lines).
 """

@@ -240,15 +240,17 @@ def decide_placement(
     if not gpu.bridges:
         # Directly on a root bus, with no port above it: graphics integrated in the CPU/SoC.
         return Placement(False, "pcie", ("on the root bus with no PCIe port above it: integrated",))
-    if is_mobile_name(name):
+    if _laptop_part(name):
         return Placement(False, "pcie", (f"name {name!r} is a laptop (mobile) GPU",))
     if gpu.removable == "removable":
         return Placement(
             True, "unknown", ("sysfs removable=removable, no Thunderbolt bridge known",)
         )
     laptop = chassis_type in LAPTOP_CHASSIS
-    # pciehp names a slot by the address below its port: "0000:3c:00" for a GPU at 0000:3c:00.0.
-    on_hotplug_slot = gpu.address.rsplit(".", 1)[0] in hotplug_buses
+    # pciehp names a slot by the address below its port: "0000:3c:00" for a GPU at 0000:3c:00.0,
+    # or for the upstream port of a switch on the card itself (Radeon cards carry one: 1002:1478)
+    below = (*gpu.bridges[1:], gpu.address)
+    on_hotplug_slot = any(a.rsplit(".", 1)[0] in hotplug_buses for a in below)
     if laptop and on_hotplug_slot:
         return Placement(
             True,
@@ -268,6 +270,13 @@ def decide_placement(
             False, "pcie", ("boot VGA device with no Thunderbolt/USB4 bridge above it",)
         )
     return Placement(None, "unknown", ())
+
+
+def _laptop_part(name: str | None) -> bool:
+    """A laptop GPU's name. pci.ids names a chip for all its cards ("Navi 31 [Radeon RX 7900
+    XT/7900 XTX/7900 GRE/7900M]"): that is a laptop part only when every card it lists is one."""
+    inner = re.findall(r"\[([^\]]+)\]", name or "")
+    return all(is_mobile_name(p) for p in (inner[-1] if inner else name or "").split("/"))
 
 
 def on_root_bus(address: str) -> bool:

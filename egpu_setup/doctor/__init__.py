@@ -12,5 +12,6 @@ Modules: `catalog` (the finding ids, severities and sources), `findings` (Findin
 `managers` (other GPU managers: mode, effect, undo), `known_issues` (known-bad GPU and link
 combinations), `dmesg` (the kernel-log scanner), `torchcheck` (a venv's torch build), `record` (the
 `--from` diagnostics bundle), `kernels` (which installed kernel lacks its NVIDIA module, and the
-fix), `hold` (a held driver, a split one, a hold removed by hand).
+fix), `hold` (a held driver, a split one, a hold removed by hand), `amd` (amdgpu's troubles in
+the kernel log, a /dev/kfd ROCm cannot open).
 """

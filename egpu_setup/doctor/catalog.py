@@ -253,6 +253,50 @@ CATALOG: tuple[Spec, ...] = (
         ("ROCm/legacy-rocm-build#1214, #827 ('PCI rejects atomics')",),
     ),
     Spec(
+        "amdgpu-init-failed",
+        "error",
+        'amdgpu gave up starting the AMD GPU ("Fatal error during GPU init"), most often for '
+        "firmware it could not load.",
+        (
+            "https://github.com/ROCm/amdgpu/pull/113 (Failed to load firmware, then Fatal error "
+            "during GPU init)",
+            "https://github.com/ROCm/rocm-install-on-linux/issues/615 (fixed in the BIOS settings)",
+        ),
+    ),
+    Spec(
+        "amdgpu-gpu-reset",
+        "warning",
+        "A job hung on the AMD GPU (ring timeout) and amdgpu reset the GPU; work in flight is "
+        "lost.",
+        (
+            "https://github.com/ROCm/legacy-rocm-build/issues/6273, "
+            "https://github.com/ROCm/legacy-rocm-build/issues/6127 (ring timeouts, resets)",
+            "https://github.com/yshui/picom/issues/1390 (closed upstream: amdgpu/Mesa, not the "
+            "program)",
+        ),
+    ),
+    Spec(
+        "amdgpu-smu-failed",
+        "warning",
+        "The AMD GPU's power-management firmware (SMU) stopped answering amdgpu.",
+        (
+            "https://github.com/t2linux/T2-Ubuntu/issues/208, "
+            "https://github.com/NoaHimesaka1873/linux-t2-arch/issues/247 (a kernel regression: "
+            "the previous kernel works)",
+            "https://github.com/ROCm/legacy-rocm-build/issues/2196",
+        ),
+    ),
+    Spec(
+        "amd-kfd-unavailable",
+        "error",
+        "rocminfo cannot open /dev/kfd, so ROCm (and torch) see no AMD GPU.",
+        (
+            "https://github.com/ROCm/ROCm-docker/issues/116, "
+            "https://github.com/ROCm/legacy-rocm-build/issues/2232 (the render and video groups)",
+            "https://github.com/ROCm/ROCT-Thunk-Interface README (/dev/kfd is root:render)",
+        ),
+    ),
+    Spec(
         "externally-managed-python",
         "info",
         "The system Python is externally managed (PEP 668): packages go into a venv, never the "

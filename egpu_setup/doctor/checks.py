@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.detect.lspci import LspciEntry
+from egpu_setup.detect.rocm import parse_rocminfo
+from egpu_setup.doctor.amd import amd_log_findings, kfd_findings
 from egpu_setup.doctor.dmesg import BarFailure, DmesgScan, Hit, nvrm_address, scan_dmesg
 from egpu_setup.doctor.findings import MAX_EVIDENCE, DoctorInput, Finding
 from egpu_setup.doctor.hold import HoldVerdict, hold_findings, judge_hold, split_lines
@@ -1119,6 +1121,8 @@ def run_checks(
     out += managers
     out += check_xorg(ctx)
     out += check_atomics(ctx)
+    out += amd_log_findings(ctx.facts, ctx.dmesg)
+    out += kfd_findings(parse_rocminfo(inputs.rocminfo) if inputs.rocminfo else None)
     out += check_pep668(ctx)
     out += check_runtime_pm(ctx)
     out += check_known_issues(ctx)

@@ -12,6 +12,7 @@ from egpu_setup.detect import nvidia
 from egpu_setup.detect.dpkg_status import HOLD_PIN
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.detect.kernels import probe_kernels
+from egpu_setup.detect.rocm import ROCM_TOOL_TIMEOUT_S
 from egpu_setup.doctor.dmesg import DmesgScan, scan_lines
 from egpu_setup.doctor.findings import DoctorInput
 from egpu_setup.host.machine import Host
@@ -124,6 +125,7 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         dpkg_status=host.read("/var/lib/dpkg/status"),
         driver_pin=host.read(HOLD_PIN, limit=1024 * 1024),
         hold_recorded=hold_recorded(host),
+        rocminfo=host.command("rocminfo", ["rocminfo"], timeout=ROCM_TOOL_TIMEOUT_S),
         timed_out=tuple(host.timed_out),  # detection's and the commands' above
     )
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from egpu_setup.detect.kernel_log import XID_RE
+from egpu_setup.detect.amdgpu_log import NEEDLES as AMDGPU_NEEDLES
+from egpu_setup.detect.amdgpu_log import AmdgpuEvent, classify
 
 # Evidence is capped: a flapping link can print the same line thousands of times.
 MAX_HITS = 200
@@ -156,6 +158,7 @@ class DmesgScan:
     # (the wake-up it followed, the loss): a GPU or the bridge it hangs off gone right after a
     # resume (resume_losses below)
     resume_losses: tuple[tuple[Hit, Hit], ...] = ()
+    amdgpu: tuple[AmdgpuEvent, ...] = ()  # hung rings, resets, a failed init, the SMU (log order)
 
     @property
     def xid_codes(self) -> tuple[int, ...]:
@@ -300,6 +303,9 @@ _NEEDLES: dict[str, tuple[str, int]] = {
     "not_ready": ("after resume; giving up", MAX_HITS),
     "inaccessible": ("device inaccessible", MAX_HITS),
 }
+# amdgpu's troubles (detect/amdgpu_log.py); a hung job's "parser" lines can repeat thousands of
+# times, so each needle keeps its first 50.
+_NEEDLES |= {f"amdgpu{i}": (needle, 50) for i, (_, needle) in enumerate(AMDGPU_NEEDLES)}
 # Enumeration and bridge lines are many (every PCI function, at every boot and hot-plug): of
 # those only what they say is kept, not the records.
 _ENUM = ("] type 0", 4096)
@@ -477,6 +483,12 @@ def _scan(found: _Found) -> DmesgScan:
             addr, lo, hi = bridge
             bridges[addr] = (addr.split(":")[0], lo, hi)
 
+    amdgpu = {
+        hit.offset: event
+        for i in range(len(AMDGPU_NEEDLES))
+        for hit in h[f"amdgpu{i}"]
+        if (event := classify(hit.message, hit.lines, hit.offset)) is not None
+    }
     nvrm = found.nvrm
     return DmesgScan(
         bar_failures=tuple(bars),
@@ -504,6 +516,7 @@ def _scan(found: _Found) -> DmesgScan:
         bridges=bridges,
         thunderbolt_seen=found.thunderbolt,
         resume_losses=resume_losses(h, nvrm["fallen"]),
+        amdgpu=tuple(amdgpu[k] for k in sorted(amdgpu)),
     )
 
 

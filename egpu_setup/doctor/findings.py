@@ -70,6 +70,7 @@ class DoctorInput:
     dpkg_status: str | None = None
     driver_pin: str | None = None
     hold_recorded: bool = False
+    rocminfo: str | None = None  # rocminfo's text (detect/rocm.py)
 
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""
@@ -80,4 +81,5 @@ class DoctorInput:
             "boltctl": bool(self.boltctl),
             "udev-rules": bool(self.udev_rules),
             "xorg": bool(self.xorg),
+            "rocminfo": bool(self.rocminfo),
         }

@@ -79,16 +79,17 @@ def facts_of(target: Host, facts_host: Host) -> HostFacts:
 
 
 def refuse_non_nvidia_egpu(facts: HostFacts) -> None:
-    """CUDA needs NVIDIA: an AMD or Intel eGPU alone is outside what egpu-setup provisions."""
+    """CUDA needs NVIDIA, ROCm an AMD GPU (resolve/rocm.py): an Intel eGPU alone is outside what
+    egpu-setup provisions."""
     if facts.nvidia_gpus:
         return
-    other = [g for g in facts.gpus if g.external]
+    other = [g for g in facts.gpus if g.external and g.vendor != "amd"]
     if other:
         g = other[0]
         what = g.name or ":".join(i for i in (g.vendor_id, g.device_id) if i)
         raise UnsupportedHardware(
             f"the external GPU at {g.pci_address} ({what}) is {g.vendor or 'not NVIDIA'}: "
-            "egpu-setup provisions NVIDIA GPUs for CUDA",
+            "egpu-setup provisions NVIDIA GPUs (CUDA) and AMD GPUs (ROCm)",
             "connect an NVIDIA eGPU and run again (`egpu-setup detect` shows what is seen)",
         )
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.host.dpkg_lock import lock_holder
 from egpu_setup.host.machine import Host
+from egpu_setup.plan.amd import amd_steps, is_amd_plan
 from egpu_setup.plan.config import config_steps, link_steps
 from egpu_setup.plan.driver import driver_steps
 from egpu_setup.plan.hold import hold_steps
@@ -70,6 +71,10 @@ def build_plan(
         )
 
     driver = driver_steps(facts, resolution, host, options, warnings)
+    if is_amd_plan(resolution):
+        # amdgpu is in the kernel: the firmware, the user's groups, the torch venv (plan/amd.py)
+        driver += amd_steps(host, options, warnings)
+        rendered_files, commands, links = (), (), ()
     file_steps, unit_steps, cmd_steps = config_steps(
         rendered_files, host, options, manifest, commands, facts
     )
@@ -94,7 +99,9 @@ def _reboot_reason(
     """Why this plan ends in a reboot: a new kernel module, module options a loaded module only
     reads when it loads again, or a reboot an earlier run asked for and did not get."""
     if "driver" in options.only and any(isinstance(s, AptInstall) for s in driver):
-        return "the new NVIDIA kernel module takes effect at the next boot"
+        if any("NVIDIA" in s.reason for s in driver if isinstance(s, AptInstall)):
+            return "the new NVIDIA kernel module takes effect at the next boot"
+        return "amdgpu reads the new GPU firmware when it starts the GPU (the next boot)"
     return module_config_reboot(facts, file_steps) or options.pending_reboot
 
 

@@ -20,7 +20,8 @@ def driver_steps(
     facts: HostFacts, resolution: Resolution, host: Host, options: PlanOptions, warnings: list[str]
 ) -> list[Step]:
     driver = resolution.driver
-    if driver.action not in ("install", "upgrade"):
+    # "in-kernel" (amdgpu): no driver, but the firmware package it loads
+    if driver.action not in ("install", "upgrade", "in-kernel"):
         return []
     steps: list[Step] = []
     os_id = (facts.os.id or "").lower()
@@ -53,7 +54,9 @@ def driver_steps(
                 lock_timeout=options.apt_lock_timeout,
                 reason=f"NVIDIA driver branch {driver.branch}"
                 if driver.branch
-                else "NVIDIA driver",
+                else "NVIDIA driver"
+                if driver.action != "in-kernel"
+                else "AMD GPU firmware (amdgpu itself is part of the kernel)",
             )
         )
     return steps

@@ -15,7 +15,7 @@ from typing import Any
 from egpu_setup.errors import UsageError
 from egpu_setup.profile.document import read_document
 from egpu_setup.profile.extends import merge, resolve_extends
-from egpu_setup.profile.problems import Marks, Problem
+from egpu_setup.profile.problems import KeyPath, Marks, Problem
 from egpu_setup.profile.schema import defaults, load_schema
 from egpu_setup.profile.search import ProfileEntry, available, locate
 from egpu_setup.profile.types import (
@@ -50,6 +50,7 @@ def cross_checks(data: dict[str, Any], marks: Marks) -> None:
                 "driver branches must satisfy min_branch <= preferred_branch <= max_branch",
             ).error()
     pin_checks(data, marks)
+    vendor_checks(data, marks)
     arch = data.get("gpu", {}).get("architecture")
     if driver.get("flavour") == "open" and arch in _PRE_TURING:
         raise Problem(
@@ -58,6 +59,88 @@ def cross_checks(data: dict[str, Any], marks: Marks) -> None:
             f"open kernel modules do not support {arch} GPUs",
             "use flavour: proprietary (NVIDIA: open modules need Turing or newer)",
         ).error()
+
+
+_AMD_FAMILIES = {"RDNA 2", "RDNA 3", "RDNA 3.5", "RDNA 4", "CDNA"}
+
+
+def _refuse(marks: Marks, path: KeyPath, message: str, hint: str) -> UsageError:
+    return Problem(marks.value(path), path, message, hint).error()
+
+
+def vendor_checks(data: dict[str, Any], marks: Marks) -> None:
+    """What gpu.vendor implies: an AMD card has a gfx target (that the ROCm table gives its ids
+    is checked where the table is read, resolve/rocm.py profile_gfx_problem), an AMD family, no
+    compute capability, no NVIDIA driver keys and no CUDA variant (amdgpu is in the kernel; torch
+    comes from the ROCm index); an NVIDIA card has none of the AMD keys."""
+    gpu = data.get("gpu", {})
+    vendor = gpu.get("vendor", "nvidia")
+    arch = gpu.get("architecture")
+    if vendor == "nvidia":
+        if gpu.get("gfx") is not None:
+            raise _refuse(
+                marks,
+                ("gpu", "gfx"),
+                "a gfx target is AMD's",
+                "drop gpu.gfx, or set gpu.vendor: amd",
+            )
+        if arch in _AMD_FAMILIES:
+            raise _refuse(
+                marks, ("gpu", "architecture"), f"{arch} is an AMD family", "set gpu.vendor: amd"
+            )
+        return
+    if arch is not None and arch not in _AMD_FAMILIES | {"any"}:
+        raise _refuse(
+            marks,
+            ("gpu", "architecture"),
+            f"{arch} is not an AMD family",
+            f"use one of {', '.join(sorted(_AMD_FAMILIES))}",
+        )
+    if gpu.get("compute_capability") is not None:
+        raise _refuse(
+            marks,
+            ("gpu", "compute_capability"),
+            "an AMD GPU has no CUDA compute capability",
+            "drop gpu.compute_capability (gpu.gfx names the target)",
+        )
+    gfx = gpu.get("gfx")
+    if gfx is None:
+        raise _refuse(
+            marks, ("gpu", "gfx"), "an AMD profile needs its gfx target", "add e.g. gfx: gfx1100"
+        )
+    driver = data.get("driver", {})
+    for key in ("min_branch", "preferred_branch", "max_branch", "pin"):
+        if driver.get(key) is not None:
+            raise _refuse(
+                marks,
+                ("driver", key),
+                "amdgpu is part of the kernel: there is no driver branch to choose",
+                f"drop driver.{key} from an AMD profile",
+            )
+    if driver.get("flavour", "auto") != "auto":
+        raise _refuse(
+            marks,
+            ("driver", "flavour"),
+            "open/proprietary are NVIDIA's kernel module flavours",
+            "drop driver.flavour from an AMD profile",
+        )
+    if data.get("hotplug", {}).get("persistenced"):
+        raise _refuse(
+            marks,
+            ("hotplug", "persistenced"),
+            "nvidia-persistenced is NVIDIA's daemon",
+            "set hotplug.persistenced: false in an AMD profile",
+        )
+    torch = data.get("torch", {})
+    for key in ("cuda", "pin"):
+        value = torch.get(key)
+        if value is not None and not str(value).endswith("cpu"):
+            raise _refuse(
+                marks,
+                ("torch", key),
+                f"{value} is a CUDA build; an AMD GPU runs torch's ROCm wheels",
+                f"drop torch.{key} (the resolver picks the ROCm wheel for {gfx}), or use cpu",
+            )
 
 
 def pin_checks(data: dict[str, Any], marks: Marks) -> None:
@@ -126,6 +209,8 @@ def to_profile(d: dict[str, Any], path: str, origin: str, chain: tuple[str, ...]
             architecture=g["architecture"],
             compute_capability=g["compute_capability"],
             memory_gib=_float(g["memory_gib"]),
+            vendor=g["vendor"],
+            gfx=g["gfx"],
         ),
         expect=Expectations(
             fp32_tflops=_float(e["fp32_tflops"]),

@@ -10,11 +10,15 @@ SCHEMA_ID = "egpu-setup/profile/1"
 
 @dataclass(frozen=True)
 class GpuSpec:
-    device_ids: tuple[str, ...]  # 4-hex lowercase, vendor 10de; empty = any NVIDIA GPU
+    device_ids: tuple[
+        str, ...
+    ]  # 4-hex lowercase, vendor 10de (1002 for AMD); empty = any NVIDIA GPU
     name: str
     architecture: str  # "Ada Lovelace"; "any" for a generic profile
     compute_capability: str | None
     memory_gib: float | None
+    vendor: str = "nvidia"  # "nvidia" / "amd"
+    gfx: str | None = None  # AMD's gfx target ("gfx1100"); None for NVIDIA
 
     def matches(self, device_id: str | None) -> bool:
         """True when this spec covers a PCI device id (a generic spec covers every id)."""
@@ -122,11 +126,13 @@ class Profile:
             "extends": self.extends,
             "mode": self.mode,
             "gpu": {
+                "vendor": self.gpu.vendor,
                 "name": self.gpu.name,
                 "architecture": self.gpu.architecture,
                 "compute_capability": self.gpu.compute_capability,
                 "device_ids": list(self.gpu.device_ids),
                 "memory_gib": self.gpu.memory_gib,
+                "gfx": self.gpu.gfx,
             },
             "expect": {
                 "fp32_tflops": self.expect.fp32_tflops,

@@ -104,4 +104,9 @@ def _driver_text(r: Resolution) -> str:
         return f"keep {d.installed}"
     if d.action == "host-managed":
         return "managed outside egpu-setup" + (f" (branch {d.branch})" if d.branch else "")
+    if d.action == "in-kernel":
+        # amdgpu: no branch to name, only the firmware package it loads
+        return "amdgpu in the kernel" + (
+            f" (firmware {', '.join(d.packages)})" if d.packages else ""
+        )
     return f"{d.action} branch {d.branch}"

@@ -97,7 +97,7 @@ def _resolve(
     )
     distro, distro_label = _distro(os_facts, c, m, n)
     python = _python(facts, c, distro, n)
-    amd = _amd(facts, c, m, distro, python, platform, distro_label, n)
+    amd = _amd(facts, profile, c, m, distro, python, platform, distro_label, n)
     if amd is not None:
         return amd
     target, others = pick_target(facts, profile, c, m, n)
@@ -232,6 +232,7 @@ def _checked(c: Constraints, m: Matrix, n: Notes) -> Constraints:
 
 def _amd(
     facts: HostFacts | None,
+    profile: Profile | None,
     c: Constraints,
     m: Matrix,
     distro: Distro | None,
@@ -243,7 +244,7 @@ def _amd(
     """The ROCm answer when the GPU to plan for is an AMD one (resolve/rocm.py), else None."""
     if c.cuda == "cpu":
         return None
-    target = amd_target(facts, c)
+    target = amd_target(facts, c, profile, n)
     if target is None:
         if c.rocm is not None:
             raise UsageError(

@@ -20,6 +20,7 @@ from egpu_setup.compat.rocm import AMD_VENDOR, AmdGpu, RocmData, RocmVariant, lo
 from egpu_setup.compat.versions import PythonVersion
 from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.errors import MatrixError, UnsupportedHardware, UsageError
+from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.constraints import Constraints, spec_filter
 from egpu_setup.resolve.resolution import DriverPlan, Notes, ResolvedGpu, TorchPlan
 
@@ -66,14 +67,51 @@ def amd_gpu_asked(text: str) -> AmdGpu | None:
     return data.gpu_named(text)
 
 
-def amd_target(facts: HostFacts | None, c: Constraints) -> AmdTarget | None:
+def amd_target(
+    facts: HostFacts | None, c: Constraints, profile: Profile | None = None, n: Notes | None = None
+) -> AmdTarget | None:
     """The AMD GPU to plan for: `--gpu` naming one, else the external AMD GPU detected (else the
-    only AMD discrete GPU with --rocm); None when there is none."""
+    only AMD discrete GPU with --rocm), else an AMD profile's card when no AMD GPU is detected;
+    None when there is none."""
     if c.gpu:
         model = amd_gpu_asked(c.gpu)
         return AmdTarget(model, None) if model is not None else None
-    if facts is None:
+    detected = _detected_amd(facts, c) if facts is not None else None
+    if profile is not None and (problem := profile_gfx_problem(profile)) is not None:
+        raise UsageError(
+            f"{profile.path}: {problem}",
+            "use the device ids and the gfx target rocminfo prints for the card (Name: gfxNNNN)",
+        )
+    if detected is not None or profile is None or profile.gpu.vendor != "amd":
+        return detected
+    # the profile was validated against the ROCm table: its first id is a card the table knows
+    model = load_rocm().gpu(profile.gpu.device_ids[0]) if profile.gpu.device_ids else None
+    if model is None:
         return None
+    if n is not None:
+        n.warnings.append(
+            f"no AMD GPU detected: planning for the profile's GPU ({profile.gpu.name}, "
+            f"1002:{model.device_id}, {model.gfx})"
+        )
+    return AmdTarget(model, None)
+
+
+def profile_gfx_problem(profile: Profile) -> str | None:
+    """Why an AMD profile's gfx target is not what the ROCm table gives its device ids, or None
+    (the profile layer checks the profile's own shape; the table lives here)."""
+    if profile.gpu.vendor != "amd":
+        return None
+    for device_id in profile.gpu.device_ids:
+        model = load_rocm().gpu(device_id)
+        if model is None:
+            return f"gpu.device_ids: 1002:{device_id} is not in egpu_setup/data/rocm.yaml"
+        if model.gfx != profile.gpu.gfx:
+            return f"gpu.gfx: 1002:{device_id} is {model.gfx}, not {profile.gpu.gfx}"
+    return None
+
+
+def _detected_amd(facts: HostFacts, c: Constraints) -> AmdTarget | None:
+    """The external AMD GPU detected (else the only known AMD GPU with --rocm), or None."""
     data = load_rocm()
     amd = [g for g in facts.gpus if (g.vendor_id or "").lower() == AMD_VENDOR and g.device_id]
     known = [(g, data.gpu(g.device_id or "")) for g in amd]

@@ -520,7 +520,7 @@ def check_import(out: Out) -> Torch | None:
             hint="install torch into this venv: `egpu-setup install --only torch --profile NAME`",
         )
         return None
-    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+    build = torch_build(torch.version.cuda, getattr(torch.version, "hip", None))
     out.check(
         "torch-import",
         "pass",
@@ -1198,10 +1198,43 @@ def run_ddp(out: Out, torch: Torch, device: Any, cfg: dict[str, Any], work_dir: 
 # -- CUDA-only steps -------------------------------------------------------------------------------
 
 
+def torch_build(cuda: str | None, hip: str | None) -> str:
+    """What a torch build runs on: "CUDA 12.8", "ROCm (HIP 7.2.53211)" or "CPU-only build". A ROCm
+    build has torch.version.hip set and torch.version.cuda None, and keeps the torch.cuda API
+    and the "cuda" device (https://pytorch.org/docs/stable/notes/hip.html)."""
+    if hip:
+        return f"ROCm (HIP {hip})"
+    return f"CUDA {cuda}" if cuda else "CPU-only build"
+
+
+def gfx_covers(arch_list: list[str], gcn_arch: str | None) -> tuple[str, str]:
+    """(status, detail): does a ROCm build's arch list (gfx targets) hold this GPU's gfx target?
+    `gcn_arch` is get_device_properties().gcnArchName, features after a colon
+    ("gfx90a:sramecc+:xnack-"); no JIT stands in for a missing target, unlike CUDA's PTX."""
+    want = (gcn_arch or "").split(":", 1)[0]
+    if not want:
+        return "skip", "the GPU's gfx target is unknown (no gcnArchName)"
+    have = [a.split(":", 1)[0] for a in arch_list]
+    if want in have:
+        return "pass", f"{want} is compiled in"
+    return "fail", f"{want} is not among the build's targets ({', '.join(have) or 'none'})"
+
+
 def cuda_init(out: Out, torch: Torch, cfg: dict[str, Any]) -> int | None:
     """torch-cuda-build, torch-driver-cuda, cuda-available; the device count, or None to stop."""
     gpus = cfg.get("nvidia_gpus") or []
     wheel = torch.version.cuda
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        # a ROCm build: no CUDA runtime and no NVIDIA driver to compare it with (amdgpu is part
+        # of the kernel; the ROCm libraries come with the wheel)
+        out.check("torch-cuda-build", "pass", f"built for {torch_build(None, hip)}", value=hip)
+        out.check(
+            "torch-driver-cuda",
+            "skip",
+            "a ROCm build: amdgpu is part of the kernel, there is no CUDA driver to compare",
+        )
+        return _devices(out, torch)
     if not wheel:
         seen = f" while this machine has an NVIDIA GPU ({gpus[0]})" if gpus else ""
         out.check(
@@ -1227,6 +1260,11 @@ def cuda_init(out: Out, torch: Torch, cfg: dict[str, Any]) -> int | None:
         if status == "fail"
         else None,
     )
+    return _devices(out, torch)
+
+
+def _devices(out: Out, torch: Torch) -> int | None:
+    """cuda-available: the device count torch sees (CUDA or ROCm), or None to stop."""
     t0 = time.perf_counter()
     import warnings
 
@@ -1364,6 +1402,7 @@ def emit_device(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> Non
         "type": device.type,
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
+        "torch_hip": getattr(torch.version, "hip", None),
         "python": sys.version.split()[0],
         "executable": sys.executable,
     }
@@ -1383,6 +1422,7 @@ def emit_device(out: Out, torch: Torch, device: Any, cfg: dict[str, Any]) -> Non
             device_count=torch.cuda.device_count(),
             driver_cuda=driver_cuda_version(torch),
             arch_list=torch.cuda.get_arch_list(),
+            gcn_arch=getattr(props, "gcnArchName", None),  # ROCm builds only: "gfx1100"
         )
     else:
         rec.update(
@@ -1402,18 +1442,25 @@ def _cpu_capability(torch: Torch) -> Any:
 
 
 def run_arch(out: Out, torch: Torch, device: Any) -> None:
-    cc = torch.cuda.get_device_capability(device)
     archs = torch.cuda.get_arch_list()
-    status, detail = arch_covers(archs, cc)
+    if getattr(torch.version, "hip", None):
+        # a ROCm build lists gfx targets; the device names its own in gcnArchName
+        gcn = getattr(torch.cuda.get_device_properties(device), "gcnArchName", None)
+        status, detail = gfx_covers(archs, gcn)
+        expected = (gcn or "").split(":", 1)[0] or None
+        build = "the torch ROCm build for this gfx target"
+    else:
+        cc = torch.cuda.get_device_capability(device)
+        status, detail = arch_covers(archs, cc)
+        expected = f"sm_{cc[0]}{cc[1]}"
+        build = "a torch build compiled for this GPU"
     out.check(
         "arch-list",
         status,
         detail,
         value=archs,
-        expected=f"sm_{cc[0]}{cc[1]}",
-        hint="install a torch build compiled for this GPU (`egpu-setup resolve` picks one)"
-        if status == "fail"
-        else None,
+        expected=expected,
+        hint=f"install {build} (`egpu-setup resolve` picks one)" if status == "fail" else None,
     )
 
 

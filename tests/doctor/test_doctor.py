@@ -668,6 +668,57 @@ def test_amd_pcie_atomics_missing():
     assert "kfd kfd: amdgpu: skipped device 1002:73bf, PCI rejects atomics 730<0" in am.evidence[0]
 
 
+REAL_LOG = Path(__file__).parents[1] / "data" / "real" / "kernel-log"
+REAL_ROCMINFO = Path(__file__).parents[1] / "data" / "real" / "rocminfo"
+
+
+def real(folder: Path, name: str) -> str:
+    """A real paste (tests/data/real): everything after its source URL line."""
+    return (folder / name).read_text().split("\n", 1)[1]
+
+
+def test_amdgpu_init_failed_names_the_missing_firmware_and_the_package():
+    log = real(REAL_LOG, "amdgpu-fatal-error-gpu-init-missing-firmware.txt")
+    debian = facts(gpus=(), os=OsFacts(id="debian", version_id="12"))
+    init = only(diagnose(debian, DoctorInput(dmesg=log)), "amdgpu-init-failed")
+    assert init.severity == "error"
+    assert "amdgpu/vega20_rlc.bin" in init.fix and "firmware-amd-graphics" in init.fix
+    assert any("Fatal error during GPU init" in line for line in init.evidence)
+    # no firmware line: the fix is the BIOS settings (the answer of the thread in the catalog)
+    bare = "\n".join(ln for ln in log.splitlines() if "firmware" not in ln)
+    assert "BIOS" in only(diagnose(debian, DoctorInput(dmesg=bare)), "amdgpu-init-failed").fix
+
+
+def test_amdgpu_gpu_reset_recovered_is_a_warning_and_unrecovered_an_error():
+    recovered = real(REAL_LOG, "amdgpu-mes-remove-queue-gfx11.txt")
+    reset = only(diagnose(facts(gpus=()), DoctorInput(dmesg=recovered)), "amdgpu-gpu-reset")
+    assert reset.severity == "warning" and "gfx_0.0.0" in reset.summary
+    assert "devcoredump" in reset.fix
+    # jobs refused after the reset with no reset that succeeded after them: an error
+    hung = real(REAL_LOG, "amdgpu-cs-parser-125-after-crash.txt")
+    lost = only(diagnose(facts(gpus=()), DoctorInput(dmesg=hung)), "amdgpu-gpu-reset")
+    assert lost.severity == "error" and len(lost.evidence) <= 8
+
+
+def test_amdgpu_smu_failed_at_init_is_an_error():
+    log = real(REAL_LOG, "amdgpu-smu-no-response-navi14.txt")
+    smu = only(diagnose(facts(gpus=()), DoctorInput(dmesg=log)), "amdgpu-smu-failed")
+    assert smu.severity == "error" and "previous kernel" in smu.fix
+    # "SMU driver if version not matched" on a boot that went on fine is no finding
+    ok = real(REAL_LOG, "amdgpu-healthy-boot-smu-version-not-matched-rx6800.txt")
+    assert not [f for f in diagnose(facts(gpus=()), DoctorInput(dmesg=ok)) if "amd" in f.id]
+
+
+def test_amd_kfd_unavailable_permission_denied_names_the_groups():
+    text_ = real(REAL_ROCMINFO, "rocm-docker-116-kfd-permission-denied.txt")
+    kfd = only(diagnose(facts(gpus=()), DoctorInput(rocminfo=text_)), "amd-kfd-unavailable")
+    assert kfd.severity == "error" and "render,video" in kfd.fix
+    other = real(REAL_ROCMINFO, "legacy-6166-kfd-invalid-argument-rx9070xt.txt")
+    kfd = only(diagnose(facts(gpus=()), DoctorInput(rocminfo=other)), "amd-kfd-unavailable")
+    assert "kfd" in kfd.fix and "usermod" not in kfd.fix
+    assert kfd.evidence[-1] == "x1unix is member of render group"
+
+
 def test_externally_managed_python():
     py = PythonFacts(version="3.11.2", externally_managed=True, executable="/usr/bin/python3")
     em = only(diagnose(facts(python=py), DoctorInput()), "externally-managed-python")

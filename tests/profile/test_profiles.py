@@ -27,6 +27,9 @@ SHIPPED = {
     "rtx5090",
     "rtx-a4000",
     "generic-nvidia",
+    "rx7900xtx",
+    "rx9070xt",
+    "w7900",
 }
 UUID = "d6010000-0080-8e08-2362-a91cd1b06221"
 
@@ -295,6 +298,87 @@ def test_cross_field_rules(tmp_path):
         err.message
         == f"{tmp_path}/pascal.yaml:12:12: driver.flavour: open kernel modules do not support Pascal GPUs"
     )
+
+
+AMD_GOOD = """\
+name: lab-7900
+description: Lab RX 7900 XTX boxes
+gpu:
+  vendor: amd
+  name: Radeon RX 7900 XTX
+  device_ids: ["744c"]
+  architecture: RDNA 3
+  gfx: gfx1100
+hotplug:
+  persistenced: false
+"""
+
+
+def test_amd_profiles_ship_with_their_gfx_target_and_no_driver():
+    xtx = P.load_profile("rx7900xtx")
+    assert (xtx.gpu.vendor, xtx.gpu.gfx, xtx.gpu.device_ids) == ("amd", "gfx1100", ("744c",))
+    assert xtx.driver.min_branch is None and xtx.driver.preferred_branch is None
+    assert xtx.power.psu_watts == 800 and xtx.expect.max_power_w == 355
+    assert P.load_profile("rx9070xt").gpu.gfx == "gfx1201"
+    assert P.load_profile("w7900").gpu.memory_gib == 48.0
+    # the vendor defaults to nvidia, so every NVIDIA profile reads as before
+    assert P.load_profile("rtx4090").gpu.vendor == "nvidia"
+    assert P.load_profile("rtx4090").to_json()["gpu"]["gfx"] is None
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "message"),
+    [
+        (("  gfx: gfx1100\n", ""), "gpu.gfx", "an AMD profile needs its gfx target"),
+        (("RDNA 3", "Ada Lovelace"), "gpu.architecture", "Ada Lovelace is not an AMD family"),
+        (
+            ("  gfx: gfx1100\n", '  gfx: gfx1100\n  compute_capability: "8.9"\n'),
+            "gpu.compute_capability",
+            "no CUDA compute capability",
+        ),
+        (
+            ("hotplug:", "driver:\n  min_branch: 580\nhotplug:"),
+            "driver.min_branch",
+            "no driver branch",
+        ),
+        (
+            ("hotplug:", "driver:\n  flavour: open\nhotplug:"),
+            "driver.flavour",
+            "NVIDIA's kernel module flavours",
+        ),
+        (("hotplug:", "torch:\n  cuda: cu128\nhotplug:"), "torch.cuda", "cu128 is a CUDA build"),
+        (("persistenced: false", "persistenced: true"), "hotplug.persistenced", "NVIDIA's daemon"),
+        (("vendor: amd", "vendor: intel"), "gpu.vendor", "is not one of: nvidia, amd"),
+    ],
+)
+def test_amd_profile_rules(tmp_path, change, where, message):
+    body = AMD_GOOD.replace(*change)
+    assert body != AMD_GOOD
+    err = error_of(write(tmp_path, body))
+    assert f": {where}: " in err.message and message in err.message, err.message
+
+
+def test_amd_profile_loads_and_nvidia_keys_stay_nvidias(tmp_path):
+    amd = P.load_file(write(tmp_path, AMD_GOOD))
+    assert (amd.gpu.vendor, amd.gpu.gfx, amd.torch.cuda) == ("amd", "gfx1100", None)
+    assert (
+        P.load_file(
+            write(
+                tmp_path, AMD_GOOD.replace("hotplug:", "torch:\n  cuda: cpu\nhotplug:"), "cpu.yaml"
+            )
+        ).torch.cuda
+        == "cpu"
+    )
+    err = error_of(
+        write(
+            tmp_path,
+            GOOD.replace("  memory_gib: 24\n", "  memory_gib: 24\n  gfx: gfx1100\n"),
+            "n.yaml",
+        )
+    )
+    assert "gpu.gfx: a gfx target is AMD's" in err.message
+    err = error_of(write(tmp_path, GOOD.replace("Ada Lovelace", "RDNA 3"), "r.yaml"))
+    assert "gpu.architecture: RDNA 3 is an AMD family" in err.message
 
 
 def test_several_problems_reports_the_first_and_counts(tmp_path):

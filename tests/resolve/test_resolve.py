@@ -828,6 +828,8 @@ class _GpuSpec:
     architecture: str = "any"
     compute_capability: str | None = None
     memory_gib: float | None = None
+    vendor: str = "nvidia"
+    gfx: str | None = None
 
 
 @dataclass(frozen=True)

@@ -164,3 +164,60 @@ def test_cli_what_if_prints_the_rocm_plan(cli) -> None:
     assert done.returncode == 0, done.stderr
     assert "amdgpu, in the kernel: no driver to install" in done.stdout
     assert "--index-url https://download.pytorch.org/whl/rocm" in done.stdout
+
+
+def test_amd_profile_with_no_amd_gpu_detected_plans_for_its_card() -> None:
+    from egpu_setup.profile.load import load_profile
+
+    profile = load_profile("rx9070xt")
+    r = resolve(None, profile, what_if())
+    assert r.gpu is not None and r.gpu.pci_id == "1002:7550"
+    assert r.driver.action == "in-kernel" and r.torch.variant.startswith("rocm")
+    assert any("planning for the profile's GPU (Radeon RX 9070 XT" in w for w in r.warnings)
+    # a detected AMD eGPU wins over the profile's card, as a detected NVIDIA one does
+    r = resolve(amd_host("744c", "oculink"), profile, Constraints())
+    assert r.gpu is not None and r.gpu.pci_id == "1002:744c"
+    assert not any("profile's GPU" in w for w in r.warnings)
+    # an NVIDIA profile never plans ROCm when no AMD GPU is there
+    r = resolve(None, load_profile("rtx4090"), what_if())
+    assert r.driver.action != "in-kernel"
+
+
+def test_every_shipped_amd_profile_agrees_with_the_rocm_table() -> None:
+    from egpu_setup.profile.load import iter_profiles
+    from egpu_setup.resolve.rocm import profile_gfx_problem
+
+    amd = [p for _, p in iter_profiles() if not isinstance(p, Exception) and p.gpu.vendor == "amd"]
+    assert {p.name for p in amd} >= {"rx7900xtx", "rx9070xt", "w7900"}
+    assert [profile_gfx_problem(p) for p in amd] == [None] * len(amd)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("gfx: gfx1100", "gfx: gfx1201"), "gpu.gfx: 1002:744c is gfx1100, not gfx1201"),
+        (('device_ids: ["744c"]', 'device_ids: ["ffff"]'), "1002:ffff is not in"),
+    ],
+)
+def test_an_amd_profile_the_rocm_table_contradicts_is_refused(
+    cli, tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    body = (Path(__file__).parents[2] / "profiles" / "rx7900xtx.yaml").read_text()
+    (tmp_path / "lab.yaml").write_text(
+        body.replace(*change).replace("name: rx7900xtx", "name: lab")
+    )
+    done = cli("resolve", "--profile", str(tmp_path / "lab.yaml"), "--distro", "debian-12")
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    err, hint = done.stderr.splitlines()[:2]
+    assert message in err and hint.startswith("hint: use the device ids"), done.stderr
+
+
+def test_drift_of_an_amd_machine_names_amdgpu_not_a_branch() -> None:
+    from egpu_setup.compat.matrix import load_snapshot
+    from egpu_setup.profile.load import load_profile
+    from egpu_setup.resolve.drift import drift
+
+    m = load_snapshot()
+    d = drift("lab", amd_host("744c", "oculink"), load_profile("rx7900xtx"), Constraints(), m, m)
+    assert d.shipped.driver == "amdgpu in the kernel (firmware firmware-amd-graphics)"
+    assert "branch None" not in d.text() and not d.changed

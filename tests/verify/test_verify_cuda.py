@@ -46,7 +46,19 @@ SHORT = {"bandwidth": 0.3, "matmul": 0.3, "amp": 3.0, "speedup": 1.0, "throughpu
 
 # Lines of _child.py no scenario executes, and why. The gate below fails when another line is
 # missed, and also when one of these starts to run (then it belongs out of this list).
-UNEXECUTED: dict[str, str] = {}
+# A ROCm build's lines (torch.version.hip set): the stand-in replays recorded NVIDIA cards only,
+# and no recording of a ROCm torch on a Radeon exists yet; torch_build and gfx_covers, which
+# these lines call, run in test_pure_judges.
+_ROCM = "a ROCm build on a Radeon: no recording of one yet (the pure judges run below)"
+UNEXECUTED: dict[str, str] = {
+    'out.check("torch-cuda-build", "pass", f"built for {torch_build(None, hip)}", value=hip)': _ROCM,
+    "out.check(": _ROCM,
+    "return _devices(out, torch)": _ROCM,
+    'gcn = getattr(torch.cuda.get_device_properties(device), "gcnArchName", None)': _ROCM,
+    "status, detail = gfx_covers(archs, gcn)": _ROCM,
+    'expected = (gcn or "").split(":", 1)[0] or None': _ROCM,
+    'build = "the torch ROCm build for this gfx target"': _ROCM,
+}
 
 
 @dataclass
@@ -856,6 +868,19 @@ def test_pure_judges() -> None:
         ("gpu-power", "skip"),
         ("gpu-throttle", "skip"),
     ]
+    # a ROCm build (torch.version.hip set, torch.version.cuda None: the values of
+    # https://github.com/ROCm/legacy-rocm-build/issues/5657's torch 2.9.1+rocm6.4 kind)
+    assert child.torch_build(None, "6.4.43482") == "ROCm (HIP 6.4.43482)"
+    assert child.torch_build("12.8", None) == "CUDA 12.8"
+    assert child.torch_build(None, None) == "CPU-only build"
+    gfx = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101"]
+    assert child.gfx_covers(gfx, "gfx1100") == ("pass", "gfx1100 is compiled in")
+    assert child.gfx_covers(gfx, "gfx90a:sramecc+:xnack-")[0] == "pass"
+    assert child.gfx_covers(gfx, "gfx1201") == (
+        "fail",
+        "gfx1201 is not among the build's targets (" + ", ".join(gfx) + ")",
+    )
+    assert child.gfx_covers(gfx, None)[0] == "skip"
     assert child.judge_throttle([]) == (
         "skip",
         "the GPU reports no clocks event reasons",
