@@ -21,9 +21,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from egpu_setup.detect.kernel_log import XID_RE
 from egpu_setup.detect.amdgpu_log import NEEDLES as AMDGPU_NEEDLES
 from egpu_setup.detect.amdgpu_log import AmdgpuEvent, classify
+from egpu_setup.detect.kernel_log import XID_RE
 
 # Evidence is capped: a flapping link can print the same line thousands of times.
 MAX_HITS = 200
