@@ -43,7 +43,8 @@ def plan_text(run: Prepared, *, diff: bool = False) -> str:
     n = len(run.plan.steps)
     lines += ["", f"Plan ({n} step{'' if n == 1 else 's'}):"]
     lines += [f"  {i:2d}. [{s.part_name}] {s.describe()}" for i, s in enumerate(run.plan.steps, 1)]
-    lines += [f"Disk space: {need.describe()}" for need in space_needs(run.plan, run.target)]
+    space = [f"Disk space: {need.describe()}" for need in space_needs(run.plan, run.target)]
+    lines += [""] + space if space else []
     lines += _actions(
         run, "after", "After these steps, a person must (the run stops there, exit 4):"
     )
