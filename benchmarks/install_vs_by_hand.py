@@ -104,8 +104,8 @@ def split_output(
 
 
 def strace(out: Path) -> list[str]:
-    return ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=execve", "-e", "signal=none",
-            "-o", str(out), "--"]  # fmt: skip
+    return ["strace", "-f", "-qq", "-ttt", "--seccomp-bpf", "-e", "trace=execve",
+            "-e", "signal=none", "-o", str(out), "--"]  # fmt: skip
 
 
 def count_execs(trace: Path) -> Counter[str]:
