@@ -14,15 +14,18 @@ module for the image's kernel, the initramfs), `python3 -m venv`, `pip download`
 install --no-index` of the same requirement, the same files copied in (rendered beforehand by
 `egpu-setup render`), and `import torch` with one matmul.
 
-Phases: every output line is time-stamped as it arrives, and the same rules (PHASE_LINES) cut
-both sides' apt output into apt download / dpkg / DKMS / initramfs; egpu-setup's other phases
-come from its own journal (each step's begin and end, /var/lib/egpu-setup/journal.jsonl in the
-image), "plan" being the time before its run-begin. What egpu-setup does that the floor does not
-(egpu-setup itself into the image, the journal, the seal) is its own phase, "doing more".
-
-Both sides run under `strace -f --seccomp-bpf -e trace=execve` (the same small cost each), which
-counts the dpkg, apt, update-initramfs and dkms processes each started: work done twice shows
-there. Rounds are interleaved (the order rotates).
+Both sides run under `strace -f -ttt --seccomp-bpf -e trace=execve` (the same small cost
+each): when each process started and ended, by program. That cuts both sides' apt-get installs
+the same way: until the first dpkg is apt's (resolving, fetching: "apt download"), then the
+update-initramfs processes, dkms (less the initramfs it asks for), and the rest is dpkg's. (Not
+apt's output lines: dpkg's maintainer scripts run under debconf, whose output reaches the pipe
+in bursts, DKMS's twenty minutes of compiling as one.) egpu-setup's other phases come from its
+own journal (each step's begin and end, /var/lib/egpu-setup/journal.jsonl in the image), "plan"
+being the time before its run-begin. What egpu-setup does that the floor does not (egpu-setup
+itself into the image, the apt simulation that records the packages before dpkg starts, the
+journal, the seal) is its own phase, "doing more". The trace also counts the dpkg, apt,
+update-initramfs and dkms processes each side started: work done twice shows there. Rounds are
+interleaved (the order rotates).
 
 Goal: egpu-setup's wall time within 10% of the by-hand floor (ratio <= 1.10x).
 
@@ -59,17 +62,6 @@ PHASES = (
     "plan", "apt download", "dpkg", "DKMS", "initramfs", "venv", "pip download", "pip install",
     "files", "verify", "doing more",
 )  # fmt: skip
-# A line of apt/dpkg output that starts a phase; the lines after it belong to that phase until
-# another one starts. Same rules for both sides. dkms prints "Building initial module for KVER"
-# (Debian's dkms 3.0) and "depmod..." last; update-initramfs prints its "Generating" line first.
-PHASE_LINES = (
-    (re.compile(r"^(Get:|Hit:|Ign:|Fetched|Reading package lists|Building dependency tree)"),
-     "apt download"),
-    (re.compile(r"^(Selecting previously|Preparing to unpack|Unpacking|Setting up|Processing "
-                r"triggers|\(Reading database)"), "dpkg"),
-    (re.compile(r"^\s*(Building initial module|Loading new .*DKMS files|Building for )"), "DKMS"),
-    (re.compile(r"^\s*(update-initramfs: Generating|I: The initramfs will attempt)"), "initramfs"),
-)  # fmt: skip
 TRACED = ("dpkg", "dpkg-query", "dpkg-deb", "apt-get", "apt-cache", "update-initramfs", "dkms")
 ROOT_VENV = "/opt/egpu-setup/venv"
 
@@ -86,38 +78,77 @@ class Side:
         self.seconds[phase] += seconds
 
 
-def split_output(
-    lines: Sequence[tuple[float, str]], start: float, end: float, first: str, side: Side
-) -> None:
-    """Attribute [start, end] (seconds on the lines' clock) to phases by PHASE_LINES."""
-    phase, since = first, start
-    for stamp, text in lines:
-        if not start <= stamp <= end:
-            continue
-        for pattern, name in PHASE_LINES:
-            if pattern.search(text):
-                if name != phase:
-                    side.add(phase, stamp - since)
-                    phase, since = name, stamp
-                break
-    side.add(phase, end - since)
+@dataclass(frozen=True)
+class Trace:
+    """What an strace -f -ttt log says: each process's program, start and end (wall seconds)."""
+
+    runs: tuple[tuple[str, float, float], ...]
+
+    @classmethod
+    def read(cls, path: Path) -> Trace:
+        started: dict[str, tuple[str, float]] = {}
+        runs = []
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else ():
+            m = re.match(r"(\d+) (\d+\.\d+) (.*)$", line)
+            if not m:
+                continue
+            pid, stamp, rest = m.group(1), float(m.group(2)), m.group(3)
+            ran = re.match(r'execve\("([^"]+)".* = 0$', rest)
+            if ran:
+                if pid in started:  # a process that execs again (sh -> update-initramfs)
+                    runs.append((*started[pid], stamp))
+                started[pid] = (os.path.basename(ran.group(1)), stamp)
+            elif rest.startswith(("+++ exited", "+++ killed")) and pid in started:
+                runs.append((*started.pop(pid), stamp))
+        return cls(tuple(runs))
+
+    def execs(self) -> Counter[str]:
+        return Counter(name for name, _, _ in self.runs)
+
+    def busy(self, program: str, start: float, end: float) -> list[tuple[float, float]]:
+        """The merged spans within [start, end] while some `program` process ran."""
+        spans = sorted(
+            (max(lo, start), min(hi, end)) for name, lo, hi in self.runs if name == program
+        )
+        merged: list[list[float]] = []
+        for lo, hi in spans:
+            if lo >= hi:
+                continue
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        return [(lo, hi) for lo, hi in merged]
+
+
+def _length(spans: Sequence[tuple[float, float]]) -> float:
+    return sum(hi - lo for lo, hi in spans)
+
+
+def _minus(spans: Sequence[tuple[float, float]], cut: Sequence[tuple[float, float]]) -> float:
+    """Seconds of `spans` outside `cut` (both merged and sorted)."""
+    overlap = sum(max(0.0, min(hi, d) - max(lo, c)) for lo, hi in spans for c, d in cut)
+    return _length(spans) - overlap
+
+
+def split_apt(trace: Trace, start: float, end: float, side: Side) -> None:
+    """An apt-get install's [start, end] (wall seconds) by what ran: until the first dpkg is apt
+    (resolving, fetching: "apt download"); then update-initramfs, dkms (less the initramfs it
+    asks for) and the rest, dpkg's (unpack, configure, maintainer scripts)."""
+    dpkg = [a for n, a, _ in trace.runs if n == "dpkg" and start <= a <= end]
+    first = min(dpkg, default=end)
+    side.add("apt download", first - start)
+    initramfs = trace.busy("update-initramfs", first, end)
+    dkms = _minus(trace.busy("dkms", first, end), initramfs)
+    side.add("initramfs", _length(initramfs))
+    side.add("DKMS", dkms)
+    side.add("dpkg", (end - first) - _length(initramfs) - dkms)
 
 
 def strace(out: Path) -> list[str]:
-    return ["strace", "-f", "-qq", "-ttt", "--seccomp-bpf", "-e", "trace=execve",
+    # -q, not -qq: the "+++ exited" lines say when each process ended
+    return ["strace", "-f", "-q", "-ttt", "--seccomp-bpf", "-e", "trace=execve",
             "-e", "signal=none", "-o", str(out), "--"]  # fmt: skip
-
-
-def count_execs(trace: Path) -> Counter[str]:
-    """Successful execve calls in an strace log, by the program's base name."""
-    found: Counter[str] = Counter()
-    if not trace.exists():
-        return found
-    for line in trace.read_text(errors="replace").splitlines():
-        m = re.search(r'execve\("([^"]+)".* = 0$', line)
-        if m:
-            found[os.path.basename(m.group(1))] += 1
-    return found
 
 
 def journal_steps(journal: Path) -> tuple[float, list[tuple[str, str, float, float]]]:
@@ -154,8 +185,9 @@ def egpu_side(argv: Sequence[str], root: Path, env: dict[str, str], log: Path, t
     """egpu-setup's run, cut into phases by its journal and, inside apt, by its output."""
     side = Side()
     wall0 = time.time()
-    ran = image.run_logged([*strace(trace), *argv], env=env, timeout=7200, log=log, check=False)
-    side.wall = ran.lines[-1][0] if ran.lines else 0.0
+    ran = image.run_logged([*strace(log.with_suffix(".trace")), *argv], env=env, timeout=7200,
+                           log=log, check=False)  # fmt: skip
+    trace = Trace.read(log.with_suffix(".trace"))
     if ran.rc not in (0, 3):  # 3: done, the image's driver needs its first boot
         sys.exit(f"egpu-setup install: exit {ran.rc}\n{ran.out[-3000:]}")
     total = time.time() - wall0
@@ -165,7 +197,7 @@ def egpu_side(argv: Sequence[str], root: Path, env: dict[str, str], log: Path, t
     accounted = begin - wall0
     for kind, what, start, end in steps:
         if kind == "apt-install":
-            split_output(ran.lines, start - wall0, end - wall0, "apt download", side)
+            split_apt(trace, start, end, side)
         elif kind == "run-command" and "initramfs" in what:
             side.add("initramfs", end - start)
         elif kind == "pip-install":
@@ -175,7 +207,7 @@ def egpu_side(argv: Sequence[str], root: Path, env: dict[str, str], log: Path, t
             side.add(STEP_PHASE.get(kind, "doing more"), end - start)
         accounted += end - start
     side.add("doing more", total - accounted)  # the journal's own writes, the seal, the report
-    side.execs = count_execs(trace)
+    side.execs = trace.execs()
     return side
 
 
@@ -190,15 +222,14 @@ def by_hand_side(
     def run(phase: str | None, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
         nonlocal n
         n += 1
-        full = [*strace(trace_dir / f"{n}.trace"), *image.enter_argv(root, argv)]
-        t0 = time.monotonic()
-        ran = image.run_logged(
-            full, env=image.image_env(env, False), timeout=7200, log=log, what=argv
-        )
+        trace = trace_dir / f"{n}.trace"
+        full = [*strace(trace), *image.enter_argv(root, argv)]
+        t0 = time.time()
+        image.run_logged(full, env=image.image_env(env, False), timeout=7200, log=log, what=argv)
         if phase is None:
-            split_output(ran.lines, 0.0, time.monotonic() - t0, "apt download", side)
+            split_apt(Trace.read(trace), t0, time.time(), side)
         else:
-            side.add(phase, time.monotonic() - t0)
+            side.add(phase, time.time() - t0)
 
     steps = plan["steps"]
     apt_env = dict(image.APT_ENV)
@@ -238,7 +269,7 @@ def by_hand_side(
         run("verify", [f"{venv}/bin/python", "-c", matmul])
     side.wall = time.monotonic() - started
     for trace in trace_dir.glob("*.trace"):
-        side.execs += count_execs(trace)
+        side.execs += Trace.read(trace).execs()
     return side
 
 
@@ -377,7 +408,7 @@ def full(tmp: Path, rounds: int, keep: Path | None) -> tuple[list[Side], list[Si
             copy = fresh_copy(base.root, tmp / "ours")
             n = len(ours)
             side = egpu_side([*b.tool(), "install", *args, str(copy), "--yes"], copy, env,
-                             logs / f"ours{n}.log", logs / f"ours{n}.trace")  # fmt: skip
+                             logs / f"ours{n}.log")  # fmt: skip
             ours.append(side)
             image.remove_image(copy)
             return side.wall
