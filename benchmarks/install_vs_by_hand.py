@@ -358,6 +358,7 @@ def main() -> int:
     ap = b.parser(__doc__)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--keep", metavar="DIR", help="keep logs and traces in DIR")
+    ap.add_argument("--side", choices=("egpu-setup", "by hand"), help="run one side only")
     args = ap.parse_args()
     b.banner("install --root against apt-get + pip by hand, phase by phase")
     if not args.tool:  # the checkout's editable install keeps no wheels of itself: as the suite
@@ -376,8 +377,14 @@ def main() -> int:
                 o, h = smoke_round(tmp, profile, n)
             ours, hand = [o], [h]
         else:
-            ours, hand = full(tmp, args.rounds, Path(args.keep) if args.keep else None)
+            keep = Path(args.keep) if args.keep else None
+            ours, hand = full(tmp, args.rounds, keep, args.side)
     print(f"load average now: {b.load()} ({args.rounds if not args.smoke else 1} round(s))")
+    if not (ours and hand):  # --side: this side's phases, to set beside the other's
+        for side in ours or hand:
+            print(json.dumps({"side": args.side, "wall": side.wall, "seconds": side.seconds,
+                              "execs": dict(side.execs)}))  # fmt: skip
+        return 0
     o_all, h_all = print_phases(ours, hand)
     ratio = o_all / h_all
     goals = [b.Goal("install --root vs by hand (wall)", f"{ratio:.2f}x", f"<= {GOAL:.2f}x",
@@ -385,7 +392,9 @@ def main() -> int:
     return b.report(goals, args.smoke)
 
 
-def full(tmp: Path, rounds: int, keep: Path | None) -> tuple[list[Side], list[Side]]:
+def full(
+    tmp: Path, rounds: int, keep: Path | None, only: str | None
+) -> tuple[list[Side], list[Side]]:
     if os.geteuid() != 0:
         sys.exit("install --root into an image needs root (namespaces, chroot)")
     logs = keep or tmp
@@ -424,6 +433,8 @@ def full(tmp: Path, rounds: int, keep: Path | None) -> tuple[list[Side], list[Si
             return side.wall
 
         cases = {"egpu-setup": ours_case, "by hand": hand_case}
+        if only:  # one side alone (two processes side by side when the time is short)
+            cases = {only: cases[only]}
         b.side_by_side(cases, rounds, warm=False)
     image.remove_image(base.root)
     return ours, hand
