@@ -361,8 +361,11 @@ def main() -> int:
     ap.add_argument("--side", choices=("egpu-setup", "by hand"), help="run one side only")
     args = ap.parse_args()
     b.banner("install --root against apt-get + pip by hand, phase by phase")
-    if not args.tool:  # the checkout's editable install keeps no wheels of itself: as the suite
-        cache = os.environ.get("EGPU_SETUP_TEST_CACHE")  # gives them (tests/helpers/kept_wheels.py)
+    if not args.tool and args.side != "by hand":
+        # the checkout's editable install keeps no wheels of itself: as the suite gives them
+        # (tests/helpers/kept_wheels.py). Only where egpu-setup runs: rebuilt while another
+        # install from this checkout is planned, the wheel no longer matches its plan's sha256
+        cache = os.environ.get("EGPU_SETUP_TEST_CACHE")
         kept_wheels.keep(Path(cache) if cache else Path(tempfile.mkdtemp(prefix="egpu-kept-")))
     ours: list[Side] = []
     hand: list[Side] = []
