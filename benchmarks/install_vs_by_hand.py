@@ -11,13 +11,14 @@ the other what a person types for the same result, each command entered as egpu-
 image (host/image_root.py): the components drop-in and `apt-get update`, `apt-get install
 --download-only` then `apt-get install` of the same packages (dpkg, DKMS building the NVIDIA
 module for the image's kernel, the initramfs), `python3 -m venv`, `pip download` then `pip
-install --no-index` of the same requirement, the same files copied in (rendered beforehand by
-`egpu-setup render`), and `import torch` with one matmul.
+install --no-index` of the same requirement, the same files and links copied in (the plan's
+own, from `install --dry-run --json`), and `import torch` with one matmul.
 
 Both sides run under `strace -f -ttt --seccomp-bpf -e trace=execve` (the same small cost
 each): when each process started and ended, by program. That cuts both sides' apt-get installs
-the same way: until the first dpkg is apt's (resolving, fetching: "apt download"), then the
-update-initramfs processes, dkms (less the initramfs it asks for), and the rest is dpkg's. (Not
+the same way: until apt's first dpkg run (one with --status-fd) is apt's own work (resolving,
+fetching: "apt download"), then the update-initramfs processes, dkms (less the initramfs it
+asks for), and the rest is dpkg's. (Not
 apt's output lines: dpkg's maintainer scripts run under debconf, whose output reaches the pipe
 in bursts, DKMS's twenty minutes of compiling as one.) egpu-setup's other phases come from its
 own journal (each step's begin and end, /var/lib/egpu-setup/journal.jsonl in the image), "plan"
@@ -62,8 +63,9 @@ PHASES = (
     "plan", "apt download", "dpkg", "DKMS", "initramfs", "venv", "pip download", "pip install",
     "files", "verify", "doing more",
 )  # fmt: skip
-TRACED = ("dpkg", "dpkg-query", "dpkg-deb", "apt-get", "apt-cache", "update-initramfs", "dkms")
-ROOT_VENV = "/opt/egpu-setup/venv"
+APT_DPKG = "dpkg (run by apt)"
+TRACED = (APT_DPKG, "dpkg", "dpkg-query", "dpkg-deb", "apt-get", "apt-cache", "update-initramfs",
+          "dkms")  # fmt: skip
 
 
 @dataclass
@@ -97,7 +99,9 @@ class Trace:
             if ran:
                 if pid in started:  # a process that execs again (sh -> update-initramfs)
                     runs.append((*started[pid], stamp))
-                started[pid] = (os.path.basename(ran.group(1)), stamp)
+                name = os.path.basename(ran.group(1))
+                # apt's own dpkg runs (unpack, configure) pass --status-fd; its queries do not
+                started[pid] = (APT_DPKG if '"--status-fd"' in rest else name, stamp)
             elif rest.startswith(("+++ exited", "+++ killed")) and pid in started:
                 runs.append((*started.pop(pid), stamp))
         return cls(tuple(runs))
@@ -132,10 +136,10 @@ def _minus(spans: Sequence[tuple[float, float]], cut: Sequence[tuple[float, floa
 
 
 def split_apt(trace: Trace, start: float, end: float, side: Side) -> None:
-    """An apt-get install's [start, end] (wall seconds) by what ran: until the first dpkg is apt
+    """An apt-get install's [start, end] (wall seconds) by what ran: until apt's first dpkg is apt
     (resolving, fetching: "apt download"); then update-initramfs, dkms (less the initramfs it
     asks for) and the rest, dpkg's (unpack, configure, maintainer scripts)."""
-    dpkg = [a for n, a, _ in trace.runs if n == "dpkg" and start <= a <= end]
+    dpkg = [a for n, a, _ in trace.runs if n == APT_DPKG and start <= a <= end]
     first = min(dpkg, default=end)
     side.add("apt download", first - start)
     initramfs = trace.busy("update-initramfs", first, end)
@@ -197,7 +201,12 @@ def egpu_side(argv: Sequence[str], root: Path, env: dict[str, str], log: Path, t
     accounted = begin - wall0
     for kind, what, start, end in steps:
         if kind == "apt-install":
-            split_apt(trace, start, end, side)
+            # before the real apt-get (the last one the step starts): `apt-get -s`, which
+            # records what is coming before dpkg starts (execute/apt.py), and the manifest
+            real = max((a for n, a, _ in trace.runs if n == "apt-get" and start <= a <= end),
+                       default=start)  # fmt: skip
+            side.add("doing more", real - start)
+            split_apt(trace, real, end, side)
         elif kind == "run-command" and "initramfs" in what:
             side.add("initramfs", end - start)
         elif kind == "pip-install":
