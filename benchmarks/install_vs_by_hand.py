@@ -185,8 +185,8 @@ STEP_PHASE = {
 }
 
 
-def egpu_side(argv: Sequence[str], root: Path, env: dict[str, str], log: Path, trace: Path) -> Side:
-    """egpu-setup's run, cut into phases by its journal and, inside apt, by its output."""
+def egpu_side(argv: Sequence[str], root: Path, env: dict[str, str], log: Path) -> Side:
+    """egpu-setup's run, cut into phases by its journal and, inside apt, by its processes."""
     side = Side()
     wall0 = time.time()
     ran = image.run_logged([*strace(log.with_suffix(".trace")), *argv], env=env, timeout=7200,
