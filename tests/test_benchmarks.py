@@ -14,8 +14,9 @@ import pytest
 from conftest import REPO
 
 BENCHMARKS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_"))
-# These install torch-sized things or train on the CPU even when small: CI runs them too.
-SLOW = {"torch_uv_vs_pip.py", "bundle_fetch.py", "verify_cpu.py"}
+# These install torch-sized things, train on the CPU or run Ansible plays even when small: CI
+# runs them too.
+SLOW = {"torch_uv_vs_pip.py", "bundle_fetch.py", "verify_cpu.py", "ansible_forks.py"}
 
 
 @pytest.mark.parametrize(

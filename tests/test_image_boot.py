@@ -172,19 +172,7 @@ ACCOUNTS = ("etc/passwd", "etc/group", "etc/shadow", "etc/gshadow")
 
 
 TORCH_VENV = "/opt/egpu-setup/venv"
-# A lab's own profile, as a lab writes one: the shipped card's, with the torch the local index
-# serves (the CPU wheel: no GPU here). Not shipped, so install copies it into the image for the
-# first-boot unit, which names it.
-LAB_PROFILE = "lab-rtx3080"
-LAB_PROFILE_YAML = f"""schema: egpu-setup/profile/1
-name: {LAB_PROFILE}
-extends: rtx3080
-description: RTX 3080 lab machines, CPU torch pinned for the image test
-torch:
-  spec: "=={pypi_index.TORCH_SPEC.split("==")[1]}"
-  cuda: cpu
-  extras: []
-"""
+LAB_PROFILE, LAB_PROFILE_YAML = image.LAB_PROFILE, image.LAB_PROFILE_YAML
 
 
 @pytest.fixture(scope="module")

@@ -254,7 +254,7 @@ def _apply(
     if isinstance(step, HoldDriver):
         return execute_hold.hold(ctx, step)
     if isinstance(step, PipInstall):
-        return execute_pip.install(ctx, step, options.installer)
+        return execute_pip.install(ctx, step, options.installer, paths)
     if isinstance(step, InstallTool):
         return execute_tool.install(ctx, step)
     if isinstance(step, RunCommand):

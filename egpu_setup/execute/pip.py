@@ -40,7 +40,7 @@ from egpu_setup.host.process import SYSTEM_PATH, home_of, passed_on
 from egpu_setup.plan.steps import PipInstall
 from egpu_setup.plan.venv import venv_state
 from egpu_setup.state.atomic import clean_temp_files, empty_dir, make_dirs
-from egpu_setup.state.paths import MARK_VENV
+from egpu_setup.state.paths import MARK_VENV, StatePaths
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
 SOURCE_ENV = (
@@ -249,7 +249,7 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
     return _as_user(step, out)
 
 
-def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
+def install(ctx: Context, step: PipInstall, wanted: str, paths: StatePaths) -> tuple[str, str]:
     host = ctx.host
     if venv_state(host, step.venv) == "not-a-venv":
         raise EgpuSetupError(
@@ -269,6 +269,8 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
         check_index_redirects(step.index_url)
         env.update(installer_index(step.index_url, uv is not None)[1])
     env["UV_HTTP_TIMEOUT"] = str(stall_timeout(step))
+    if not step.run_as and host.kind == "live":
+        env.update(state_cache(paths, uv is not None))
     if step.create_venv:
         ctx.manifest.add_venv(step.venv, ctx.run_id, missing_parents(host, step.venv))
         ctx.manifest.save()
@@ -304,6 +306,22 @@ def install(ctx: Context, step: PipInstall, wanted: str) -> tuple[str, str]:
             if i == 0 and step.create_venv and step.run_as:  # a user's: made by them first
                 mark_venv(host, step.venv, ctx.run_id)
     return "done", f"with {'uv' if uv else 'pip'}"
+
+
+def state_cache(paths: StatePaths, uv: bool) -> dict[str, str]:
+    """The installer's cache for root's own venvs: <state>/cache/uv (or pip), made 0700.
+
+    A second venv of root's (another --venv, one rebuilt after a failed run) then gets torch
+    from it with no download: uv asks the index for the project page and links the unpacked
+    files it already has (`uv pip install --help`, --link-mode: hardlink by default on Linux).
+    In root's HOME instead (~/.cache/uv) it is keyed by each index URL ever used and nobody's
+    to clean; here it is one known directory of egpu-setup's state (docs/design.md), safe to
+    delete.
+    Not for a user's venv (their own cache, as that user) nor inside an image (--root), whose
+    copies would each carry it."""
+    where = paths.wheel_cache / ("uv" if uv else "pip")
+    make_dirs(where, anchor=paths.anchor, mode=0o700)
+    return {"UV_CACHE_DIR": str(where)} if uv else {"PIP_CACHE_DIR": str(where)}
 
 
 # uv's words for a wheel it fetched and could not use (uv 0.13: "Failed to download `NAME==V`",

@@ -195,3 +195,8 @@ class StatePaths:
     @property
     def backups(self) -> Path:
         return self.state_dir / "backups"
+
+    @property
+    def wheel_cache(self) -> Path:
+        """The installers' cache of root's own venvs (execute/pip.py), 0700."""
+        return self.state_dir / "cache"

@@ -303,8 +303,10 @@ def test_install_as_another_user_runs_with_their_home(
             step = PipInstall(
                 str(venv), ("egpu-probe==1.0",), idx.url, False, "python3", run_as="nobody"
             )
-            ctx = Context(LiveHost(), Manifest(StatePaths.for_root(base / "state")), "t")
-            assert execute_pip.install(ctx, step, installer) == ("done", f"with {installer}")
+            paths = StatePaths.for_root(base / "state")
+            ctx = Context(LiveHost(), Manifest(paths), "t")
+            done = execute_pip.install(ctx, step, installer, paths)
+            assert done == ("done", f"with {installer}")
         site = next(venv.glob("lib/python*/site-packages/egpu_probe"))
         assert site.stat().st_uid == nobody.pw_uid
     finally:

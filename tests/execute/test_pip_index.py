@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 
 from egpu_setup.execute.pip import commands, installer_env
 from egpu_setup.plan.steps import PipInstall
+from egpu_setup.state.paths import StatePaths
 from helpers import pypi_index as _pypi_index
 from helpers.pip_install import install_torch, plan_torch
 
@@ -135,3 +138,27 @@ def test_torch_cpu_from_a_loopback_index(tmp_path: Path, installer: str) -> None
         )
         assert out.stdout.split() == ["2.13.0+cpu", "False"]
         assert _plan(venv, ("torch==2.13.0+cpu",), idx.url).steps == ()
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_a_second_root_venv_takes_the_wheel_from_the_state_cache_not_the_index(
+    tmp_path: Path, small_index, installer: str
+) -> None:
+    if installer == "uv" and shutil.which("uv") is None:
+        pytest.skip("uv not on PATH")
+    wheel = "/files/egpu_probe-1.0-py3-none-any.whl"
+    _install(tmp_path / "first", ("egpu-probe==1.0",), small_index.url, installer)
+    assert wheel in small_index.requests  # uv asks for it more than once (Range requests)
+    cache = StatePaths.for_root(Path("/")).wheel_cache
+    for d in (cache, cache / installer):  # root's alone: a user could plant a wheel in it
+        info = d.stat()
+        assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o700, os.geteuid())
+    n = len(small_index.requests)
+    _install(tmp_path / "second", ("egpu-probe==1.0",), small_index.url, installer)
+    if installer == "pip":  # pip keeps an HTTP response only when the server says it may
+        return  # (ETag, Cache-Control); http.server sends neither
+    assert any((cache / installer).iterdir())
+    # the project page is asked again (the pin could have moved), the wheel is not fetched
+    assert wheel not in small_index.requests[n:]
+    site = next((tmp_path / "second").glob("lib/python3*/site-packages"))
+    assert (site / "egpu_probe" / "__init__.py").is_file()

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from egpu_setup.host.image_root import clean_leftovers, enter_argv, image_env
 from helpers import debroot as _debroot
+from helpers import pypi_index
 
 SUITE = "bookworm"
 # What a booted image needs beyond minbase: a kernel with its initramfs (initramfs-tools pulls
@@ -51,6 +52,19 @@ APT_ENV = {
 }
 ARCHIVES = "/var/cache/apt/archives"
 _BOOT_MARKER = ".egpu-setup-image-complete"
+# A lab's own profile, as a lab writes one: the shipped card's, with the torch the local index
+# serves (the CPU wheel: no GPU here). Not shipped, so install copies it into the image for the
+# first-boot unit, which names it.
+LAB_PROFILE = "lab-rtx3080"
+LAB_PROFILE_YAML = f"""schema: egpu-setup/profile/1
+name: {LAB_PROFILE}
+extends: rtx3080
+description: RTX 3080 lab machines, CPU torch pinned for the image test
+torch:
+  spec: "=={pypi_index.TORCH_SPEC.split("==")[1]}"
+  cuda: cpu
+  extras: []
+"""
 
 
 class ImageUnavailable(Exception):
