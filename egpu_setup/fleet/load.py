@@ -39,13 +39,18 @@ IDENTITY_FILE = "identity.json"
 # fetch.yml): `kernels check` (<state>/kernels.json) and the health sampler (<state>/health.json).
 SCHEMA_KERNELS = "egpu-setup/kernels/1"
 SCHEMA_HEALTH = "egpu-setup/health/1"
+# A lab image's first boot (<state>/firstboot.json, install/firstboot.py): whether the laptop
+# waits for a person (a MOK enrolment at the console, an enclosure nobody enrolled).
+SCHEMA_FIRSTBOOT = "egpu-setup/firstboot/1"
 
 # A report is a few kilobytes; anything far larger is not one of ours (or is hostile).
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 
 # Names our tools give their files: a file named so that cannot be read is a problem of its
 # machine (a truncated verify report may hide a failure); any other unreadable JSON is skipped.
-_OUR_NAME = re.compile(r"^(?:verify|install)-.*\.json$|^(?:identity|kernels|health)\.json$")
+_OUR_NAME = re.compile(
+    r"^(?:verify|install)-.*\.json$|^(?:identity|kernels|health|firstboot)\.json$"
+)
 
 # verify-20261129T164900Z.json / install-2026-11-29T16:49:00.json: the timestamp in the name is
 # the fallback when a report carries no "time" key.
@@ -58,7 +63,7 @@ class LoadedReport:
     """One JSON report file, parsed and classified, with what it claims about its machine."""
 
     path: Path
-    kind: str  # "verify" / "install" / "resolution" / "kernels" / "health"
+    kind: str  # "verify" / "install" / "resolution" / "kernels" / "health" / "firstboot"
     time: datetime | None
     data: Mapping[str, Any]
     hostname: str | None  # the hostname the report claims
@@ -266,6 +271,7 @@ def load_report(path: Path, base: Path | None = None) -> LoadedReport:
         SCHEMA_RESOLUTION: "resolution",
         SCHEMA_KERNELS: "kernels",
         SCHEMA_HEALTH: "health",
+        SCHEMA_FIRSTBOOT: "firstboot",
     }
     if not isinstance(schema, str) or schema not in kinds:
         shown = schema if isinstance(schema, (str, int, float, type(None))) else type(schema)

@@ -108,6 +108,8 @@ class MachineRow:
     enclosure: Enclosure | None = None
     health: HealthTerm | None = None
     kernels: KernelsState | None = None
+    # a lab image's first boot: {"outcome", "mok"} (firstboot.json), None without one
+    firstboot: dict[str, str | None] | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +149,7 @@ class MachineRow:
             "enclosure": self.enclosure.to_json() if self.enclosure else None,
             "health": self.health.to_json() if self.health else None,
             "kernels": self.kernels.to_json() if self.kernels else None,
+            "firstboot": self.firstboot,
             "sources": list(self.sources),
         }
 
@@ -309,6 +312,9 @@ def build_row(
     kernels_doc = _newest(machine.reports, "kernels")
     kernels = kernels_state(kernels_doc.data) if kernels_doc else None
     warnings += _term_warnings(health, kernels)
+    firstboot_doc = _newest(machine.reports, "firstboot")
+    firstboot = _firstboot(firstboot_doc.data) if firstboot_doc else None
+    warnings += _waits_for_a_person(firstboot)
 
     verify_state = None
     if verify is not None:
@@ -347,8 +353,49 @@ def build_row(
         enclosure=enclosure_of(hosts),
         health=health,
         kernels=kernels,
+        firstboot=firstboot,
         sources=tuple(str(r.path) for r in used),
     )
+
+
+# firstboot.json's values that mean a person must go to the laptop (docs/design.md, firstboot)
+_FIRSTBOOT_OUTCOMES = ("no-egpu", "not-enrolled", "no-gpu-after-enrol", "ready", "passed", "failed")
+_MOK_STATES = ("mok-needed", "mok-enrolled")
+
+
+def _firstboot(data: Mapping[str, Any]) -> dict[str, str | None]:
+    """The first boot's outcome and MOK state, each only when it is one firstboot writes."""
+    outcome, mok = data.get("outcome"), data.get("mok")
+    return {
+        "outcome": outcome if outcome in _FIRSTBOOT_OUTCOMES else None,
+        "mok": mok if mok in _MOK_STATES else None,
+    }
+
+
+def _waits_for_a_person(firstboot: dict[str, str | None] | None) -> list[Problem]:
+    """Which laptops of an imaged lab wait for someone at their console, and why."""
+    if firstboot is None:
+        return []
+    out = []
+    if firstboot["mok"] == "mok-needed":
+        out.append(
+            Problem(
+                "firstboot",
+                "mok-needed",
+                "waits for a person: Secure Boot loads the NVIDIA module only after its signing "
+                "key is enrolled (confirm it in MokManager at the next boot)",
+            )
+        )
+    if firstboot["outcome"] == "not-enrolled":
+        out.append(
+            Problem(
+                "firstboot",
+                "not-enrolled",
+                "waits for a person: no enclosure was enrolled (pin it in the profile's "
+                "hotplug.enclosure_unique_ids, or authorize it at the laptop)",
+            )
+        )
+    return out
 
 
 def _term_warnings(health: HealthTerm | None, kernels: KernelsState | None) -> list[Problem]:

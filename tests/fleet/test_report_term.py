@@ -248,3 +248,28 @@ def test_a_dock_beside_the_enclosure_names_no_enclosure() -> None:
     assert facts.enclosure_of(facts.egpu) is not None
     assert two.enclosure_of(two.egpu) is None
     assert two.fleet_summary(two.egpu, hostname="x", torch=None)["enclosure"] is None
+
+
+def test_a_laptop_that_waits_for_a_person_says_why(tmp_path: Path) -> None:
+    # firstboot.json as install/firstboot.py writes it: Secure Boot on, the lab's key queued
+    # but not confirmed in MokManager; another laptop's enclosure was never enrolled.
+    folder = _machine(tmp_path, "lab-e", "tb4-rtx4090-ubuntu2404")
+    write(
+        folder / "firstboot.json",
+        {"schema": "egpu-setup/firstboot/1", "outcome": "passed", "mok": "mok-needed"},
+    )
+    other = _machine(tmp_path, "lab-f", "tb4-rtx4090-ubuntu2404")
+    write(
+        other / "firstboot.json",
+        {"schema": "egpu-setup/firstboot/1", "outcome": "not-enrolled", "mok": "mok-enrolled"},
+    )
+    hostile = _machine(tmp_path, "lab-g", "tb4-rtx4090-ubuntu2404")
+    write(hostile / "firstboot.json", {"schema": "egpu-setup/firstboot/1", "mok": {"x": 1}})
+    report = collect([tmp_path], now=NOW)
+    rows = {r.machine: r for r in report.rows}
+    waits = {m: [w.id for w in r.warnings if w.source == "firstboot"] for m, r in rows.items()}
+    assert waits == {"lab-e": ["mok-needed"], "lab-f": ["not-enrolled"], "lab-g": []}
+    assert rows["lab-g"].firstboot == {"outcome": None, "mok": None}
+    hosts = {h["machine"]: h for h in report.to_json()["hosts"]}
+    assert hosts["lab-e"]["firstboot"] == {"outcome": "passed", "mok": "mok-needed"}
+    assert "MokManager" in render_text(report)
