@@ -366,7 +366,7 @@ def _disk_error(host: Host, venv: str, out: str) -> EgpuSetupError | None:
     """The installer's failure said as what it was, when the venv's filesystem is read-only or
     full (by statvfs, or by the installer's own words): named, with the space there is; None
     for any other failure."""
-    st = _fs_of(host, venv)
+    st = host.statvfs(venv)
     read_only = st is not None and bool(st.f_flag & os.ST_RDONLY)
     if read_only or any(words in out for words in _READ_ONLY):
         return EgpuSetupError(
@@ -385,17 +385,6 @@ def _disk_error(host: Host, venv: str, out: str) -> EgpuSetupError | None:
         "free space there (a CPU torch needs about 1 GiB, a CUDA one several) or pass --venv "
         "PATH on a larger disk, then run again: what was left half-made is rebuilt",
     )
-
-
-def _fs_of(host: Host, venv: str) -> os.statvfs_result | None:
-    """statvfs of the filesystem that holds (or would hold) `venv`."""
-    where = host.real_path(venv)
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    try:
-        return os.statvfs(where)
-    except OSError:
-        return None
 
 
 def _missed_deadline(step: PipInstall) -> EgpuSetupError:

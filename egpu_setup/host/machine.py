@@ -279,6 +279,12 @@ class Host:
         st = self._filesystem(path)
         return None if st is None else st[0]
 
+    def statvfs(self, path: str) -> os.statvfs_result | None:
+        """statvfs(2) of the filesystem that would hold `path` (as free_bytes): its flags
+        (read-only) and block counts; None when that cannot be told."""
+        st = self._filesystem(path)
+        return None if st is None else st[1]
+
     def _filesystem(self, path: str) -> tuple[int, os.statvfs_result] | None:
         """(st_dev, statvfs) of the nearest existing ancestor of `path`, or None."""
         real = self._real(path)
