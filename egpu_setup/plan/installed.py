@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
@@ -119,32 +120,48 @@ def dpkg_interrupted(host: Host) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class VenvContents:
+    """What one pass over a venv's distributions found (each RECORD checked once: for torch
+    that is 12,000 file sizes, too many to read twice per plan)."""
+
+    # normalised name -> version of each complete distribution; None when there is no venv
+    versions: dict[str, str] | None
+    # dist-info (or pip stash) name -> what it lacks, for each install that did not finish
+    incomplete: dict[str, str]
+
+
+def venv_contents(host: Host, venv: str) -> VenvContents:
+    has_python = host.exists(f"{venv}/bin/python")
+    versions: dict[str, str] = {}
+    incomplete: dict[str, str] = {}
+    for info in _dist_infos(host, venv):
+        missing = _missing(host, info)
+        if missing is not None:
+            incomplete[info.rpartition("/")[2]] = missing
+            continue
+        meta = host.read(f"{info}/METADATA", 16384) or ""
+        name = re.search(r"^Name:\s*(\S+)", meta, re.M)
+        version = re.search(r"^Version:\s*(\S+)", meta, re.M)
+        if name and version:
+            versions[canonicalize_name(name.group(1))] = version.group(1)
+    for stash in _stashes(host, venv):
+        incomplete[stash.rpartition("/")[2]] = "what a pip killed while uninstalling moved aside"
+    return VenvContents(versions if has_python else None, incomplete)
+
+
 def venv_versions(host: Host, venv: str) -> dict[str, str] | None:
     """Normalised distribution name -> version installed in `venv`, counting only the complete
     ones (`incomplete_distributions`); None when there is no venv."""
     if not host.exists(f"{venv}/bin/python"):
         return None
-    out: dict[str, str] = {}
-    for info in _dist_infos(host, venv):
-        meta = host.read(f"{info}/METADATA", 16384) or ""
-        name = re.search(r"^Name:\s*(\S+)", meta, re.M)
-        version = re.search(r"^Version:\s*(\S+)", meta, re.M)
-        if name and version and _missing(host, info) is None:
-            out[canonicalize_name(name.group(1))] = version.group(1)
-    return out
+    return venv_contents(host, venv).versions
 
 
 def incomplete_distributions(host: Host, venv: str) -> dict[str, str]:
     """dist-info directory name -> what it lacks, for each distribution in `venv` an install
     did not finish (a kill, a power cut before the disk had it all)."""
-    out: dict[str, str] = {}
-    for info in _dist_infos(host, venv):
-        missing = _missing(host, info)
-        if missing is not None:
-            out[info.rpartition("/")[2]] = missing
-    for stash in _stashes(host, venv):
-        out[stash.rpartition("/")[2]] = "what a pip killed while uninstalling moved aside"
-    return out
+    return venv_contents(host, venv).incomplete
 
 
 def _site_packages(host: Host, venv: str) -> list[str]:

@@ -9,7 +9,7 @@ from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
-from egpu_setup.plan.installed import incomplete_distributions, venv_versions
+from egpu_setup.plan.installed import venv_contents
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, PipInstall, Step
 from egpu_setup.plan.venv import missing_venv_package, venv_state
@@ -28,8 +28,9 @@ def torch_steps(
         return []
     from packaging.requirements import InvalidRequirement, Requirement
 
-    half_made = venv_state(host, options.venv) == "half-made"
-    installed = None if half_made else venv_versions(host, options.venv)
+    contents = venv_contents(host, options.venv)  # every RECORD read once, for all below
+    half_made = venv_state(host, options.venv, contents.incomplete) == "half-made"
+    installed = None if half_made else contents.versions
     missing: list[str] = []
     for text in torch.requirements:
         try:
@@ -42,7 +43,7 @@ def torch_steps(
     if not missing:
         return []
     if half_made:
-        broken = incomplete_distributions(host, options.venv)
+        broken = contents.incomplete
         what = (
             ", ".join(f"{name}: {why}" for name, why in sorted(broken.items()))
             if broken

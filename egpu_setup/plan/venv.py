@@ -17,6 +17,7 @@ it is rebuilt. A user's venv with one is never rebuilt: the distribution is just
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from egpu_setup.plan.installed import incomplete_distributions
@@ -24,10 +25,12 @@ from egpu_setup.state.atomic import TMP_MARK
 from egpu_setup.state.paths import MARK_VENV
 
 
-def venv_state(host: Any, venv: str) -> str:
+def venv_state(host: Any, venv: str, incomplete: Mapping[str, str] | None = None) -> str:
     """absent (or an empty directory) / healthy / half-made (pyvenv.cfg and bin/python, but no
     bin/activate and no pip; or egpu-setup's mark with an unfinished distribution or no
-    pyvenv.cfg yet) / not-a-venv (a directory without pyvenv.cfg or mark: preflight refuses)."""
+    pyvenv.cfg yet) / not-a-venv (a directory without pyvenv.cfg or mark: preflight refuses).
+    `incomplete`: the venv's unfinished distributions when the caller has read them already
+    (plan/installed.py venv_contents), else they are read here."""
     if not host.exists(venv) and host.readlink(venv) is None:
         return "absent"
     if host.is_dir(venv) and all(TMP_MARK in name for name in host.listdir(venv)):
@@ -39,7 +42,9 @@ def venv_state(host: Any, venv: str) -> str:
     has_python = host.exists(f"{venv}/bin/python") or host.readlink(f"{venv}/bin/python")
     if has_python and not host.exists(f"{venv}/bin/activate") and not _has_pip(host, venv):
         return "half-made"
-    if marked and incomplete_distributions(host, venv):
+    if incomplete is None and marked:
+        incomplete = incomplete_distributions(host, venv)
+    if marked and incomplete:
         return "half-made"
     return "healthy"
 
