@@ -25,9 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 NEUTRAL = Path(tempfile.mkdtemp(prefix="egpu-bench-cwd-"))  # children start here: no source tree
@@ -36,6 +37,7 @@ atexit.register(shutil.rmtree, NEUTRAL, True)
 # egpu-setup runs on, on the 2-core development machine): 18 ms. An absolute goal also prints as a
 # multiple of it, which holds when the machine is busier or faster.
 ANCHOR_MS = 18.0
+K = TypeVar("K", bound=Hashable)  # a case's name: what side_by_side reports it under
 
 
 _TOOL: list[str] = []  # --tool PATH, when given
@@ -157,21 +159,23 @@ def peak_rss(argv: Sequence[str], env: dict[str, str] | None = None) -> tuple[fl
 
 
 def side_by_side(
-    cases: dict[str, Callable[[], float]], rounds: int, *, warm: bool = True
-) -> dict[str, list[float]]:
+    cases: Mapping[K, Callable[[], float]], rounds: int, *, warm: bool = True
+) -> dict[K, list[float]]:
     """Each case's times over `rounds` interleaved rounds (the order rotates every round)."""
     names = list(cases)
     if warm:
         for name in names:
             cases[name]()
-    times: dict[str, list[float]] = {n: [] for n in names}
+    times: dict[K, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             times[name].append(cases[name]())
     return times
 
 
-def timed(argv: Sequence[str], env: dict[str, str] | None = None, ok: Sequence[int] = (0,)):
+def timed(
+    argv: Sequence[str], env: dict[str, str] | None = None, ok: Sequence[int] = (0,)
+) -> Callable[[], float]:
     """A case for side_by_side: runs argv, fails loudly unless it exits with one of `ok`."""
 
     def case() -> float:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import _bench as b
@@ -70,7 +71,7 @@ def main() -> int:
         base = Path(base_s)
         os.chmod(base, 0o755)
 
-        def case(forks: int):
+        def case(forks: int) -> Callable[[], float]:
             def run() -> float:
                 wall, spent = one_run(base, hosts, forks)
                 cpu[forks].append(spent)

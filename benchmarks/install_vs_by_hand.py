@@ -51,13 +51,17 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import _bench as b
 
 sys.path.insert(0, str(b.REPO / "tests"))
 
+from egpu_setup.host.image_root import enter_argv, image_env
 from helpers import image, kept_wheels, pypi_index
 
+Plan = dict[str, Any]  # `install --dry-run --json`'s plan, as docs/design.md gives it
+Step = dict[str, Any]  # one of its steps
 GOAL = 1.10  # egpu-setup seconds / by-hand seconds
 PHASES = (
     "plan", "apt download", "dpkg", "DKMS", "initramfs", "venv", "pip download", "pip install",
@@ -221,7 +225,7 @@ def egpu_side(argv: Sequence[str], root: Path, env: dict[str, str], log: Path) -
 
 
 def by_hand_side(
-    root: Path, plan: dict, rendered: Path, index_url: str, log: Path, trace_dir: Path
+    root: Path, plan: Plan, rendered: Path, index_url: str, log: Path, trace_dir: Path
 ) -> Side:
     """The same packages, requirement and files, typed by a person, each command timed."""
     side = Side()
@@ -232,9 +236,9 @@ def by_hand_side(
         nonlocal n
         n += 1
         trace = trace_dir / f"{n}.trace"
-        full = [*strace(trace), *image.enter_argv(root, argv)]
+        full = [*strace(trace), *enter_argv(root, argv)]
         t0 = time.time()
-        image.run_logged(full, env=image.image_env(env, False), timeout=7200, log=log, what=argv)
+        image.run_logged(full, env=image_env(env, False), timeout=7200, log=log, what=argv)
         if phase is None:
             split_apt(Trace.read(trace), t0, time.time(), side)
         else:
@@ -282,7 +286,7 @@ def by_hand_side(
     return side
 
 
-def no_recommends(step: dict) -> list[str]:
+def no_recommends(step: Step) -> list[str]:
     return ["--no-install-recommends"] if step.get("no_install_recommends") else []
 
 
@@ -313,7 +317,7 @@ def smoke_round(tmp: Path, profile: str, n: int) -> tuple[Side, Side]:
     return side, Side(seconds={**dict.fromkeys(PHASES, 0.0), "files": copied}, wall=copied)
 
 
-def materialize(plan: dict, out: Path) -> Path:
+def materialize(plan: Plan, out: Path) -> Path:
     """The plan's files and links in a tree at their paths under `out`: what a person copies in."""
     for step in plan["steps"]:
         if step["kind"] == "write-file":
@@ -331,12 +335,13 @@ def materialize(plan: dict, out: Path) -> Path:
     return out
 
 
-def plan_of(argv: Sequence[str], env: dict[str, str]) -> dict:
+def plan_of(argv: Sequence[str], env: dict[str, str]) -> Plan:
     """`install ... --dry-run --json`: the steps the run will take."""
     _, dry = b.run([*argv, "--dry-run", "--json"], env)
     if dry.returncode not in (0, 3):
         sys.exit(f"install --dry-run: exit {dry.returncode}\n{dry.stderr[-3000:]}")
-    return json.loads(dry.stdout)
+    plan: Plan = json.loads(dry.stdout)
+    return plan
 
 
 # --- the report ----------------------------------------------------------------------------
@@ -459,7 +464,7 @@ def fresh_copy(base: Path, dest: Path) -> Path:
     return dest
 
 
-def prefetch(base: Path, plan: dict, log: Path) -> None:
+def prefetch(base: Path, plan: Plan, log: Path) -> None:
     """The plan's .debs into the shared cache once, so both sides start with the same cache."""
     scratch = fresh_copy(base, base.with_name("prefetch"))
     try:

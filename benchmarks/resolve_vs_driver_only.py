@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "resolve")]  # conftes
 from test_resolve import CASES, Case
 
 from egpu_setup.compat.matrix import load_snapshot
-from egpu_setup.compat.versions import DriverVersion, PythonVersion, variant_cuda
+from egpu_setup.compat.versions import ArchList, DriverVersion, PythonVersion, variant_cuda
 from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolution import Notes
@@ -68,6 +68,14 @@ def driver_only(case: Case) -> tuple[str, str]:
     return "-", "no wheel"
 
 
+def arch_of(choice: str) -> ArchList | None:
+    """The arch list of a "VERSION+VARIANT" the matrix lists (None: no such wheel, or unknown)."""
+    version, variant = choice.split("+")
+    release = M.torch_version(version)
+    wheel = release.variant(variant) if release else None
+    return wheel.arch if wheel else None
+
+
 def runs_on_gpu(case: Case, choice: str) -> str:
     """Would `choice` have kernels for the case's GPU? ('' when it does or nothing is known)."""
     if choice == "-" or choice.endswith("+cpu"):
@@ -85,15 +93,15 @@ def runs_on_gpu(case: Case, choice: str) -> str:
 
         if g.compute_capability:
             cc = ComputeCapability.from_str(g.compute_capability)
-            version, variant = choice.split("+")
-            arch = M.torch_version(version).variant(variant).arch
-            return "" if arch.runs(cc) else f"no kernels for sm_{cc.major}{cc.minor}"
+            arch = arch_of(choice)
+            if arch is None or arch.runs(cc):
+                return ""
+            return f"no kernels for sm_{cc.major}{cc.minor}"
         return ""
     if target is None or target.cc is None:
         return ""
-    version, variant = choice.split("+")
-    arch = M.torch_version(version).variant(variant).arch
-    if arch.runs(target.cc):
+    arch = arch_of(choice)
+    if arch is None or arch.runs(target.cc):
         return ""
     return f"no kernels for sm_{target.cc.major}{target.cc.minor}"
 
@@ -128,10 +136,10 @@ def compare() -> int:
         mark = " " if same else "*"
         print(f"{cid:<{width}}{mark} {theirs:<22} {problem:<26} {mine}")
     differ = [r for r in rows if not r[4]]
-    broken = [r for r in rows if r[2].startswith("no kernels")]
+    no_kernels = [r for r in rows if r[2].startswith("no kernels")]
     print(
         f"\n{len(rows)} cases: {len(differ)} differ (*); the driver-only choice has no kernels for "
-        f"the GPU in {len(broken)}, installs a CPU build in "
+        f"the GPU in {len(no_kernels)}, installs a CPU build in "
         f"{sum(1 for r in rows if r[2] in ('CPU build', 'no driver loaded'))}"
     )
     return len(differ)

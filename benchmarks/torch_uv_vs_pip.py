@@ -22,6 +22,7 @@ Goal: the uv path at least 1.4x faster than pip doing the same work.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -29,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import _bench as b
 
@@ -42,16 +45,20 @@ from egpu_setup.plan.steps import PipInstall, Plan
 from egpu_setup.state.paths import StatePaths
 from helpers import pypi_index as _pypi_index
 
+P = ParamSpec("P")
+R = TypeVar("R")
 GOAL = 1.4  # pip seconds / uv seconds, both compiling
 SECOND = "uv, second venv (cache warm)"
 
 
-def _quiet(fn):  # the installers' progress goes to stderr line by line: not the result
-    def wrapped(*args):
+def _quiet(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn` with stderr sent to /dev/null: the installers' progress lines are not the result."""
+
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
         with open(os.devnull, "w") as sink:
             saved, sys.stderr = sys.stderr, sink
             try:
-                return fn(*args)
+                return fn(*args, **kwargs)
             finally:
                 sys.stderr = saved
 
@@ -153,17 +160,17 @@ def main() -> int:
         venvs = {how: tmp / f"venv-{i}" for i, how in enumerate(hows)}
         floor = "unpack the wheels only (zipfile)"
         with _pypi_index.LocalIndex(wheels) as idx:
-            cases = {
-                h: (lambda h=h: install(h, requirement, idx.url, venvs[h], args.python))
+            cases: dict[str, Callable[[], float]] = {
+                h: functools.partial(install, h, requirement, idx.url, venvs[h], args.python)
                 for h in hows
             }
-            cases[floor] = lambda: unpack_seconds(wheels, tmp / "unpacked")
+            cases[floor] = functools.partial(unpack_seconds, wheels, tmp / "unpacked")
             installs = b.side_by_side(cases, rounds, warm=False)
         print(f"\n{'install ' + requirement:<40} {'median s':>9}  ({rounds} interleaved rounds)")
         for how, t in installs.items():
             print(f"{how:<40} {b.median(t):>9.1f}   {' '.join(f'{x:.1f}' for x in t)}")
         loads = b.side_by_side(
-            {h: (lambda h=h: import_seconds(venvs[h], module)) for h in hows}, imports
+            {h: functools.partial(import_seconds, venvs[h], module) for h in hows}, imports
         )
         who = "as nobody, root-owned venv" if os.geteuid() == 0 else "PYTHONDONTWRITEBYTECODE=1"
         print(f"\n{'import ' + module + ' (' + who + ')':<40} {'median s':>9}  ({imports} rounds)")

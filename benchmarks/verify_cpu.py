@@ -28,7 +28,7 @@ QUICK_GOAL = 3.0  # x import torch
 LOAD_PER_CORE = 2
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     t0 = time.perf_counter()
     res = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, cwd=b.NEUTRAL)
     return time.perf_counter() - t0, res

@@ -1,5 +1,5 @@
 """ruff and mypy are part of the suite: style or type drift fails the same command as a broken
-test (mypy's settings live in pyproject.toml: every function of egpu_setup typed)."""
+test (mypy's settings live in pyproject.toml: egpu_setup, scripts and benchmarks, every function typed)."""
 
 from __future__ import annotations
 
