@@ -480,8 +480,12 @@ def _interrupt(proc: subprocess.Popen[bytes]) -> None:
 def end_leftovers(sid: int, start: int) -> list[int]:
     """SIGKILL what is left of a session a killed run recorded (`recording`): every process of
     session `sid` that started no earlier than its leader did. While any member lives the
-    kernel does not give the number `sid` to a new process, so a later session of the same id
-    cannot be mistaken for it. Returns the pids that were ended."""
+    kernel does not give the number `sid` to a new process; once none does, a new process may
+    get it and lead a session of that id, so a process `sid` that started at another time than
+    the recorded leader means the old session is gone. Returns the pids that were ended."""
+    leader = start_time(sid)
+    if leader is not None and leader != start:
+        return []
     ended = []
     for pid in session_members(sid):
         began = start_time(pid)
