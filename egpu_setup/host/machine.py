@@ -590,9 +590,28 @@ def open_beneath(
         return walk_dirs(base, parts)
     dfd = walk_dirs(base, parts[:-1])
     try:
-        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        refuse_foreign_hard_link(fd, dfd, parts[-1])
+        return fd
     finally:
         os.close(dfd)
+
+
+def refuse_foreign_hard_link(fd: int, dfd: int, name: str) -> None:
+    """Close `fd` and raise OSError (EPERM) when it is a regular file with more than one name
+    and another owner than the folder `dfd` it was found in: someone else's file a user linked
+    into their folder (link(2) needs no right on the file where fs.protected_hardlinks is 0, as
+    in many containers and image builds, so egpu-setup does not count on that setting:
+    https://docs.kernel.org/admin-guide/sysctl/fs.html#protected-hardlinks). A hard link is
+    not a symbolic one: O_NOFOLLOW cannot see it, only the link count and the owner can."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != os.fstat(dfd).st_uid:
+        os.close(fd)
+        raise OSError(
+            errno.EPERM,
+            f"a hard link to a file of uid {st.st_uid}, in a folder of another owner",
+            name,
+        )
 
 
 def read_beneath(
