@@ -364,3 +364,45 @@ def test_a_closed_stdout_ends_the_run_without_a_traceback(cli) -> None:
 
 
 pytestmark = AS_NOBODY
+
+
+# -- sudo's variables: a root shell reached without sudo may carry SUDO_USER and SUDO_UID stale
+# or forged. Output folders never ask them (host/trust.py decides by owners); the plan's "run
+# pip as the venv's owner" takes them only when passwd says they are one account.
+
+
+@pytest.mark.parametrize(
+    ("user", "uid", "caller"),
+    [
+        ("nobody", str(NOBODY), ("nobody", NOBODY)),
+        ("root", str(NOBODY), None),  # a nobody-owned venv would get pip as root
+        ("nobody", "0", None),
+        ("no-such-user-here", str(NOBODY), None),
+        ("nobody", "65534x", None),
+    ],
+)
+def test_a_forged_sudo_pair_is_taken_only_when_passwd_agrees(
+    monkeypatch: pytest.MonkeyPatch, user: str, uid: str, caller: tuple[str, int] | None
+) -> None:
+    from egpu_setup.host.identity import sudo_caller
+    from egpu_setup.host.machine import LiveHost
+
+    monkeypatch.setenv("SUDO_USER", user)
+    monkeypatch.setenv("SUDO_UID", uid)
+    assert sudo_caller(LiveHost()) == caller
+
+
+def test_a_forged_sudo_uid_does_not_decide_who_owns_an_output_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from egpu_setup.host.trust import output_owner
+
+    monkeypatch.setenv("SUDO_USER", "nobody")
+    monkeypatch.setenv("SUDO_UID", str(NOBODY))
+    monkeypatch.setenv("SUDO_GID", str(NOBODY))
+    out = tmp_path / "out"  # root's, closed: root writes as itself, whatever sudo's variables say
+    tree = OutputTree.open(out, what="--out")
+    tree.write(out / "report.txt", b"ok\n")
+    assert output_owner(str(out)) is None
+    st = (out / "report.txt").stat()
+    assert (st.st_uid, st.st_gid) == (0, 0)
