@@ -2,7 +2,8 @@
 on classes the earlier rounds did not name: a link swapped under the filesystem lookups, hard
 links to root's files, descriptors a child inherits, the umask, resource limits and a closed
 output, sudo's variables forged, /proc read while a process changes. Each test is one attempt;
-the written list (class, attempts, outcome, defect) is docs/testing.md, "Hostile round 6"."""
+the written list (class, attempts, outcome, defect) is docs/testing.md, "A local user against
+root"."""
 
 from __future__ import annotations
 
