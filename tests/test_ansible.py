@@ -246,6 +246,33 @@ def test_check_mode_changes_nothing(tmp_path: Path, wheel: Path) -> None:
     assert "no detection (check mode before egpu-setup is installed?)" in skip["msg"]
 
 
+@pytest.mark.parametrize(
+    ("role_url", "pip_conf", "said"),
+    [
+        ("https://lab:s3cret@mirror.invalid/simple", None,
+         "egpu-setup index: https://mirror.invalid/simple (from egpu_setup_index_url)"),
+        ("", "https://__token__:s3cret@pip.lab.invalid/simple",
+         "egpu-setup index: https://pip.lab.invalid/simple (from pip configuration on localhost)"),
+    ],
+    ids=["role-variable", "pip-configuration"],
+)  # fmt: skip
+def test_the_play_says_which_index_egpu_setup_comes_from_without_its_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, role_url: str, pip_conf: str | None, said: str
+) -> None:
+    if pip_conf is not None:  # the host's own pip configuration (pip's PIP_CONFIG_FILE)
+        conf = tmp_path / "pip.conf"
+        conf.write_text(f"[global]\nindex-url = {pip_conf}\n")
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    play = write_playbook(tmp_path, egpu_setup_source="index", egpu_setup_index_url=role_url,
+                          egpu_setup_tool_venv=str(tmp_path / "v"),
+                          egpu_setup_manage_python_venv=False)  # fmt: skip
+    out, proc = run_play(tmp_path, play, "--check")
+    (res,) = task_results(out, "Say which index egpu-setup comes from")
+    assert res["msg"] == said
+    assert "s3cret" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "v").exists()
+
+
 def test_real_run_skips_host_without_egpu_and_is_idempotent(tmp_path: Path, wheel: Path) -> None:
     play = write_playbook(tmp_path, **_local_vars(tmp_path, wheel))
     out, proc = run_play(tmp_path, play)

@@ -146,7 +146,7 @@ def gpu_users(
         if not pid.isdigit():
             continue
         comm = host.read_attr(f"/proc/{pid}/comm") or "?"
-        if comm == _PERSISTENCED_COMM:
+        if comm == _PERSISTENCED_COMM and _is_persistenced(host, pid):
             continue
         nodes = set()
         for fd in host.listdir(f"/proc/{pid}/fd"):
@@ -160,6 +160,14 @@ def gpu_users(
         if nodes:
             users.append(f"pid {pid} ({comm}): {', '.join(sorted(nodes))}")
     return tuple(users)
+
+
+def _is_persistenced(host: Host, pid: str) -> bool:
+    """Whether `pid` runs NVIDIA's daemon: a name is not enough, any process sets its own
+    (prctl(2) PR_SET_NAME, or a write to /proc/self/comm: proc(5)), so its program (exe) must
+    be the daemon's binary too, which only root installs."""
+    exe = host.readlink(f"/proc/{pid}/exe") or ""
+    return exe.startswith("/usr/") and exe.rsplit("/", 1)[-1] == "nvidia-persistenced"
 
 
 def loaded_nvidia_modules(host: Host) -> tuple[str, ...]:

@@ -28,3 +28,30 @@ def machine_id_sha256(host: Host) -> str | None:
     if data is None or not _VALID_ID.fullmatch(data):
         return None
     return hashlib.sha256(data).hexdigest()
+
+
+def sudo_caller(host: Host) -> tuple[str, int] | None:
+    """(SUDO_USER, SUDO_UID) when both are set and name one account: its passwd entry (NSS
+    here, the image's /etc/passwd under --root) gives that name that uid. sudo sets both
+    (sudo(8), "Environment"), but a root shell reached some other way may carry them stale or
+    forged: a name of one account with the uid of another would have pip run, as the name's
+    account, in a venv the uid owns. None then, and for uid 0 or a missing one. A recording is
+    taken at its word: it is only planned, never executed."""
+    name, uid = host.getenv("SUDO_USER"), host.getenv("SUDO_UID")
+    if not name or not uid or not uid.isdigit() or int(uid) == 0:
+        return None
+    if host.kind == "recorded":
+        return name, int(uid)
+    if host.kind == "live":
+        import pwd
+
+        try:
+            known = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            return None
+    else:
+        entries = (line.split(":") for line in (host.read("/etc/passwd") or "").splitlines())
+        known = next(
+            (int(f[2]) for f in entries if len(f) >= 3 and f[0] == name and f[2].isdigit()), -1
+        )
+    return (name, int(uid)) if known == int(uid) else None

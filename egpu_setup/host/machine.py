@@ -54,30 +54,16 @@ class Host:
     # -- paths ---------------------------------------------------------------------------------
 
     def resolve(self, path: str) -> str | None:
-        """The canonical host path of `path` (symlinks followed inside the root), or None."""
-        if self._is_slash:
-            return os.path.realpath(path)
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        done: list[str] = []
-        hops = 0
-        while parts:
-            part = parts.pop(0)
-            if part == "..":
-                if done:
-                    done.pop()
-                continue
-            real = self.root.joinpath(*done, part)
-            if real.is_symlink():
-                hops += 1
-                if hops > _MAX_LINKS:
-                    return None
-                target = os.readlink(real)
-                if target.startswith("/"):
-                    done = []
-                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-                continue
-            done.append(part)
-        return "/" + "/".join(done)
+        """The canonical host path of `path` (symlinks followed inside the root), or None when
+        they loop; looked up by descriptors (`resolve_beneath`)."""
+        try:
+            found = resolve_beneath(self.root, path)
+        except OSError:  # the root itself is missing: nothing under it to follow
+            return os.path.normpath("/" + path.lstrip("/"))
+        if found is None:
+            return None
+        os.close(found[1])
+        return found[0]
 
     def real_path(self, path: str) -> Path:
         """Where `path` lies on this machine's disk (for the executor's writes), every link on
@@ -286,16 +272,23 @@ class Host:
         return None if st is None else st[1]
 
     def _filesystem(self, path: str) -> tuple[int, os.statvfs_result] | None:
-        """(st_dev, statvfs) of the nearest existing ancestor of `path`, or None."""
-        real = self._real(path)
-        if real is None:
-            return None
-        while not real.exists() and real != real.parent:
-            real = real.parent
+        """(st_dev, statvfs) of the nearest existing directory on the way to `path` (the path
+        itself when it is one), taken on the descriptor the lookup ended on (fstat, fstatvfs):
+        a link swapped in after the lookup cannot send the answer to another filesystem; None
+        when that cannot be told."""
         try:
-            return os.stat(real).st_dev, os.statvfs(real)
+            found = resolve_beneath(self.root, path)
         except OSError:
             return None
+        if found is None:
+            return None
+        fd = found[1]
+        try:
+            return os.fstat(fd).st_dev, os.fstatvfs(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def uname(self) -> tuple[str | None, str | None]:
         """(kernel release, machine) of the running kernel."""
@@ -509,6 +502,66 @@ def walk_dirs(
         raise
 
 
+def resolve_beneath(root: Path, path: str) -> tuple[str, int] | None:
+    """`path` resolved the way the kernel would after a chroot into `root` (links followed, an
+    absolute target from `root` again, `..` never above it), by descriptors: each existing
+    directory is opened from the one above by `walk_dirs` and each link read with readlinkat,
+    so nothing is looked up by name a second time. Returns (the canonical path, a descriptor
+    of its deepest existing directory: the caller closes it), or None after _MAX_LINKS links.
+    Below a missing or unreadable component the rest is kept as written (realpath(3) does
+    the same)."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    done: list[str] = []
+    fds = [walk_dirs(root, [])]  # fds[i]: the directory done[:i]; done may go deeper
+    hops = 0
+    try:
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if len(fds) > 1 and len(fds) == len(done) + 1:
+                    os.close(fds.pop())
+                if done:
+                    done.pop()
+                continue
+            if len(fds) != len(done) + 1:  # below a missing component: nothing to look at
+                done.append(part)
+                continue
+            try:
+                st = os.stat(part, dir_fd=fds[-1], follow_symlinks=False)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > _MAX_LINKS:
+                    return None
+                try:
+                    target = os.readlink(part, dir_fd=fds[-1])
+                except OSError:  # no longer a link since the lstat: looked at again
+                    parts.insert(0, part)
+                    continue
+                if target.startswith("/"):
+                    while len(fds) > 1:
+                        os.close(fds.pop())
+                    done = []
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                try:
+                    fds.append(walk_dirs(fds[-1], [part]))
+                except OSError as exc:
+                    if exc.errno == errno.ELOOP:  # a link swapped in since the lstat: again
+                        parts.insert(0, part)
+                        hops += 1
+                        if hops > _MAX_LINKS:
+                            return None
+                        continue
+            done.append(part)
+        return "/" + "/".join(done), fds.pop()
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def below_parts(rel: str | os.PathLike[str]) -> list[str]:
     """The components of a relative path, `.` and empty ones left out; ValueError for a `..`
     (a walk below an anchor never climbs out of it)."""
@@ -537,9 +590,28 @@ def open_beneath(
         return walk_dirs(base, parts)
     dfd = walk_dirs(base, parts[:-1])
     try:
-        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        refuse_foreign_hard_link(fd, dfd, parts[-1])
+        return fd
     finally:
         os.close(dfd)
+
+
+def refuse_foreign_hard_link(fd: int, dfd: int, name: str) -> None:
+    """Close `fd` and raise OSError (EPERM) when it is a regular file with more than one name
+    and another owner than the folder `dfd` it was found in: someone else's file a user linked
+    into their folder (link(2) needs no right on the file where fs.protected_hardlinks is 0, as
+    in many containers and image builds, so egpu-setup does not count on that setting:
+    https://docs.kernel.org/admin-guide/sysctl/fs.html#protected-hardlinks). A hard link is
+    not a symbolic one: O_NOFOLLOW cannot see it, only the link count and the owner can."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != os.fstat(dfd).st_uid:
+        os.close(fd)
+        raise OSError(
+            errno.EPERM,
+            f"a hard link to a file of uid {st.st_uid}, in a folder of another owner",
+            name,
+        )
 
 
 def read_beneath(

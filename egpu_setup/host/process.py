@@ -25,6 +25,10 @@ a recording; this module does the spawning for all of them:
 - Every child dies with egpu-setup: the kernel sends it SIGKILL when its parent dies
   (PR_SET_PDEATHSIG, prctl(2)), and its session is told to the recorders of `recording()` (the
   run lock, state/lock.py, keeps them) so the next run ends a grandchild a kill -9 orphaned.
+- Every child starts with at least the umask 022 (`safe_umask`), whatever the caller's shell
+  had: a root run from a `umask 000` shell must not leave pip's venv files, or anything else a
+  child creates without naming a mode, writable by everyone (umask(2)). egpu-setup itself takes
+  the same mask at its start (cli.main), for what it creates without naming a mode.
 - Limits, said plainly: a descendant that called setsid() itself has left the session and is out
   of reach; a process in uninterruptible sleep (D state, e.g. stuck in a GPU driver) ignores even
   SIGKILL, so it is reported (`Result.stuck`), not waited for; after the child exits, output a
@@ -76,6 +80,7 @@ _BY_NAME_LAUNCHERS = frozenset(
     {"env", "nice", "ionice", "nohup", "stdbuf", "timeout", "xargs", "sudo", "doas", "chrt"}
 )
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_UMASK_FLOOR = 0o022  # no group or world write bits on anything a child creates
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,7 @@ def spawn(
             user=run_as[0] if run_as else None,
             group=run_as[1] if run_as else None,
             extra_groups=[] if run_as else None,
+            umask=safe_umask(),
             preexec_fn=die_with_parent(),  # no threads start children here
         )
         started_session(proc.pid)
@@ -208,6 +214,14 @@ def spawn(
         stuck=stuck,
         seconds=time.monotonic() - started,
     )
+
+
+def safe_umask() -> int:
+    """This process's umask with the group and world write bits added (a stricter one, 077,
+    stays as it is): the mask every child starts with."""
+    current = os.umask(_UMASK_FLOOR)
+    os.umask(current)
+    return current | _UMASK_FLOOR
 
 
 def search_dirs() -> list[str]:

@@ -7,6 +7,7 @@ import os
 
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UnsupportedHardware, UsageError
+from egpu_setup.host.identity import sudo_caller
 from egpu_setup.host.machine import Host, LiveHost, RootHost, open_host
 from egpu_setup.image.tool import ToolChoice
 from egpu_setup.install.enrol import bolt_can_enrol
@@ -202,7 +203,7 @@ def plan_options(
     profile_hold: bool = False,
 ) -> PlanOptions:
     """The planner's options; the driver hold is the flag's when given, else the profile's."""
-    sudo_uid = target.getenv("SUDO_UID")
+    caller = sudo_caller(target)  # SUDO_USER and SUDO_UID, when they name one account
     return PlanOptions(
         only=only,
         venv=options.venv_path,
@@ -213,8 +214,8 @@ def plan_options(
         # A recording is planned as the live machine it describes (it can never execute).
         target="root" if target.kind == "root" else "live",
         pending_reboot=pending_reboot(paths, target),
-        sudo_user=target.getenv("SUDO_USER"),
-        sudo_uid=int(sudo_uid) if sudo_uid and sudo_uid.isdigit() else None,
+        sudo_user=caller[0] if caller else None,
+        sudo_uid=caller[1] if caller else None,
         bundle=bundle,
         hold_driver=profile_hold if options.hold_driver is None else options.hold_driver,
     )

@@ -247,9 +247,18 @@ def open_file(
     path: Path, flags: int, mode: int = 0o600, *, anchor: Path = ROOT, create_dirs: bool = True
 ) -> int:
     """A descriptor of `path` opened with `flags` (plus O_NOFOLLOW|O_CLOEXEC) relative to its
-    directory's descriptor (journal appends, the lock file, verify's progress log)."""
+    directory's descriptor (journal appends, the lock file, verify's progress log). Opened for
+    writing, a regular file with a second name is refused (OSError EMLINK) before a byte
+    changes: what is written in place (an append, a truncate) would change the other file
+    too, and a hard link is what O_NOFOLLOW does not see."""
     with directory(path.parent, anchor=anchor, create=create_dirs) as dfd:
-        return os.open(path.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+        fd = os.open(path.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+    if flags & (os.O_WRONLY | os.O_RDWR):
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            os.close(fd)
+            raise OSError(errno.EMLINK, f"{st.st_nlink} names (a hard link)", str(path))
+    return fd
 
 
 def remove(path: Path, *, anchor: Path = ROOT, missing_ok: bool = True) -> bool:

@@ -161,9 +161,14 @@ class RunLock:
             return
         if stat.S_ISDIR(st.st_mode):
             return  # never removed: acquire says what it is
-        if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
+        # a second name is another file: a user's hard link to one of root's (fs.protected_
+        # hardlinks off) would have the lock's truncate and pid line written into it
+        if st.st_uid != 0 or not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
             log.warning(
-                "replacing %s: it is not a regular file root made (uid %d)", self.path, st.st_uid
+                "replacing %s: it is not a regular file root made (uid %d, %d names)",
+                self.path,
+                st.st_uid,
+                st.st_nlink,
             )
             remove(self.path, anchor=self.anchor)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from egpu_setup.errors import UsageError
+from egpu_setup.host.machine import refuse_foreign_hard_link
 from egpu_setup.host.trust import output_owner
 from egpu_setup.state.atomic import (
     anchored,
@@ -103,10 +104,12 @@ class OutputTree:
         try:
             with directory(self._inside(target).parent, anchor=self.anchor) as dfd:
                 fd = os.open(target.name, _READ_FLAGS, dir_fd=dfd)
+                refuse_foreign_hard_link(fd, dfd, target.name)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:  # the file itself is a link: never followed
+            # the file itself is a link (never followed), or someone else's file linked in
+            if exc.errno in (errno.ELOOP, errno.EPERM):
                 return None
             raise
         if not stat.S_ISREG(os.fstat(fd).st_mode):

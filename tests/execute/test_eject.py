@@ -100,6 +100,7 @@ def test_eject_writes_exactly_remove_then_deauthorize(tmp_path: Path) -> None:
     _process(
         root, 812, "nvidia-persiste", ["/dev/nvidiactl", "/dev/nvidia0"]
     )  # stopped, not a blocker
+    (root / "proc/812/exe").symlink_to("/usr/bin/nvidia-persistenced")  # the daemon's binary
     host = RootHost(root)
     plan = plan_eject(host, DEBIAN12_TB3_4090)
     assert plan.blockers == ()
