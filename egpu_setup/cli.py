@@ -52,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "resume_check",
         "After a suspend: is the eGPU authorized, on the bus and bound? Rescan once if not.",
     ),
+    "sleep-guard": (
+        "sleep_guard",
+        "Hold sleep off while a CUDA process uses the eGPU, naming it (run by a unit).",
+    ),
     "health": (
         "health",
         "Sample the eGPU's temperature, power, throttling, link and Xids (run by a timer).",

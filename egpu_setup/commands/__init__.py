@@ -7,6 +7,7 @@ option more than one command takes, declared once; JSON printing), `detect`, `re
 `resolve`, `install`, `verify`, `render`, `rollback`, `eject`, `profiles`, `matrix`, `bundle`,
 `report`, `firstboot` (a lab image's first boot), `venv` (a user's own venv on the verified
 torch), `kernels` (an NVIDIA module for every installed kernel), `mok_key` (`mok-key new`: a
-lab's Secure Boot module signing key), `resume_check` (the eGPU after a suspend), `health` (the
-eGPU's temperature, power, throttling, link and Xid events while people train).
+lab's Secure Boot module signing key), `resume_check` (the eGPU after a suspend), `sleep_guard`
+(no sleep while CUDA runs on the eGPU), `health` (the eGPU's temperature, power, throttling, link
+and Xid events while people train).
 """

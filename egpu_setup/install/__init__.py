@@ -14,5 +14,6 @@ for the summary), `day_after` (the verify after the reboot),
 (`egpu-setup firstboot`, a lab image's first boot), `mok_key` (a lab's Secure Boot key, made
 and planned into an image), `user_venv` (`egpu-setup venv`: a user's own venv on the root-owned
 torch venv), `resume` (`egpu-setup resume-check`: the eGPU after a suspend, and what was on it
-before).
+before), `sleep_guard` (`egpu-setup sleep-guard`: a logind sleep lock naming the CUDA processes
+on the eGPU while there are any).
 """

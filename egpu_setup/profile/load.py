@@ -247,6 +247,7 @@ def to_profile(d: dict[str, Any], path: str, origin: str, chain: tuple[str, ...]
             first_boot_enrol_model=h["first_boot_enrol_model"],
             first_boot_first_seen=h["first_boot_enrol"] == "first-seen",
             first_boot_enrol_ids=enrol_ids(h["first_boot_enrol"]),
+            sleep_inhibit=h["sleep_inhibit"],
         ),
         extends=d.get("extends"),
         origin=origin,

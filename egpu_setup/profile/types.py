@@ -78,6 +78,8 @@ class HotplugOptions:
     # (vendor_id, device_id) models, ids as TbDevice holds them ("0008", "0036")
     first_boot_first_seen: bool = False
     first_boot_enrol_ids: tuple[tuple[str, str], ...] = ()
+    # while CUDA holds the eGPU: "block" / "delay" / "off" (install/sleep_guard.py)
+    sleep_inhibit: str = "block"
 
     @property
     def first_boot_enrol(self) -> str | list[str] | None:
@@ -170,6 +172,7 @@ class Profile:
                 "enclosure_unique_ids": list(self.hotplug.enclosure_unique_ids),
                 "first_boot_enrol_model": self.hotplug.first_boot_enrol_model,
                 "first_boot_enrol": self.hotplug.first_boot_enrol,
+                "sleep_inhibit": self.hotplug.sleep_inhibit,
             },
             "origin": self.origin,
             "path": self.path,

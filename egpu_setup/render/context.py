@@ -30,7 +30,7 @@ from egpu_setup.render.checks import (
     check_temperature,
     check_uuid,
 )
-from egpu_setup.render.sleep import SleepSetup, plan_sleep
+from egpu_setup.render.sleep import SleepGuard, SleepSetup, plan_sleep, plan_sleep_guard
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
 from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.state.paths import TOOL_BIN
@@ -147,6 +147,8 @@ class RenderContext:
     sleep: SleepSetup | None = None
     # the profile's expect.max_temp_c, kept by the health sampler beside its readings
     max_temp_c: str = "87"
+    # hotplug.sleep_inhibit: the sleep guard's unit, None for "off" (render/sleep.py)
+    sleep_guard: SleepGuard | None = None
 
     def as_template_vars(self) -> dict[str, Any]:
         return {
@@ -174,6 +176,7 @@ class RenderContext:
             "firstboot": self.firstboot,
             "sleep": self.sleep,
             "max_temp_c": self.max_temp_c,
+            "sleep_guard": self.sleep_guard,
         }
 
 
@@ -340,6 +343,7 @@ def build_context(
         apt=family in APT_FAMILIES,
         sleep=sleep,
         max_temp_c=check_temperature(profile.expect.max_temp_c, "profile expect.max_temp_c"),
+        sleep_guard=plan_sleep_guard(hp.sleep_inhibit),
     )
 
 

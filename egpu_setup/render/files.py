@@ -64,6 +64,9 @@ UNIT_SLEEP = "/etc/systemd/system/egpu-setup-sleep.service"
 UNIT_RESUME = "/etc/systemd/system/egpu-setup-resume.service"
 
 
+UNIT_SLEEP_GUARD = "/etc/systemd/system/egpu-setup-sleep-guard.service"
+
+
 APT_KERNELS_HOOK = "/etc/apt/apt.conf.d/99egpu-setup-kernels"
 
 
@@ -264,6 +267,16 @@ def _optional(ctx: RenderContext) -> list[tuple[str, str, int, str]]:
                 "nvidia-persistenced for the eGPU, started when it appears",
             )
         )
+    if ctx.sleep_guard is not None:
+        out.append(
+            (
+                "systemd/egpu-setup-sleep-guard.service.j2",
+                UNIT_SLEEP_GUARD,
+                0o644,
+                f"while a CUDA process holds the eGPU: a logind sleep lock "
+                f"({ctx.sleep_guard.mode}) naming each one (`egpu-setup sleep-guard`)",
+            )
+        )
     if ctx.firstboot is not None:
         out += [
             (
@@ -376,7 +389,8 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
                 UNIT_HEALTH,
                 UNIT_HEALTH_TIMER,
             )
-            + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ()),
+            + ((UNIT_FIRSTBOOT,) if ctx.firstboot else ())
+            + ((UNIT_SLEEP_GUARD,) if ctx.sleep_guard else ()),
         )
     )
     cmds.append(
@@ -390,9 +404,11 @@ def _commands(ctx: RenderContext) -> tuple[HostCommand, ...]:
                 "egpu-setup-sleep.service",
                 "egpu-setup-resume.service",
                 "egpu-setup-health.timer",
+                *(("egpu-setup-sleep-guard.service",) if ctx.sleep_guard else ()),
             ),
             "wait for the eGPU at boot; verify once after a reboot; check the kernels' modules; "
-            "check the eGPU around every sleep; sample its health every minute",
+            "check the eGPU around every sleep; sample its health every minute"
+            + ("; hold sleep off while CUDA uses it" if ctx.sleep_guard else ""),
         )
     )
     if ctx.grub == "dropin":

@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass
 
 from egpu_setup.host.machine import Host
-from egpu_setup.render.checks import check_path
+from egpu_setup.render.checks import check_choice, check_path
 
 # systemd.unit(5): enabling a unit with RequiredBy=X links it into X.requires/.
 SYSTEMD_UNIT_DIR = "/etc/systemd/system"
@@ -36,10 +36,22 @@ class ShippedBy:
 
 
 @dataclass(frozen=True)
+class SleepGuard:
+    """What egpu-setup-sleep-guard.service runs with (install/sleep_guard.py)."""
+
+    inhibitor: str  # /usr/bin/systemd-inhibit
+    node: str  # the CUDA node, /dev/nvidia-uvm
+    mode: str  # "block" / "delay"
+
+
+@dataclass(frozen=True)
 class SleepData:
     units: tuple[SleepUnit, ...]
     temporary_file_path: str
     shipped_by: tuple[ShippedBy, ...]
+    inhibitor: str
+    cuda_node: str
+    inhibit_modes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,27 @@ def load_sleep_data() -> SleepData:
     if not units or not all(u.name.endswith(".service") and u.required_by for u in units):
         raise ValueError("sleep.yaml: every unit needs a .service name and required_by")
     path = check_path(str(data["temporary_file_path"]), "sleep.yaml temporary_file_path")
-    return SleepData(units, path, shipped)
+    modes = tuple(str(m) for m in data["inhibit_modes"])
+    if not modes or not set(modes) <= {"block", "delay"}:
+        raise ValueError("sleep.yaml: inhibit_modes are logind's block and delay")
+    return SleepData(
+        units,
+        path,
+        shipped,
+        check_path(str(data["inhibitor"]), "sleep.yaml inhibitor"),
+        check_path(str(data["cuda_node"]), "sleep.yaml cuda_node"),
+        modes,
+    )
+
+
+def plan_sleep_guard(inhibit: str) -> SleepGuard | None:
+    """The sleep guard a profile's hotplug.sleep_inhibit asks for; None for "off" (UsageError
+    for anything else the schema would not have let through)."""
+    data = load_sleep_data()
+    mode = check_choice(inhibit, (*data.inhibit_modes, "off"), "profile hotplug.sleep_inhibit")
+    if mode == "off":
+        return None
+    return SleepGuard(data.inhibitor, data.cuda_node, mode)
 
 
 def sleep_unit_paths() -> tuple[str, ...]:

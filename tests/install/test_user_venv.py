@@ -5,6 +5,7 @@ writable by that user. Each refusal is run too, with nothing left on disk."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -165,6 +166,56 @@ def test_nobody_gets_a_venv_on_the_root_torch(lab: Path) -> None:
     assert fingerprint(root_venv) == before
     write = as_nobody("/usr/bin/touch", f"{site_packages(root_venv)}/planted")
     assert write.returncode != 0 and not (site_packages(root_venv) / "planted").exists()
+
+
+def test_nobody_installs_from_the_loopback_index_then_verifies(lab: Path) -> None:
+    """The term's path end to end, as a student: `egpu-setup venv` on the root-owned torch venv,
+    the user's pip fetching a wheel of their own from a PEP 503 index on 127.0.0.1 (the shape of
+    a lab mirror, pages and sha256 fragments included), then `verify --venv` in that venv."""
+    root_venv = lab / "torch-venv"
+    before = fingerprint(root_venv)
+    target = lab / "home" / "thesis"
+    made = egpu_setup("venv", str(target), state=lab / "state")
+    assert made.returncode == 0, made.stderr
+    py = str(target / "bin" / "python")
+    built = Path(tempfile.mkdtemp(prefix="egpu-setup-uvenv-wheels-"))
+    try:
+        whl = pypi_index.build_wheel(built, "egpu-probe", "2.0", "VALUE = 11\n")
+        with pypi_index.LocalIndex([whl]) as index:
+            pip = as_nobody(
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--no-cache-dir",
+                "--index-url",
+                index.url,
+                "egpu-probe",
+            )
+            served = index.requests
+    finally:
+        shutil.rmtree(built)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    assert "/simple/egpu-probe/" in served
+    assert f"/files/{whl.name}" in served
+    probe = as_nobody(py, "-c", "import egpu_probe; print(egpu_probe.VALUE, egpu_probe.__file__)")
+    value, where = probe.stdout.split()
+    assert value == "11" and where.startswith(str(site_packages(target)))
+    check = egpu_setup(
+        "verify",
+        "--venv",
+        str(target),
+        "--device",
+        "cpu",
+        "--quick",
+        "--json",
+        state=lab / "state",
+        home=str(lab / "home"),
+    )
+    assert check.returncode == 0, check.stderr
+    report = json.loads(check.stdout)
+    assert report["ok"] is True
+    assert fingerprint(root_venv) == before
 
 
 def _refused(result: subprocess.CompletedProcess[str], text: str) -> None:

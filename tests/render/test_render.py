@@ -621,6 +621,7 @@ def test_render_command_writes_only_under_out(tmp_path: Path) -> None:
             "etc/systemd/system/egpu-setup-kernels.service",
             "etc/systemd/system/egpu-setup-persistenced.service",
             "etc/systemd/system/egpu-setup-resume.service",
+            "etc/systemd/system/egpu-setup-sleep-guard.service",
             "etc/systemd/system/egpu-setup-sleep.service",
             "etc/systemd/system/egpu-setup-verify.service",
             "etc/systemd/system/egpu-setup-wait.service",

@@ -87,3 +87,46 @@ def test_units_already_on_the_target_are_enabled_where_they_lie(tmp_path: Path) 
         f"/usr/lib/systemd/system/nvidia-{u}.service" for u in ("suspend", "hibernate", "resume")
     }
     assert not any("not installed here" in n for n in result.notes)
+
+
+# -- the sleep guard (hotplug.sleep_inhibit) ----------------------------------------------------
+
+
+def _guard_unit(result) -> str | None:  # type: ignore[no-untyped-def]
+    from egpu_setup.render.files import UNIT_SLEEP_GUARD
+
+    return next((f.content for f in result.files if f.path == UNIT_SLEEP_GUARD), None)
+
+
+def _enabled(result) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    return next(c.argv for c in result.commands if c.argv[:2] == ("systemctl", "enable"))
+
+
+def test_guard_unit_runs_the_profiles_mode_and_is_enabled() -> None:
+    for mode in ("block", "delay"):
+        result = render_set(DEBIAN12_TB3_4090, profile(sleep_inhibit=mode), resolution(), "compute")
+        unit = _guard_unit(result)
+        assert unit is not None
+        exec_start = (
+            "ExecStart=/opt/egpu-setup/tool/bin/egpu-setup sleep-guard "
+            f"--mode {mode} --inhibitor /usr/bin/systemd-inhibit --node /dev/nvidia-uvm\n"
+        )
+        assert exec_start in unit
+        assert "egpu-setup-sleep-guard.service" in _enabled(result)
+
+
+def test_guard_off_renders_and_enables_nothing() -> None:
+    result = render_set(DEBIAN12_TB3_4090, profile(sleep_inhibit="off"), resolution(), "compute")
+    assert _guard_unit(result) is None
+    assert "egpu-setup-sleep-guard.service" not in _enabled(result)
+    reload = next(c for c in result.commands if c.argv == ("systemctl", "daemon-reload"))
+    assert not any("sleep-guard" in p for p in reload.after)
+
+
+def test_guard_mode_outside_the_schema_is_refused_before_anything_renders() -> None:
+    import pytest
+
+    from egpu_setup.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"hotplug\.sleep_inhibit: 'sideways' is not one of"):
+        render_set(DEBIAN12_TB3_4090, profile(sleep_inhibit="sideways"), resolution(), "compute")
