@@ -30,6 +30,7 @@ echo "systemctl $*" >> {log}
 for a in "$@"; do
   case "$a" in *.timer|*.service) [ -e "/etc/systemd/system/$a" ] && echo "  present $a" >> {log};; esac
 done
+[ "$1" = stop ] && [ -e {log}.fail ] && {{ echo "Failed to stop egpu-setup-health.timer: Access denied" >&2; exit 1; }}
 exit 0
 """
 
@@ -69,7 +70,9 @@ main(["rollback", "--yes", "--json"])
 """
 
 
-def _scenario(tmp_path: Path, booted: bool) -> tuple[subprocess.CompletedProcess, Path, Path]:
+def _scenario(
+    tmp_path: Path, booted: bool, stop_fails: bool = False
+) -> tuple[subprocess.CompletedProcess, Path, Path]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("a private mount namespace needs root and unshare(1)")
     units, run, bindir = tmp_path / "units", tmp_path / "run", tmp_path / "bin"
@@ -77,6 +80,8 @@ def _scenario(tmp_path: Path, booted: bool) -> tuple[subprocess.CompletedProcess
         d.mkdir()
     (bindir / "systemctl").write_text(STANDIN.format(log=bindir / "systemctl.log"))
     (bindir / "systemctl").chmod(0o755)
+    if stop_fails:
+        (bindir / "systemctl.log.fail").touch()
     env = {**os.environ, "EGPU_SETUP_STATE_DIR": str(tmp_path / "state")}
     argv = [
         sys.executable,
@@ -150,3 +155,20 @@ def test_under_root_only_the_files_go(tmp_path: Path) -> None:
     plan = plan_rollback(RollbackOptions(yes=True, root_dir=str(root)))
     assert [u.path for u in plan.undo] == [f"{UNITS}/{TIMER}"]
     assert preview(plan).followups == ()
+
+
+def test_a_stop_that_fails_is_said_the_files_still_go_and_rollback_exits_1(tmp_path: Path) -> None:
+    proc, units, _log = _scenario(tmp_path, booted=True, stop_fails=True)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "Access denied" in proc.stderr  # said, with systemctl's own words
+    assert sorted(p.name for p in units.rglob("*")) == []
+    stop, disable, *_ = json.loads(proc.stdout)["commands"]
+    assert stop["status"] == "failed" and "Access denied" in stop["detail"]
+    assert disable["status"] == "done"
+
+
+def test_doctor_takes_one_of_root_from_and_venv(cli, tmp_path: Path) -> None:
+    res = cli("doctor", "--root", str(tmp_path), "--from", str(tmp_path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("error: --root diagnoses an image") and "\nhint: " in res.stderr
