@@ -14,6 +14,7 @@ from egpu_setup.commands._options import (
     echo_json,
     from_option,
     json_option,
+    root_option,
     venv_option,
 )
 from egpu_setup.errors import EXIT_FAILED, UsageError
@@ -57,12 +58,16 @@ Examples:
   egpu-setup doctor                          # diagnose this machine
   egpu-setup doctor --json | jq '.findings[].id'
   egpu-setup doctor --from ./bundle          # a bundle from `egpu-setup record` or a bug report
+  egpu-setup doctor --root /srv/lab-image    # a system image: its kernels, driver hold, files
   egpu-setup doctor --torch-info /var/lib/egpu-setup/reports/verify-<time>.json
   egpu-setup doctor --venv /opt/egpu-setup/venv   # ask that venv's torch directly
 """,
 )
 @json_option
 @from_option
+@root_option(
+    "Diagnose the system image under DIR (its files; no command of this machine).", exists=True
+)
 @click.option(
     "--torch-info",
     "torch_info_path",
@@ -78,7 +83,11 @@ Examples:
     must_be_dir=True,
 )
 def command(
-    as_json: bool, from_dir: str | None, torch_info_path: Path | None, venv: Path | None
+    as_json: bool,
+    from_dir: str | None,
+    root_dir: str | None,
+    torch_info_path: Path | None,
+    venv: Path | None,
 ) -> None:
     """Diagnose known eGPU failure modes: each finding has a stable id, evidence and a fix.
 
@@ -89,7 +98,12 @@ def command(
     from egpu_setup.doctor.diagnose import diagnose, report_json
     from egpu_setup.host.machine import open_host
 
-    host = open_host(from_dir)
+    if root_dir is not None and (from_dir is not None or venv is not None):
+        raise UsageError(
+            "--root diagnoses an image; --from a recording, --venv this machine's venv",
+            "give one of --root, --from and --venv",
+        )
+    host = open_host(from_dir, root_dir)
     bundled = None
     if torch_info_path is None and from_dir is not None:
         # read inside the bundle, like every file of it: a link there cannot reach this machine

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from egpu_setup import __version__
+from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.state.output import OutputTree
@@ -77,6 +78,13 @@ FILES = (
     "/sys/class/dmi/id/sys_vendor",
     "/sys/class/dmi/id/product_name",
 )
+# doctor's driver-hold checks (doctor/hold.py): dpkg's database and the hold's two drop-ins, so
+# `doctor --from` says driver-held and driver-library-mismatch as on the machine
+DPKG_STATUS = "/var/lib/dpkg/status"
+HOLD_FILES = (HOLD_PIN, HOLD_UNATTENDED)
+# a Debian 12 desktop's status file is about 3 MiB for 2,500 packages; a longer one is cut at the
+# last whole stanza before this, and meta.json says so
+DPKG_STATUS_LIMIT = 16 * 1024 * 1024
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 COMMANDS = {
     "lspci": ["lspci", "-Dnnk"],
@@ -152,8 +160,9 @@ def record(
     red = Redactor(redact)
     root = tree.mkdir(out / "root")
     writer = _Writer(host, tree, root, red)
-    for path in FILES:
+    for path in (*FILES, *HOLD_FILES):
         writer.copy(path)
+    status_cut = writer.copy_stanzas(DPKG_STATUS, DPKG_STATUS_LIMIT)
     writer.copy_bytes(SECURE_BOOT_VAR)
     # Directories whose mere presence is a fact: sysfs mounted (so an absent module is not
     # loaded), EFI firmware (else legacy BIOS, so no Secure Boot).
@@ -182,6 +191,7 @@ def record(
         "uname": {"release": release, "machine": machine},
         "env": {k: v for k in ENV_KEYS if (v := host.getenv(k))},
         "redacted": sorted(red.seen) if redact else [],
+        "truncated": [DPKG_STATUS] if status_cut else [],
     }
     tree.write(out / "meta.json", (json.dumps(meta, indent=2) + "\n").encode())
     return out
@@ -205,6 +215,18 @@ class _Writer:
             if real != path and not (self.root / path.lstrip("/")).exists():
                 link = self._dest(path)
                 self.tree.link(link, os.path.relpath(self.root / real.lstrip("/"), link.parent))
+
+    def copy_stanzas(self, path: str, limit: int) -> bool:
+        """A deb822 file (dpkg's status) up to `limit` bytes, cut after its last whole stanza
+        when longer; True when it was cut."""
+        data = self.host.read_bytes(path, limit + 1)
+        if data is None or b"\0" in data:
+            return False
+        cut = len(data) > limit
+        if cut:
+            data = data[: data.rfind(b"\n\n", 0, limit) + 1]
+        self.tree.write(self._dest(path), self.red(data.decode("utf-8", "replace")).encode())
+        return cut
 
     def mark(self, directory: str) -> None:
         self._text(f"{directory}/.recorded", "")

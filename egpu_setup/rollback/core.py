@@ -199,7 +199,61 @@ def preview(plan: RollbackPlan) -> RollbackOutcome:
     """What --yes would do, and the commands that would follow; nothing changes."""
     would_change = [u.path for u in plan.undo if u.action in CHANGED]
     followups = follow_ups(plan.host, plan.manifest, would_change)
-    return RollbackOutcome(plan, False, plan.undo, tuple(followups))
+    return RollbackOutcome(plan, False, plan.undo, (*unit_stops(plan), *followups))
+
+
+# -- the units it removes, stopped first -----------------------------------------------------------
+
+UNIT_DIR = "/etc/systemd/system"
+
+
+def removed_units(undo: Sequence[Undo]) -> list[str]:
+    """The names of egpu-setup's own unit files this rollback deletes, timers first (a timer
+    left running would start its service again after that was stopped)."""
+    from pathlib import PurePosixPath
+
+    names = [
+        PurePosixPath(u.path).name
+        for u in undo
+        if u.action == "removed"
+        and str(PurePosixPath(u.path).parent) == UNIT_DIR
+        and u.path.endswith((".service", ".timer"))
+    ]
+    return sorted(names, key=lambda n: (not n.endswith(".timer"), n))
+
+
+def unit_stops(plan: RollbackPlan) -> list[FollowUp]:
+    """`systemctl stop` and `systemctl disable --no-reload` for the units this rollback removes,
+    before their files go: removed files alone leave a started timer firing until the next boot.
+    On the running system only, and only when systemd runs it (sd_booted(3): /run/systemd/system/
+    exists); under --root only the files go."""
+    units = removed_units(plan.undo)
+    if plan.host.kind != "live" or not units:
+        return []
+    why = "stop egpu-setup's units before their files are removed"
+    stop = ("systemctl", "stop", "--", *units)
+    disable = ("systemctl", "disable", "--no-reload", "--", *units)
+    if not plan.host.is_dir("/run/systemd/system") or plan.host.which("systemctl") is None:
+        detail = "systemd does not run this system: no unit of it is started"
+        return [FollowUp(argv, why, "not-run", detail) for argv in (stop, disable)]
+    return [FollowUp(argv, why, "would-run") for argv in (stop, disable)]
+
+
+def _stop_units(host: Host, todo: list[FollowUp]) -> list[FollowUp]:
+    """Run unit_stops' commands; one that fails is said and the files still go (exit 1)."""
+    done = []
+    for f in todo:
+        if f.status == "would-run":
+            try:
+                res = host.run(list(f.argv), timeout=120)
+                ok, why = res.rc == 0, f"exit {res.rc}: {(res.err or res.out).strip()[-200:]}"
+            except EgpuSetupError as exc:
+                ok, why = False, exc.message
+            f = dataclasses.replace(f, status="done" if ok else "failed", detail="" if ok else why)
+            if not ok:
+                log.warning("%s: %s", " ".join(f.argv), why)
+        done.append(f)
+    return done
 
 
 # -- doing it --------------------------------------------------------------------------------------
@@ -227,6 +281,7 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
             {"event": "rollback-begin", "run": run, "paths": [u.path for u in plan.undo]}
         )
         clean_temp(host, manifest)  # what a killed install or rollback left next to its targets
+        stops = _stop_units(host, unit_stops(plan))
         try:
             done = apply_undo(host, manifest, list(plan.undo), force=options.force)
         except PermissionError as exc:
@@ -251,7 +306,7 @@ def apply_rollback(plan: RollbackPlan) -> RollbackOutcome:
         if options.packages:
             kept = _remove_packages(host, manifest, plan.venvs)
         journal.append({"event": "rollback-end", "run": run})
-    return RollbackOutcome(plan, True, tuple(done), tuple(followups), *kept)
+    return RollbackOutcome(plan, True, tuple(done), (*stops, *followups), *kept)
 
 
 def _require_root(plan: RollbackPlan) -> None:

@@ -98,3 +98,64 @@ def test_record_venv_without_torch_writes_nothing(cli, tmp_path: Path) -> None:
     assert res.returncode == 2 and res.stderr.startswith("error: cannot import torch in ")
     assert "hint: " in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "b").exists()
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "doctor"
+HOLD_IDS = {"driver-held", "driver-library-mismatch", "driver-hold-removed"}
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("dpkg-status-held.txt", {"driver-held"}),
+        ("dpkg-status-split.txt", {"driver-library-mismatch"}),
+    ],
+)
+def test_a_recording_carries_dpkg_status_and_the_hold_so_doctor_from_says_what_root_says(
+    cli, tmp_path: Path, status: str, expected: set[str]
+) -> None:
+    from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
+    from egpu_setup.host.machine import RootHost
+
+    root = tmp_path / "machine"
+    files = {
+        "/var/lib/dpkg/status": (DATA / status).read_text(),
+        HOLD_PIN: (DATA / "hold-pin.txt").read_text(),
+        HOLD_UNATTENDED: 'Unattended-Upgrade::Package-Blacklist { "^libcuda1$"; };\n',
+        "/etc/os-release": 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n',
+    }
+    for path, text in files.items():
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_text(text)
+    out = record(RootHost(root), tmp_path / "rec")
+    for path, text in files.items():
+        assert (out / "root" / path.lstrip("/")).read_text() == text
+    assert json.loads((out / "meta.json").read_text())["truncated"] == []
+
+    def findings(*where: str) -> list[dict]:
+        res = cli("doctor", "--json", *where)
+        found = json.loads(res.stdout)["findings"]
+        return sorted((f for f in found if f["id"] in HOLD_IDS), key=lambda f: f["id"])
+
+    live = findings("--root", str(root))
+    assert {f["id"] for f in live} == expected
+    assert findings("--from", str(out)) == live
+
+
+def test_a_long_dpkg_status_is_cut_after_its_last_whole_stanza(tmp_path: Path) -> None:
+    from egpu_setup.doctor import record as rec
+    from egpu_setup.host.machine import RootHost
+
+    stanza = "Package: p{}\nStatus: install ok installed\nVersion: 1.0\n\n"
+    whole = "".join(stanza.format(i) for i in range(2000))
+    (tmp_path / "m/var/lib/dpkg").mkdir(parents=True)
+    (tmp_path / "m/var/lib/dpkg/status").write_text(whole)
+    limit = len(whole) // 2 + 7  # inside a stanza
+    tree = rec.OutputTree.open(tmp_path / "out", what="record")
+    writer = rec._Writer(RootHost(tmp_path / "m"), tree, tree.path, rec.Redactor(False))
+    assert writer.copy_stanzas("/var/lib/dpkg/status", limit) is True
+    kept = (tmp_path / "out/var/lib/dpkg/status").read_text()
+    # whole stanzas only: what is kept, and the blank line after it, begin the file
+    assert whole.startswith(kept + "\n") and kept.endswith("Version: 1.0\n") and len(kept) <= limit
+    assert 900 < kept.count("Package:") < 1100
+    assert writer.copy_stanzas("/var/lib/dpkg/status", len(whole)) is False

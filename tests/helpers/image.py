@@ -297,14 +297,23 @@ def harvest_debs(root: Path, cache: Path) -> int:
     return n
 
 
-def apt(root: Path, args: Sequence[str], *, log: Path | None = None, timeout: float = 3600) -> Ran:
-    """apt-get in the image, its archives directory seeded from the shared .deb cache and
-    emptied into it afterwards."""
-    with locked_debs() as cache:
+def apt(
+    root: Path,
+    args: Sequence[str],
+    *,
+    log: Path | None = None,
+    timeout: float = 3600,
+    debs: str = SUITE,
+    env: dict[str, str] | None = None,
+) -> Ran:
+    """apt-get in the image, its archives directory seeded from the shared .deb cache (`debs`:
+    another directory of it, with its own lock) and emptied into it afterwards; `env` for
+    dpkg's maintainer scripts beside APT_ENV."""
+    with locked_debs(debs) as cache:
         seed_debs(root, cache)
         try:
             argv = ["apt-get", "-y", "-o", "APT::Keep-Downloaded-Packages=true", *args]
-            return run_in(root, argv, env=APT_ENV, log=log, timeout=timeout)
+            return run_in(root, argv, env={**APT_ENV, **(env or {})}, log=log, timeout=timeout)
         finally:
             harvest_debs(root, cache)
 
@@ -475,13 +484,19 @@ def egpu_setup_rollback(image: Image, args: Sequence[str], *, log: Path) -> Ran:
 
 
 def egpu_setup_install(
-    image: Image, args: Sequence[str], *, log: Path, timeout: float = 3600, check: bool = True
+    image: Image,
+    args: Sequence[str],
+    *,
+    log: Path,
+    timeout: float = 3600,
+    check: bool = True,
+    debs: str = SUITE,
 ) -> Ran:
     """`egpu-setup install --root IMAGE ARGS` as a person runs it (its own state in the image,
     not the test session's EGPU_SETUP_STATE_DIR), with the .deb cache seeded into the image."""
     env = {k: v for k, v in os.environ.items() if k != "EGPU_SETUP_STATE_DIR"}
     argv = [sys.executable, "-m", "egpu_setup", "install", "--root", str(image.root), *args]
-    with locked_debs() as cache:
+    with locked_debs(debs) as cache:
         seed_debs(image.root, cache)
         try:
             return run_logged(argv, env=env, timeout=timeout, log=log, check=check)

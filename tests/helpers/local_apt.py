@@ -20,10 +20,11 @@ def build_deb(
     postinst: str = "",
     version: str = "1.0",
     source: str = "",
+    texts: dict[str, str] | None = None,
 ) -> Path:
     """A package built in the root with its own dpkg-deb: `depends`, prerm and postinst scripts,
-    `files` (a path ending in / is an empty directory), the `source` package it says it is
-    built from."""
+    `files` (a path ending in / is an empty directory), `texts` (path -> content), the `source`
+    package it says it is built from."""
     build = root / "tmp" / "build" / f"{name}_{version}_{arch}"
     (build / "DEBIAN").mkdir(parents=True)
     control = (
@@ -48,6 +49,10 @@ def build_deb(
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(f"{name}\n")
+    for path, text in (texts or {}).items():
+        target = build / path.strip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
     out = f"/tmp/repo/{name}_{version}_{arch}.deb"
     (root / "tmp/repo").mkdir(exist_ok=True)
     done = chroot(
