@@ -98,6 +98,10 @@ def test_every_shipped_wheel_has_a_floor_and_every_packaged_distro_a_glibc() -> 
     for release in m.torch:
         for variant in release.variants:
             assert torch_floor(release.version, variant.name), (release.version, variant.name)
+    for release in m.for_machine("aarch64").torch:
+        for variant in release.variants:
+            floor = torch_floor(release.version, variant.name, "aarch64")
+            assert floor and floor.tag.endswith("_aarch64"), (release.version, variant.name)
     for d in m.distros:
         assert distro_glibc(d.id, d.version_id), d.label
 
