@@ -296,6 +296,11 @@ def check_kernel_log(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
     ids = doctor_ids(tmp, **({"lspci": text} if lspci else {"dmesg": text}))
     facts = [_fact("findings", sorted(want.get("findings") or []), ids)]
     facts.append(_fact("xid_codes", want.get("xid_codes") or [], list(scan_dmesg(text).xid_codes)))
+    if "unassigned" in want:
+        # the windows the kernel could not place, "address kind", each once: read per message
+        scan = scan_dmesg(text)
+        got = sorted({f"{b.address} {b.kind}" for b in scan.bar_failures})
+        facts.append(_fact("unassigned", sorted(want["unassigned"]), got))
     if "bar_normal" in want:
         problems = [b for e in parse_lspci(text) if e.is_display for b in e.bar_problems]
         facts.append(_fact("bar_normal", want["bar_normal"], not problems))

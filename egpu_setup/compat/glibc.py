@@ -71,6 +71,7 @@ def tag_glibc(tag: str | None) -> str | None:
 class Floor:
     releases: str  # a version specifier: "<2.6", "==2.6.*", ">=2.7"
     variants: tuple[str, ...]  # () for every variant
+    machine: str  # "x86_64" or "aarch64": the wheels' CPU architecture
     glibc: str
     tag: str
     source: str
@@ -103,10 +104,13 @@ def _floors() -> tuple[Floor, ...]:
             raise _damaged("torch.yaml", where, f"releases: {exc}") from exc
         if glibc_key(str(row["glibc"])) is None:
             raise _damaged("torch.yaml", where, f"glibc {row['glibc']!r} is not x.y")
+        if row.get("machine", "x86_64") not in ("x86_64", "aarch64"):
+            raise _damaged("torch.yaml", where, f"machine {row['machine']!r} is not x86_64/aarch64")
         out.append(
             Floor(
                 str(row["releases"]),
                 tuple(str(v) for v in row.get("variants") or ()),
+                str(row.get("machine") or "x86_64"),
                 str(row["glibc"]),
                 str(row.get("tag") or ""),
                 str(row["source"]),
@@ -127,8 +131,9 @@ def _distros() -> dict[tuple[str, str], tuple[str, str]]:
     return out
 
 
-def torch_floor(version: str, variant: str) -> Floor | None:
-    """The glibc floor of torch `version`'s `variant` Linux x86_64 wheels, or None if unknown."""
+def torch_floor(version: str, variant: str, machine: str = "x86_64") -> Floor | None:
+    """The glibc floor of torch `version`'s `variant` Linux wheels for `machine` ("x86_64",
+    "aarch64"), or None if unknown."""
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -136,6 +141,8 @@ def torch_floor(version: str, variant: str) -> Floor | None:
     except InvalidVersion:
         return None
     for floor in _floors():
+        if floor.machine != machine:
+            continue
         if floor.variants and variant not in floor.variants:
             continue
         if _specifier(floor.releases).contains(v, prereleases=True):

@@ -166,8 +166,17 @@ class DmesgScan:
         return tuple(dict.fromkeys(code for _, code, _ in self.xids))
 
 
+# A device's own message ("pci 0000:00:16.4: bridge window ..."): a record of its own even when
+# the paste indents every line (a log quoted in YAML output or as an indented markdown block),
+# where indentation alone would join the whole paste into one record.
+_DEVICE_MESSAGE_RE = re.compile(rf"^[\w-]+ {_ADDR}: ")
+
+
 def _is_continuation(line: str) -> bool:
-    return line[:1] in (" ", "\t") and not _PREFIX_RE.match(line.lstrip())
+    if line[:1] not in (" ", "\t"):
+        return False
+    rest = line.lstrip()
+    return not _PREFIX_RE.match(rest) and not _DEVICE_MESSAGE_RE.match(rest)
 
 
 # -- one window of the log -------------------------------------------------------------------------

@@ -25,9 +25,10 @@ def within_glibc(
     distro_label: str | None,
     base: Any,
     n: Notes,
+    machine: str,
 ) -> list[Candidate]:
-    """The candidates whose Linux wheels load on the host's glibc (torch.yaml `manylinux`, the
-    distro's glibc from distros.yaml or `c.glibc`); MatrixError when none does."""
+    """The candidates whose Linux `machine` wheels load on the host's glibc (torch.yaml
+    `manylinux`, the distro's glibc from distros.yaml or `c.glibc`); MatrixError when none does."""
     if c.glibc is not None:
         if glibc_key(c.glibc) is None:
             raise UsageError(f"glibc {c.glibc!r} is not a version", "use e.g. 2.27")
@@ -43,7 +44,7 @@ def within_glibc(
     keep: list[Candidate] = []
     dropped: list[tuple[Candidate, Floor]] = []
     for cand in cands:
-        floor = torch_floor(cand.release.version, cand.variant.name)
+        floor = torch_floor(cand.release.version, cand.variant.name, machine)
         needs = glibc_key(floor.glibc) if floor else None
         if floor is not None and needs is not None and have is not None and needs > have:
             dropped.append((cand, floor))

@@ -114,7 +114,7 @@ def _resolve(
     cands = candidates(m, python, target, want_gpu, c.torch_spec, c.cuda)
     distro_id, distro_ver = _distro_key(os_facts, c, m)
     base = m.base_of(distro_id, distro_ver) if m.distro(distro_id, distro_ver) is None else None
-    cands = within_glibc(cands, c, distro_id, distro_ver, distro_label, base, n)
+    cands = within_glibc(cands, c, distro_id, distro_ver, distro_label, base, n, m.machine)
 
     if platform == "wsl":
         driver, chosen = wsl_driver(m, cands, installed, target, n)

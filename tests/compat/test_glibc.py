@@ -75,6 +75,22 @@ def test_torch_floor(version: str, variant: str, needs: str) -> None:
     assert floor is not None and floor.glibc == needs and floor.source
 
 
+@pytest.mark.parametrize(
+    ("version", "variant", "needs", "tag"),
+    [
+        ("1.8.0", "cpu", "2.17", "manylinux2014_aarch64"),
+        ("2.5.1", "cpu", "2.17", "manylinux2014_aarch64"),
+        # x86_64's 2.6.0 cpu wheel is still manylinux1; the aarch64 one is already 2_28
+        ("2.6.0", "cpu", "2.28", "manylinux_2_28_aarch64"),
+        ("2.7.0", "cu128", "2.28", "manylinux_2_28_aarch64"),
+        ("2.16.0", "cu132", "2.28", "manylinux_2_28_aarch64"),
+    ],
+)
+def test_aarch64_floors_are_its_own(version: str, variant: str, needs: str, tag: str) -> None:
+    floor = torch_floor(version, variant, "aarch64")
+    assert floor is not None and (floor.glibc, floor.tag, floor.machine) == (needs, tag, "aarch64")
+
+
 def test_every_shipped_wheel_has_a_floor_and_every_packaged_distro_a_glibc() -> None:
     from egpu_setup.compat.matrix import load_snapshot
 
@@ -82,6 +98,10 @@ def test_every_shipped_wheel_has_a_floor_and_every_packaged_distro_a_glibc() -> 
     for release in m.torch:
         for variant in release.variants:
             assert torch_floor(release.version, variant.name), (release.version, variant.name)
+    for release in m.for_machine("aarch64").torch:
+        for variant in release.variants:
+            floor = torch_floor(release.version, variant.name, "aarch64")
+            assert floor and floor.tag.endswith("_aarch64"), (release.version, variant.name)
     for d in m.distros:
         assert distro_glibc(d.id, d.version_id), d.label
 
@@ -158,6 +178,31 @@ def test_blackwell_on_glibc_2_27_has_no_wheel() -> None:
     with pytest.raises(MatrixError, match=r"loads on glibc 2\.27 \(ubuntu-18\.04\)") as info:
         resolve(None, None, Constraints(distro="ubuntu-18.04", gpu="10de:2b85"))
     assert "glibc >= 2.28" in info.value.hint
+
+
+def test_glibc_227_loads_torch_2_6_on_x86_64_but_not_on_aarch64(cli) -> None:
+    ask = ("resolve", "--distro", "ubuntu-18.04", "--gpu", "10de:2684", "--python", "3.10")
+    ask += ("--torch", "2.6.0", "--cuda", "cpu")
+    r = cli(*ask, "--arch", "x86_64")
+    assert r.returncode == 0, r.stderr
+    assert "2.6.0+cpu" in r.stdout
+    r = cli(*ask, "--arch", "aarch64")
+    assert r.returncode == 2, r.stdout
+    assert r.stderr.startswith(
+        "error: no torch wheel matching the request loads on glibc 2.27 (ubuntu-18.04): "
+        "torch 2.6.0+cpu needs glibc 2.28 (manylinux_2_28_aarch64)"
+    )
+    assert "hint: " in r.stderr and "Traceback" not in r.stderr
+    # without the pin, the arm64 host gets the last manylinux2014 release
+    res = resolve(
+        None,
+        None,
+        Constraints(
+            distro="ubuntu-18.04", gpu="10de:2684", python="3.10", cuda="cpu", machine="aarch64"
+        ),
+    )
+    assert res.torch.version == "2.5.1"
+    assert any("manylinux_2_28_aarch64" in r for r in res.reasons), res.reasons
 
 
 def test_cli_refuses_a_torch_the_distro_cannot_load(cli) -> None:

@@ -513,20 +513,37 @@ CASES: list[Case] = [
         hint="--cuda cpu",
     ),
     # -- arm64 hosts: only what PyTorch and the archives publish for aarch64 ----------------------
-    # 2.7/2.8 built cu128 for aarch64 with 9.0;10.0;12.0 only (pytorch/pytorch PR #146378), so an
-    # Ada card needs 2.9, the first release with x86_64's arch lists on aarch64 (PR #162364).
+    # 2.7 built cu128 for aarch64 with 9.0;10.0;12.0 only (pytorch/pytorch PR #146378), 2.8 cu129
+    # alone with 8.0;9.0;10.0;12.0 (no 2.8.0+cu128 aarch64 wheel: OpenRAL/openral#88), so an Ada
+    # card (8.9 runs sm_80 code) needs 2.8; 2.9 brought x86_64's arch lists to aarch64 (PR #162364).
     Case(
-        "aarch64-ada-before-2.9-has-no-kernels",
-        {**U24, "gpu": "RTX 4090", "machine": "aarch64", "torch_spec": "<2.9"},
+        "aarch64-ada-before-2.8-has-no-kernels",
+        {**U24, "gpu": "RTX 4090", "machine": "aarch64", "torch_spec": "<2.8"},
         error=MatrixError,
-        message="has no kernels in any torch <2.9 wheel",
-        hint="the oldest torch that runs it is 2.9.0 (cu128)",
+        message="has no kernels in any torch <2.8 wheel",
+        hint="the oldest torch that runs it is 2.8.0 (cu129)",
     ),
     Case(
-        "aarch64-blackwell-2.8-cu128",
+        "aarch64-ada-2.8-runs-the-sm80-code-of-cu129",
+        {**U24, "gpu": "RTX 4090", "machine": "aarch64", "torch_spec": "<2.9"},
+        torch="2.8.0+cu129",
+    ),
+    Case(
+        "aarch64-blackwell-2.8-cu129",
         {**U24, "gpu": "RTX 5090", "machine": "aarch64", "torch_spec": "2.8"},
-        torch="2.8.0+cu128",
+        torch="2.8.0+cu129",
         message="aarch64: only the wheels and packages published for aarch64 are planned",
+    ),
+    Case(
+        "aarch64-ampere-2.8-cu129-has-sm80",
+        {**U24, "gpu": "10de:20b0", "machine": "aarch64", "torch_spec": "2.8"},
+        torch="2.8.0+cu129",
+    ),
+    Case(
+        "aarch64-2.8-has-no-cu128-wheel",
+        {**U24, "gpu": "RTX 5090", "machine": "aarch64", "torch_spec": "2.8", "cuda": "cu128"},
+        error=MatrixError,
+        message="torch 2.8.x has no cu128 wheel",
     ),
     Case(
         "aarch64-debian-12-arm64-headers",
