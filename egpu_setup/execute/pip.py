@@ -270,7 +270,6 @@ def install(ctx: Context, step: PipInstall, wanted: str, paths: StatePaths) -> t
             _begin_own_venv(host, step, ctx.run_id)
         except OSError as exc:
             raise _disk_error(host, step.venv, os.strerror(exc.errno or 0)) or exc from exc
-    env["TMPDIR"] = step.temp_dir
     owner = None
     if step.run_as:
         who = account(host, step.run_as)
@@ -289,7 +288,10 @@ def install(ctx: Context, step: PipInstall, wanted: str, paths: StatePaths) -> t
                 try:
                     host.run_checked(
                         argv,
-                        env=env,
+                        # `python -m venv` keeps the default TMPDIR: the venv is not made yet
+                        # (for a user, nor --clear'ed) when it starts, and ensurepip stages
+                        # only pip's own wheel there
+                        env={**env, "TMPDIR": step.temp_dir} if fetches else env,
                         replace_env=True,
                         on_line=show_line,
                         timeout=max(1, int(deadline - time.monotonic())) if fetches else None,
