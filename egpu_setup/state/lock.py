@@ -76,6 +76,16 @@ class RunLock:
                     "wait for it to finish; never delete the lock file",
                 ) from exc
             raise
+        # release() empties the file: a name still in it is a run that died holding the lock
+        # (kill -9, a power cut), whose flock the kernel dropped with it
+        prior = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        if prior:  # the logger escapes control characters in its arguments (egpu_setup/log.py)
+            log.warning(
+                "taking over the run lock %s from a run that ended without releasing it (%s): "
+                "this run finishes what that one left",
+                self.path,
+                prior.splitlines()[0],
+            )
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
