@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.host.process import SYSTEM_PATH, home_of, passed_on
 from egpu_setup.plan.steps import PipInstall
 from egpu_setup.plan.venv import venv_state
-from egpu_setup.state.atomic import clean_temp_files, empty_dir, make_dirs
+from egpu_setup.state.atomic import clean_temp_files, empty_dir, make_dirs, remove_dir
 from egpu_setup.state.paths import MARK_VENV, StatePaths
 
 # pip/uv settings that could add a second source (dependency confusion) or a system install
@@ -88,6 +89,7 @@ class Account:
     name: str
     uid: int
     home: str
+    gid: int = -1  # -1: the temp directory made for it keeps root's group (fchown(2))
 
 
 def installer_env(
@@ -126,11 +128,12 @@ def account(host: Host, name: str) -> Account:
             raise EgpuSetupError(
                 f"user {name} (SUDO_USER) does not exist", "run without sudo's -u"
             ) from exc
-        return Account(name, pw.pw_uid, pw.pw_dir)
+        return Account(name, pw.pw_uid, pw.pw_dir, pw.pw_gid)
     for line in (host.read("/etc/passwd") or "").splitlines():
         fields = line.split(":")
         if len(fields) >= 7 and fields[0] == name and fields[2].isdigit():
-            return Account(name, int(fields[2]), fields[5])
+            gid = int(fields[3]) if fields[3].isdigit() else -1
+            return Account(name, int(fields[2]), fields[5], gid)
     raise EgpuSetupError(
         f"user {name} is not in {host.root}/etc/passwd", "create the user in the image first"
     )
@@ -154,36 +157,30 @@ def commands(step: PipInstall, uv: str | None) -> list[list[str]]:
         return _offline_commands(step, uv, py)
     out.extend(_venv_command(step))
     if uv:
-        out.append(
-            [
-                uv,
-                "pip",
-                "install",
-                "--no-config",
-                "--compile-bytecode",
-                "--python",
-                py,
-                *installer_index(step.index_url, uv=True)[0],
-                *step.requirements,
-            ]
-        )
+        head = [uv, "pip", "install", "--no-config", "--compile-bytecode", "--python", py]
+        source = installer_index(step.index_url, uv=True)[0]
     else:
-        out.append(
-            [
-                py,
-                "-I",
-                "-m",
-                "pip",
-                "install",
-                "--progress-bar",
-                "on",
-                "--timeout",
-                str(stall_timeout(step)),
-                *installer_index(step.index_url, uv=False)[0],
-                *step.requirements,
-            ]
-        )
+        head = [py, "-I", "-m", "pip", "install", "--progress-bar", "on"]
+        source = ["--timeout", str(stall_timeout(step))]
+        source += installer_index(step.index_url, uv=False)[0]
+    if step.repair:
+        out.append([*head, *source, *_reinstall(uv), *step.repair])
+    out.append([*head, *source, *step.requirements])
     return _as_user(step, out)
+
+
+def _reinstall(uv: str | None) -> list[str]:
+    """Reinstall exactly what is named, nothing it depends on: pip's --force-reinstall
+    (uninstall by RECORD, then install) and --no-deps; uv's --reinstall is the same
+    (`uv pip install --help`: "Reinstall all packages, regardless of whether they're already
+    installed"), limited to the names given by --no-deps."""
+    return ["--reinstall" if uv else "--force-reinstall", "--no-deps"]
+
+
+def repair_file(step: PipInstall) -> str:
+    """Offline, the requirements file of the step's repairs: beside the checked copy of the
+    bundle's (`_pinned_requirements` writes it), its lines for exactly those, hashes and all."""
+    return os.path.join(os.path.dirname(str(step.requirements_file)), "repair.txt")
 
 
 def stall_timeout(step: PipInstall) -> int:
@@ -231,21 +228,15 @@ def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[st
     """From an offline bundle: no index at all, every file checked against its --hash."""
     out: list[list[str]] = []
     out.extend(_venv_command(step))
-    offline = [
-        "--no-index",
-        "--find-links",
-        str(step.find_links),
-        "--require-hashes",
-        "-r",
-        str(step.requirements_file),
-    ]
+    source = ["--no-index", "--find-links", str(step.find_links), "--require-hashes"]
     if uv:
-        out.append(
-            [uv, "pip", "install", "--no-config", "--compile-bytecode", "--offline"]
-            + ["--python", py, *offline]
-        )
+        head = [uv, "pip", "install", "--no-config", "--compile-bytecode", "--offline"]
+        head += ["--python", py]
     else:
-        out.append([py, "-I", "-m", "pip", "install", "--progress-bar", "on", *offline])
+        head = [py, "-I", "-m", "pip", "install", "--progress-bar", "on"]
+    if step.repair:
+        out.append([*head, *source, *_reinstall(uv), "-r", repair_file(step)])
+    out.append([*head, *source, "-r", str(step.requirements_file)])
     return _as_user(step, out)
 
 
@@ -279,33 +270,67 @@ def install(ctx: Context, step: PipInstall, wanted: str, paths: StatePaths) -> t
             _begin_own_venv(host, step, ctx.run_id)
         except OSError as exc:
             raise _disk_error(host, step.venv, os.strerror(exc.errno or 0)) or exc from exc
+    owner = None
+    if step.run_as:
+        who = account(host, step.run_as)
+        owner = (who.uid, who.gid)
     with _pinned_requirements(step) as pinned, _bundle_seen_from(host, pinned) as seen:
         argvs = commands(seen, uv)
-        for i, argv in enumerate(argvs):
-            # the whole environment, not added to ours: the source variables it drops stay
-            # dropped; the install (the last command) has the step's deadline, the venv none
-            last = i == len(argvs) - 1
-            try:
-                host.run_checked(
-                    argv,
-                    env=env,
-                    replace_env=True,
-                    on_line=show_line,
-                    timeout=step.download_timeout if last else None,
-                )
-            except ExecutionError as exc:
-                if last and uv:
-                    _drop_from_uv_cache(host, step, uv, env, exc.stderr_tail)
-                if last and exc.rc is None:  # run_checked's deadline: the session was ended
-                    raise _missed_deadline(step) from exc
-                raise _disk_error(host, step.venv, exc.stderr_tail) or exc from exc
-            # neither venv nor pip/uv fsyncs what it writes: the step is done (journal,
-            # manifest, the venv's mark) only once it is on disk, or a power cut leaves a venv
-            # a later run would trust (plan/installed.py judges what is there)
-            _make_durable(host, step.venv)
-            if i == 0 and step.create_venv and step.run_as:  # a user's: made by them first
-                mark_venv(host, step.venv, ctx.run_id)
+        made = len(_venv_command(step))  # the commands before these make the venv
+        deadline = time.monotonic() + step.download_timeout
+        try:
+            for i, argv in enumerate(argvs):
+                if i == made:
+                    _fresh_temp_dir(host, step, owner)
+                # the whole environment, not added to ours: the source variables it drops stay
+                # dropped; the downloads (a repair, then the install) share the step's deadline
+                fetches = i >= made
+                try:
+                    host.run_checked(
+                        argv,
+                        # `python -m venv` keeps the default TMPDIR: the venv is not made yet
+                        # (for a user, nor --clear'ed) when it starts, and ensurepip stages
+                        # only pip's own wheel there
+                        env={**env, "TMPDIR": step.temp_dir} if fetches else env,
+                        replace_env=True,
+                        on_line=show_line,
+                        timeout=max(1, int(deadline - time.monotonic())) if fetches else None,
+                    )
+                except ExecutionError as exc:
+                    if fetches and uv:
+                        _drop_from_uv_cache(host, step, uv, env, exc.stderr_tail)
+                    if fetches and exc.rc is None:  # run_checked's deadline: session ended
+                        raise _missed_deadline(step) from exc
+                    raise _disk_error(host, step.venv, exc.stderr_tail) or exc from exc
+                # neither venv nor pip/uv fsyncs what it writes: the step is done (journal,
+                # manifest, the venv's mark) only once it is on disk, or a power cut leaves a
+                # venv a later run would trust (plan/installed.py judges what is there)
+                _make_durable(host, step.venv)
+                if i == 0 and step.create_venv and step.run_as:  # a user's: made by them first
+                    mark_venv(host, step.venv, ctx.run_id)
+        finally:
+            _remove_temp_dir(host, step)
     return "done", f"with {'uv' if uv else 'pip'}"
+
+
+def _fresh_temp_dir(host: Host, step: PipInstall, owner: tuple[int, int] | None) -> None:
+    """The installer's TMPDIR (PipInstall.temp_dir), empty: what a killed run's pip left
+    there (a half-downloaded multi-GB wheel) would take the space preflight counted on. Made
+    0700 by descriptor walk (state/atomic.py), the installer's user's when it runs as one."""
+    where = host.location(step.temp_dir)
+    try:
+        make_dirs(where, anchor=host.root, mode=0o700, owner=owner)
+        empty_dir(where, anchor=host.root)
+    except OSError as exc:
+        raise _disk_error(host, step.venv, os.strerror(exc.errno or 0)) or exc from exc
+
+
+def _remove_temp_dir(host: Host, step: PipInstall) -> None:
+    """Best effort: a temp directory left (a kill) is emptied by the next run."""
+    where = host.location(step.temp_dir)
+    with contextlib.suppress(OSError):
+        empty_dir(where, anchor=host.root)
+        remove_dir(where, anchor=host.root)
 
 
 def state_cache(paths: StatePaths, uv: bool) -> dict[str, str]:
@@ -458,9 +483,35 @@ def _pinned_requirements(step: PipInstall) -> Iterator[PipInstall]:
         copy = Path(tmp) / "requirements.txt"
         copy.write_bytes(data)  # type: ignore[arg-type]
         copy.chmod(0o644)
-        yield dataclasses.replace(step, requirements_file=str(copy))
+        pinned = dataclasses.replace(step, requirements_file=str(copy))
+        if step.repair:
+            lines = pinned_lines(data.decode(), step.repair)  # type: ignore[union-attr]
+            Path(repair_file(pinned)).write_text(lines)
+            os.chmod(repair_file(pinned), 0o644)
+        yield pinned
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pinned_lines(text: str, wanted: tuple[str, ...]) -> str:
+    """The lines of a bundle's requirements file (`NAME==VERSION --hash=sha256:...` each,
+    bundle/wheels.py) that pin exactly the NAME==VERSION in `wanted`, names compared
+    normalised. One the bundle does not pin at that version is left out: pip then replaces
+    it in the normal install, or the next plan names it again."""
+    keys = {_pin_key(w) for w in wanted}
+    kept = [
+        line
+        for line in text.splitlines()
+        if _pin_key(line.split()[0] if line.split() else "") in keys
+    ]
+    return "".join(f"{line}\n" for line in kept)
+
+
+def _pin_key(pin: str) -> tuple[str, str]:
+    from packaging.utils import canonicalize_name
+
+    name, _, version = pin.partition("==")
+    return canonicalize_name(name), version
 
 
 def _refuse_foreign_venv(venv: str) -> None:

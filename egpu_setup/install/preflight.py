@@ -23,6 +23,13 @@ from egpu_setup.state.paths import StatePaths
 DRIVER_BYTES = 2 * 1024**3
 TORCH_CPU_BYTES = 1 * 1024**3
 TORCH_CUDA_BYTES = 7 * 1024**3
+# What pip downloads into its TMPDIR before it installs from the wheel, beside the venv
+# (execute/pip.py points TMPDIR into the venv: PipInstall.temp_dir): torch 2.13.0+cpu with its
+# dependencies is 202 MB fetched (docs/testing.md, bundle_fetch); a CUDA build with its nvidia-*
+# wheels about 3.0 GB (torch 2.5.1+cu124 and its pins, their sizes on
+# https://download.pytorch.org/whl/cu124/ and https://pypi.org/project/nvidia-cudnn-cu12/).
+TORCH_CPU_WHEELS = 256 * 1024**2
+TORCH_CUDA_WHEELS = 4 * 1024**3
 APT_CACHE = "/var/cache/apt/archives"  # where apt-get downloads the .debs it installs
 
 
@@ -95,8 +102,10 @@ class SpaceNeed:
 
 def space_needs(plan: Plan, host: Host) -> tuple[SpaceNeed, ...]:
     """The disk space the plan's downloads and installs take, per filesystem: the driver's
-    packages in the apt cache, torch in its venv (a CPU or a CUDA wheel)."""
+    packages in the apt cache, torch in its venv (a CPU or a CUDA wheel) and the wheels pip
+    downloads into its temporary directory first (inside the venv, so on its filesystem)."""
     needs: dict[str, int] = {}
+    beside: dict[str, str] = {}  # a path -> the one whose filesystem it is on by construction
     for step in plan.steps:
         if isinstance(step, AptInstall) and any("nvidia" in p for p in step.packages):
             needs[APT_CACHE] = needs.get(APT_CACHE, 0) + DRIVER_BYTES
@@ -104,10 +113,14 @@ def space_needs(plan: Plan, host: Host) -> tuple[SpaceNeed, ...]:
             cpu = all("+cpu" in r or not r.startswith("torch") for r in step.requirements)
             need = TORCH_CPU_BYTES if cpu else TORCH_CUDA_BYTES
             needs[step.venv] = needs.get(step.venv, 0) + need
+            wheels = TORCH_CPU_WHEELS if cpu else TORCH_CUDA_WHEELS
+            needs[step.temp_dir] = needs.get(step.temp_dir, 0) + wheels
+            beside[step.temp_dir] = step.venv
     live = host.kind != "recorded"  # a recording's folder is not the machine's disk
     by_fs: dict[object, tuple[list[str], int, int | None]] = {}
     for path, need in needs.items():
-        key = (host.filesystem_of(path) if live else None) or path  # unknown: its own
+        on = beside.get(path, path)
+        key = (host.filesystem_of(on) if live else None) or on  # unknown: its own
         paths, total, _ = by_fs.get(key, ([], 0, None))
         by_fs[key] = ([*paths, path], total + need, host.free_bytes(path) if live else None)
     return tuple(SpaceNeed(tuple(p), need, free) for p, need, free in by_fs.values())

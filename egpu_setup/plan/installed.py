@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
@@ -121,6 +122,16 @@ def dpkg_interrupted(host: Host) -> str | None:
 
 
 @dataclass(frozen=True)
+class Damaged:
+    """An installed distribution whose files fail the RECORD check (`_missing`)."""
+
+    info: str  # its .dist-info directory
+    version: str
+    why: str
+    has_record: bool  # pip can reinstall it (--force-reinstall uninstalls by RECORD first)
+
+
+@dataclass(frozen=True)
 class VenvContents:
     """What one pass over a venv's distributions found (each RECORD checked once: for torch
     that is 12,000 file sizes, too many to read twice per plan)."""
@@ -129,25 +140,71 @@ class VenvContents:
     versions: dict[str, str] | None
     # dist-info (or pip stash) name -> what it lacks, for each install that did not finish
     incomplete: dict[str, str]
+    # normalised name -> the damaged distribution, for each dist-info in `incomplete`
+    damaged: dict[str, Damaged] = field(default_factory=dict)
+    # normalised name -> the names its METADATA requires (Requires-Dist, extras left out)
+    requires: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def damaged_closure(self, names: Iterable[str]) -> dict[str, Damaged]:
+        """The damaged distributions among `names` and what they require, transitively (a
+        short file of numpy breaks torch as surely as one of torch's own)."""
+        seen: set[str] = set()
+        todo: list[str] = [canonicalize_name(n) for n in names]
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(self.requires.get(name, ()))
+        return {name: self.damaged[name] for name in sorted(seen) if name in self.damaged}
 
 
 def venv_contents(host: Host, venv: str) -> VenvContents:
     has_python = host.exists(f"{venv}/bin/python")
     versions: dict[str, str] = {}
     incomplete: dict[str, str] = {}
+    damaged: dict[str, Damaged] = {}
+    requires: dict[str, tuple[str, ...]] = {}
     for info in _dist_infos(host, venv):
+        meta = host.read(f"{info}/METADATA", 16384) or ""
+        dirname = info.rpartition("/")[2]
+        # the directory's own name-version (the specification above: `{name}-{version}`,
+        # the name's dashes made underscores), which a METADATA cut short still has
+        name, _, version = dirname.removesuffix(".dist-info").partition("-")
+        key = canonicalize_name(_field(meta, "Name") or name)
+        requires[key] = parse_requires(meta)
         missing = _missing(host, info)
         if missing is not None:
-            incomplete[info.rpartition("/")[2]] = missing
+            incomplete[dirname] = missing
+            damaged[key] = Damaged(
+                info, _field(meta, "Version") or version, missing, missing != "no RECORD"
+            )
             continue
-        meta = host.read(f"{info}/METADATA", 16384) or ""
-        name = re.search(r"^Name:\s*(\S+)", meta, re.M)
-        version = re.search(r"^Version:\s*(\S+)", meta, re.M)
-        if name and version:
-            versions[canonicalize_name(name.group(1))] = version.group(1)
+        if _field(meta, "Name") and _field(meta, "Version"):
+            versions[key] = str(_field(meta, "Version"))
     for stash in _stashes(host, venv):
         incomplete[stash.rpartition("/")[2]] = "what a pip killed while uninstalling moved aside"
-    return VenvContents(versions if has_python else None, incomplete)
+    return VenvContents(versions if has_python else None, incomplete, damaged, requires)
+
+
+def _field(meta: str, name: str) -> str | None:
+    m = re.search(rf"^{name}:\s*(\S+)", meta, re.M)
+    return m.group(1) if m else None
+
+
+def parse_requires(meta: str) -> tuple[str, ...]:
+    """The normalised names a METADATA text's Requires-Dist lines name, those only an extra
+    asks for left out (`; extra == "..."`): what installing the distribution pulls in."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = []
+    for line in re.findall(r"^Requires-Dist:[ \t]*(.+)$", meta, re.M):
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or "extra" not in str(req.marker):
+            out.append(canonicalize_name(req.name))
+    return tuple(out)
 
 
 def venv_versions(host: Host, venv: str) -> dict[str, str] | None:

@@ -166,11 +166,23 @@ class PipInstall(Step):
     rebuild_venv: bool = False
     requirements_sha256: str | None = None  # the executor installs only from these bytes
     download_timeout: int = DEFAULT_DOWNLOAD_TIMEOUT  # the install's deadline (execute/pip.py)
+    # NAME==VERSION of each installed distribution whose files fail its RECORD (a venv not
+    # egpu-setup's own, so not rebuilt): reinstalled first, --force-reinstall --no-deps
+    repair: tuple[str, ...] = ()
+
+    @property
+    def temp_dir(self) -> str:
+        """The installer's TMPDIR (0700, its own): inside the venv, so what pip downloads and
+        unpacks lands on the venv's filesystem, the one preflight counted, and a small /tmp
+        (a tmpfs) cannot fail a multi-GB CUDA install; removed after the step."""
+        return f"{self.venv.rstrip('/')}/.egpu-setup-tmp"
 
     def describe(self) -> str:
         create = f"create venv {self.venv}; " if self.create_venv else ""
         if self.rebuild_venv:
             create = f"rebuild the half-made venv {self.venv}; "
+        if self.repair:
+            create += f"reinstall the damaged {' '.join(self.repair)}; "
         who = f" as {self.run_as}" if self.run_as else ""
         source = (
             f" offline from {self.find_links} (hashes from {self.requirements_file})"

@@ -3,17 +3,22 @@ first python3.X-venv where the Python lacks ensurepip, and a half-made venv rebu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from packaging.utils import canonicalize_name
 
 from egpu_setup.compat.index_url import check_index_url
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
-from egpu_setup.plan.installed import venv_contents
+from egpu_setup.plan.installed import VenvContents, venv_contents
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, PipInstall, Step
 from egpu_setup.plan.venv import missing_venv_package, venv_state
 from egpu_setup.resolve.resolution import Resolution
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 
 def torch_steps(
@@ -32,16 +37,24 @@ def torch_steps(
     half_made = venv_state(host, options.venv, contents.incomplete) == "half-made"
     installed = None if half_made else contents.versions
     missing: list[str] = []
+    wanted: dict[str, Requirement] = {}
     for text in torch.requirements:
         try:
             req = Requirement(text)
         except InvalidRequirement as exc:
             raise UsageError(f"torch requirement {text!r}: {exc}", "check --torch") from exc
+        wanted[canonicalize_name(req.name)] = req
         have = (installed or {}).get(canonicalize_name(req.name))
         if have is None or not req.specifier.contains(have, prereleases=True):
             missing.append(text)
-    if not missing:
+    repair = () if half_made else _repairs(contents, wanted, options.venv)
+    if not missing and not repair:
         return []
+    for text in repair:
+        name = canonicalize_name(text.partition("==")[0])
+        warnings.append(
+            f"{options.venv}: {text} is damaged ({contents.damaged[name].why}): reinstalled"
+        )
     if half_made:
         broken = contents.incomplete
         what = (
@@ -70,6 +83,7 @@ def torch_steps(
                 rebuild_venv=half_made,
                 download_timeout=options.download_timeout,
                 requirements_sha256=b.requirements_sha256,
+                repair=repair,
             ),
         ]
     index = check_index_url(options.index_url or torch.index_url)
@@ -86,8 +100,33 @@ def torch_steps(
             reason=why,
             rebuild_venv=half_made,
             download_timeout=options.download_timeout,
+            repair=repair,
         ),
     ]
+
+
+def _repairs(contents: VenvContents, wanted: dict[str, Requirement], venv: str) -> tuple[str, ...]:
+    """NAME==VERSION of each damaged distribution (plan/installed.py: a file RECORD lists gone
+    or short) that the requirements stand on, in a venv egpu-setup does not rebuild (not its
+    own: a user's, or one root made by hand). pip calls such a venv's torch "already
+    satisfied" and leaves it broken, so the step reinstalls exactly these, at the version
+    there, before its normal install; one whose version the requirement does not want is
+    replaced by that install anyway. A dist-info without RECORD cannot be reinstalled (pip
+    uninstalls by RECORD first, and refuses): said, nothing changed."""
+    damaged = contents.damaged_closure(wanted)
+    for name, d in damaged.items():
+        if not d.has_record:
+            raise UsageError(
+                f"{venv}: {d.info} has no RECORD, so pip can neither reinstall nor uninstall "
+                f"{name} {d.version}; nothing was changed",
+                f"remove that folder and {name}'s own files from the venv (or pass --venv "
+                "NEW_PATH), then run again",
+            )
+    return tuple(
+        f"{name}=={d.version}"
+        for name, d in damaged.items()
+        if name not in wanted or wanted[name].specifier.contains(d.version, prereleases=True)
+    )
 
 
 def _venv_package_step(

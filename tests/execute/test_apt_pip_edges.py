@@ -260,7 +260,7 @@ def test_account_comes_from_the_targets_passwd(tmp_path: Path) -> None:
         "root:x:0:0:root:/root:/bin/bash\nlab:x:1234:1234:Lab,,,:/srv/lab:/bin/bash\n"
     )
     assert execute_pip.account(RootHost(tmp_path), "lab") == execute_pip.Account(
-        "lab", 1234, "/srv/lab"
+        "lab", 1234, "/srv/lab", 1234
     )
     with pytest.raises(EgpuSetupError, match="not in"):
         execute_pip.account(RootHost(tmp_path), "ghost")

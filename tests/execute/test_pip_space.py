@@ -117,3 +117,53 @@ def test_a_read_only_state_directory_is_said_and_the_next_run_converges(
         subprocess.run(["mount", "-o", "remount,rw", str(fs.mount)], check=True)
         install_torch(venv, PROBE, index.url)
         _converged(venv, index)
+
+
+_SMALL_TMP_CHILD = """
+import subprocess, sys
+sys.path.insert(0, {tests!r})
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", "/tmp"], check=True)
+from pathlib import Path
+from helpers.pip_install import install_torch
+install_torch(Path({venv!r}), ("egpu-probe==1.0",), {index!r})
+"""
+
+
+def test_a_small_tmp_cannot_fail_the_install(tmp_path: Path) -> None:
+    """In a mount namespace of its own, /tmp is a 4 MiB tmpfs (room for ensurepip's pip wheel)
+    and the wheel is 6 MB that does not compress: pip downloads into TMPDIR, which the step points into the venv
+    (PipInstall.temp_dir, the filesystem preflight counted), so the install goes through and
+    leaves no temp directory behind."""
+    import base64
+    import shutil
+    import sys
+    import tempfile
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1)")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    pad = base64.b64encode(os.urandom(4_500_000)).decode()
+    whl = _pypi_index.build_wheel(wheels, "egpu-probe", "1.0", f"PAD = {pad!r}\n", script=True)
+    assert whl.stat().st_size > 5 * 2**20  # more than all of /tmp
+    # outside /tmp, which the child's namespace covers
+    base = Path(tempfile.mkdtemp(prefix="egpu-setup-smalltmp-", dir="/var/tmp"))
+    try:
+        venv = base / "venv"
+        code = _SMALL_TMP_CHILD.format(
+            tests=str(Path(__file__).parents[1]), venv=str(venv), index="{index}"
+        )
+        with _pypi_index.LocalIndex([whl]) as idx:
+            res = subprocess.run(
+                [str(shutil.which("unshare")), "-m", "--propagation", "private", "--"]
+                + [sys.executable, "-c", code.replace("'{index}'", repr(idx.url))],
+                env={**os.environ, "EGPU_SETUP_STATE_DIR": str(base / "state")},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert res.returncode == 0, res.stderr[-3000:]
+            assert not (venv / ".egpu-setup-tmp").exists()
+            _converged(venv, idx)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

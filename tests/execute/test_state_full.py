@@ -91,7 +91,12 @@ def test_a_venv_on_a_filesystem_too_small_is_refused_before_any_change(
     """torch into a venv on a 256 KiB tmpfs: the dry run's figures name it, and preflight
     stops the run naming the path and both sizes, before the venv exists."""
     from egpu_setup.host.machine import LiveHost
-    from egpu_setup.install.preflight import TORCH_CPU_BYTES, SpaceNeed, space_needs
+    from egpu_setup.install.preflight import (
+        TORCH_CPU_BYTES,
+        TORCH_CPU_WHEELS,
+        SpaceNeed,
+        space_needs,
+    )
     from helpers.pip_install import plan_torch
 
     mount = tmp_path / "small"
@@ -102,12 +107,14 @@ def test_a_venv_on_a_filesystem_too_small_is_refused_before_any_change(
         plan = plan_torch(venv, ("egpu-probe==1.0",), "http://127.0.0.1:9/simple/")
         free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
         needs = space_needs(plan, LiveHost())
-        assert needs == (SpaceNeed((str(venv),), TORCH_CPU_BYTES, free),)
+        temp = f"{venv}/.egpu-setup-tmp"
+        assert needs == (SpaceNeed((str(venv), temp), TORCH_CPU_BYTES + TORCH_CPU_WHEELS, free),)
         assert needs[0].short
         with pytest.raises(EgpuSetupError) as caught:
             _preflight(plan, venv, state)
         assert caught.value.message == (
-            f"not enough disk space: about 1.0 GiB in {venv} (0.0 GiB free); nothing was changed"
+            f"not enough disk space: about 1.2 GiB in {venv} and {temp} (0.0 GiB free); "
+            "nothing was changed"
         )
         assert caught.value.hint and str(venv) in caught.value.hint
         assert not venv.exists()
@@ -123,3 +130,32 @@ def _preflight(plan: Plan, venv: Path, state: Path) -> None:
 
     options = PlanOptions(only=frozenset({"torch"}), venv=str(venv), target="live")
     preflight(plan, LiveHost(), StatePaths.for_root(Path("/")), values.facts(), options)
+
+
+def test_the_installers_temporary_files_are_counted_on_the_venvs_filesystem(
+    tmp_path: Path,
+) -> None:
+    """A real tmpfs with room for torch's venv (TORCH_CPU_BYTES) but not for the wheels pip
+    downloads into its TMPDIR beside it: refused, the temp directory named (a tmpfs takes no
+    memory until written, so 1.1 GiB costs nothing here)."""
+    from egpu_setup.host.machine import LiveHost
+    from egpu_setup.install.preflight import TORCH_CPU_BYTES, TORCH_CPU_WHEELS, space_needs
+    from helpers.pip_install import plan_torch
+
+    mount = tmp_path / "venv-fs"
+    mount.mkdir()
+    size = TORCH_CPU_BYTES + TORCH_CPU_WHEELS // 2
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], check=True)
+    try:
+        venv = mount / "venv"
+        plan = plan_torch(venv, ("torch==2.13.0+cpu",), "http://127.0.0.1:9/simple/")
+        (need,) = space_needs(plan, LiveHost())
+        assert need.paths == (str(venv), f"{venv}/.egpu-setup-tmp")
+        assert need.free is not None and TORCH_CPU_BYTES < need.free < need.need
+        assert need.short
+        with pytest.raises(EgpuSetupError) as caught:
+            _preflight(plan, venv, tmp_path / "state")
+        assert f"{venv}/.egpu-setup-tmp" in caught.value.message
+        assert not venv.exists()
+    finally:
+        subprocess.run(["umount", "-l", mount], check=True)

@@ -27,17 +27,24 @@ TORCH_SPEC = "torch==2.13.0"
 
 
 def build_wheel(
-    directory: Path, name: str, version: str, body: str = "", *, script: bool = False
+    directory: Path,
+    name: str,
+    version: str,
+    body: str = "",
+    *,
+    script: bool = False,
+    requires: tuple[str, ...] = (),
 ) -> Path:
     """A minimal, valid pure-Python wheel (METADATA, WHEEL, RECORD with hashes); `script`: a
     console script named `name` (entry_points.txt), which the installer writes into bin/ as
-    torch's torchrun is."""
+    torch's torchrun is; `requires`: its Requires-Dist lines."""
     mod = name.replace("-", "_")
     dist = f"{mod}-{version}"
     files = {
         f"{mod}/__init__.py": f"__version__ = {version!r}\ndef main():\n    print(__version__)\n"
         + body,
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: egpu-setup-tests\n"
         "Root-Is-Purelib: true\nTag: py3-none-any\n",
     }

@@ -9,7 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from egpu_setup.install.preflight import APT_CACHE, DRIVER_BYTES, TORCH_CUDA_BYTES
+from egpu_setup.install.preflight import (
+    APT_CACHE,
+    DRIVER_BYTES,
+    TORCH_CUDA_BYTES,
+    TORCH_CUDA_WHEELS,
+)
 
 HOST = Path(__file__).parents[1] / "fixtures" / "hosts" / "fresh-debian12-no-venv"
 VENV = "/opt/egpu-setup/venv"
@@ -29,10 +34,14 @@ def test_the_dry_run_shows_the_space_the_plan_needs() -> None:
     lines = [line for line in res.stdout.splitlines() if line.startswith("Disk space:")]
     assert lines == [
         f"Disk space: about 2.0 GiB in {APT_CACHE} (free space unknown)",
-        f"Disk space: about 7.0 GiB in {VENV} (free space unknown)",
+        f"Disk space: about 11.0 GiB in {VENV} and {VENV}/.egpu-setup-tmp (free space unknown)",
     ]
     data = json.loads(_dry_run("--json").stdout)
     assert data["space_needed"] == [
         {"paths": [APT_CACHE], "bytes": DRIVER_BYTES, "free_bytes": None},
-        {"paths": [VENV], "bytes": TORCH_CUDA_BYTES, "free_bytes": None},
+        {
+            "paths": [VENV, f"{VENV}/.egpu-setup-tmp"],
+            "bytes": TORCH_CUDA_BYTES + TORCH_CUDA_WHEELS,
+            "free_bytes": None,
+        },
     ]
