@@ -3,9 +3,11 @@
 No GPU exists here, so the child runs against the CUDA stand-in (tests/helpers/cuda_standin.py):
 recorded device properties, bus ids, arch lists, bandwidthTest GB/s and torch.matmul TFLOPS of
 real cards (tests/data/real/cuda/values.yaml) replayed through the same child code, while the
-training really computes on the CPU. Each scenario below is one child run; the tests assert what
+training really computes on the CPU. A ROCm build is the same stand-in with torch.version.hip
+set and a Radeon from a real rocminfo paste (tests/data/real/rocminfo/), its gcnArchName the
+agent's gfx target: the scenarios oculink-rx7900xtx, rocm-wrong-gfx and rocm-verify. Each scenario below is one child run; the tests assert what
 it reported, and the last test shows that together they execute every line of
-egpu_setup/verify/_child.py except the few listed in UNEXECUTED, each with its reason.
+egpu_setup/verify/_child.py except those listed in UNEXECUTED (none today), each with its reason.
 """
 
 from __future__ import annotations
