@@ -93,6 +93,11 @@ COMMANDS = {
     "boltctl": ["boltctl", "list", "--all"],
     "dmesg": ["dmesg"],
     "mokutil": ["mokutil", "--sb-state"],
+    # AMD's tools where installed, with the argv detect/rocm.py's probes run, so a recording
+    # replays what they read (rocm-smi: the older tool amd-smi replaced)
+    "rocminfo": ["rocminfo"],
+    "amd-smi": ["amd-smi", "static"],
+    "rocm-smi": ["rocm-smi"],
 }
 # root-only inputs: the kernel log (dmesg_restrict, Documentation/admin-guide/sysctl/kernel.rst)
 # stays readable by the bundle's owner alone

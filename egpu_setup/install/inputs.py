@@ -136,6 +136,10 @@ def render(
 
     if not only & {"driver", "config"}:
         return RenderSet(files=(), commands=(), notes=())
+    if resolution.driver.action == "in-kernel":  # amdgpu: the AMD eGPU's own rule (render/amd.py)
+        from egpu_setup.render.amd import render_amd_set
+
+        return render_amd_set(facts, profile, options.mode or profile.mode)
     return render_set(
         facts,
         profile,

@@ -1,11 +1,11 @@
-"""What an AMD GPU's plan holds besides the firmware package and the torch ROCm venv.
+"""What an AMD GPU's plan holds besides the firmware package, its udev rule and the torch venv.
 
-amdgpu is part of the kernel and binds the GPU by itself, so there is no driver branch, and the
-hot-plug configuration egpu-setup renders (nouveau blacklist, NVIDIA module options, the units
-that load the NVIDIA modules and start nvidia-persistenced, the kernels hook for the NVIDIA
-module) is NVIDIA's: none of it is planned. What ROCm needs of the machine is that the user who
-runs torch may open /dev/kfd and /dev/dri/renderD*, which belong to the render group (video on
-older systems): ROCT-Thunk-Interface README (https://github.com/ROCm/ROCT-Thunk-Interface),
+amdgpu is part of the kernel and binds the GPU by itself, so there is no driver branch, and
+NVIDIA's hot-plug configuration (nouveau blacklist, module options, the units that load the
+NVIDIA modules and start nvidia-persistenced, the kernels hook for the NVIDIA module) is not
+planned; the AMD eGPU's own udev rule (runtime PM off) is render/amd.py's. What ROCm needs of
+the machine is that the user who runs torch may open /dev/kfd and /dev/dri/renderD*, which
+belong to the render group (video on older systems): ROCT-Thunk-Interface README (https://github.com/ROCm/ROCT-Thunk-Interface),
 and the answers of https://github.com/ROCm/legacy-rocm-build/issues/2232 (both groups, then log
 in again). rocminfo without them: "Unable to open /dev/kfd read-write: Permission denied"
 (tests/data/real/rocminfo/).
@@ -44,8 +44,8 @@ def amd_steps(host: Host, options: PlanOptions, notes: list[str]) -> list[Step]:
     know (appended to `notes`, the plan's warnings) otherwise."""
     user = options.sudo_user if options.sudo_uid not in (None, 0) else None
     notes.append(
-        "amdgpu is part of the kernel and binds the GPU itself: no driver branch and none of the "
-        "NVIDIA hot-plug files (udev, modprobe, units) are planned"
+        "amdgpu is part of the kernel and binds the GPU itself: no driver branch and none of "
+        "NVIDIA's hot-plug files (modprobe, units); one udev rule keeps the eGPU's runtime PM off"
     )
     if user is None or not _USER.fullmatch(user):
         notes.append(

@@ -72,9 +72,9 @@ def build_plan(
 
     driver = driver_steps(facts, resolution, host, options, warnings)
     if is_amd_plan(resolution):
-        # amdgpu is in the kernel: the firmware, the user's groups, the torch venv (plan/amd.py)
+        # amdgpu is in the kernel: the firmware, the user's groups, the torch venv (plan/amd.py);
+        # its hot-plug files are render/amd.py's, none of NVIDIA's
         driver += amd_steps(host, options, warnings)
-        rendered_files, commands, links = (), (), ()
     file_steps, unit_steps, cmd_steps = config_steps(
         rendered_files, host, options, manifest, commands, facts
     )

@@ -31,7 +31,8 @@ def driver_steps(
     if driver.source == "nvidia-repo" and driver.repo is not None:
         steps.append(_nvidia_repo_step(driver.repo))
     elif driver.apt_components:
-        step = _components_step(host, tuple(driver.apt_components), codename, os_id, warnings)
+        what = "the AMD GPU firmware" if driver.action == "in-kernel" else "the NVIDIA driver"
+        step = _components_step(host, tuple(driver.apt_components), codename, os_id, warnings, what)
         if step is not None:
             steps.append(step)
     installed = installed_packages(host)
@@ -190,7 +191,12 @@ def _bundle_driver_steps(driver: DriverPlan, host: Host, options: PlanOptions) -
 
 
 def _components_step(
-    host: Host, components: tuple[str, ...], codename: str | None, os_id: str, warnings: list[str]
+    host: Host,
+    components: tuple[str, ...],
+    codename: str | None,
+    os_id: str,
+    warnings: list[str],
+    what: str,
 ) -> Step | None:
     """A drop-in that enables `components` on the distro archive's suites the host uses for `main`.
 
@@ -241,7 +247,7 @@ def _components_step(
             )
         return None
     header = (
-        "# Written by egpu-setup: the archive components the NVIDIA driver lives in.\n"
+        f"# Written by egpu-setup: the archive components {what} lives in.\n"
         "# Remove with `egpu-setup rollback`.\n"
     )
     content = header + "\n".join(stanzas)

@@ -213,7 +213,12 @@ def _target_gpu(facts: HostFacts | None) -> Gpu | None:
     if facts.egpu is not None:
         return facts.egpu
     gpus = facts.nvidia_gpus
-    return gpus[0] if len(gpus) == 1 else None
+    if gpus:
+        return gpus[0] if len(gpus) == 1 else None
+    # no NVIDIA GPU: the one external AMD GPU, which a ROCm torch runs on (an internal Radeon
+    # or an APU beside it is never taken for the eGPU)
+    amd = [g for g in facts.gpus if g.vendor == "amd" and g.external]
+    return amd[0] if len(amd) == 1 else None
 
 
 def _is_laptop_gpu(name: str | None) -> bool:

@@ -159,3 +159,30 @@ def test_a_long_dpkg_status_is_cut_after_its_last_whole_stanza(tmp_path: Path) -
     assert whole.startswith(kept + "\n") and kept.endswith("Version: 1.0\n") and len(kept) <= limit
     assert 900 < kept.count("Package:") < 1100
     assert writer.copy_stanzas("/var/lib/dpkg/status", len(whole)) is False
+
+
+def test_a_recording_keeps_amds_tools_for_detect(tmp_path: Path) -> None:
+    """rocminfo, amd-smi and rocm-smi are recorded by the names and argv detect/rocm.py's
+    probes use: the recorded OCuLink RX 7900 XTX host with real amd-smi and rocm-smi pastes
+    added is recorded again, and the copy reads the same."""
+    import shutil
+
+    from egpu_setup.detect.rocm import probe_amd_smi, probe_rocminfo
+
+    real = FIXTURES.parent.parent / "data" / "real"
+    host = tmp_path / "host"
+    shutil.copytree(FIXTURES / "oculink-rx7900xtx-debian12", host, symlinks=True)
+    for tool, paste in (
+        ("amd-smi", "rocm-systems-2987-static-mi350x.txt"),
+        ("rocm-smi", "roc-smi-86-one-gpu.txt"),
+    ):
+        text = (real / tool / paste).read_text()
+        (host / "commands" / f"{tool}.txt").write_text(text.split("\n", 1)[1])  # URL line off
+    copy = record(RecordedHost(host), tmp_path / "copy", redact=False)
+    for tool in ("rocminfo", "amd-smi", "rocm-smi"):
+        assert (copy / "commands" / f"{tool}.txt").read_bytes() == (
+            host / "commands" / f"{tool}.txt"
+        ).read_bytes(), tool
+    assert probe_rocminfo(RecordedHost(copy)) == probe_rocminfo(RecordedHost(host))
+    readings = probe_amd_smi(RecordedHost(copy))
+    assert readings and readings == probe_amd_smi(RecordedHost(host))

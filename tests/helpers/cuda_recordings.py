@@ -70,6 +70,29 @@ def gpu(key: str, *, address: str | None = None, pci: bool = True) -> dict[str, 
     }
 
 
+def radeon(paste: str, *, address: str, memory_gib: int) -> dict[str, Any]:
+    """The GPU agent of a real rocminfo paste (tests/data/real/rocminfo/, read by the real
+    parser) as a ROCm torch reports it: gcnArchName the agent's gfx target, major.minor its
+    GC version (gfx1100 -> 11.0, as HIP's hipDeviceProp_t gives them), the compute units, the
+    memory its card has, placed at `address` (the eGPU slot of a recorded host)."""
+    from egpu_setup.detect.rocm import parse_rocminfo
+
+    path = Path(__file__).parents[1] / "data" / "real" / "rocminfo" / paste
+    text = path.read_text()
+    (agent,) = parse_rocminfo(text).gpus
+    gc = agent.name.removeprefix("gfx")
+    return {
+        "name": agent.marketing_name,
+        "major": int(gc[:-2]),
+        "minor": int(gc[-2], 16),
+        "multi_processor_count": agent.compute_units,
+        "total_memory": memory_gib << 30,
+        "pci": pci_of(address),
+        "gcn_arch": agent.name,
+        "source": text.splitlines()[0],
+    }
+
+
 def tflops(key: str) -> dict[str, dict[str, float]]:
     """The recorded torch.matmul TFLOPS of card `key` by size (the child uses 4096 with --quick,
     8192 without), and the best over sizes as `max`."""
@@ -114,7 +137,8 @@ def link_rate(connection: str | None, tb_generation: int | None, speed: float, w
 class Scenario:
     title: str
     gpus: list[dict[str, Any]]
-    torch_cuda: str = "12.8"
+    torch_cuda: str | None = "12.8"
+    torch_hip: str | None = None  # a ROCm build's torch.version.hip (torch_cuda None then)
     driver_cuda: int | None = None  # torch._C._cuda_getDriverVersion(), e.g. 12040
     arch_list: list[str] = field(default_factory=lambda: arch_list("2.11.0+cu128"))
     h2d_gbps: float | None = None

@@ -86,6 +86,8 @@ class Props:
         self.minor = gpu["minor"]
         self.total_memory = gpu["total_memory"]
         self.multi_processor_count = gpu["multi_processor_count"]
+        if gpu.get("gcn_arch"):  # a ROCm build's device: its gfx target, as HIP names it
+            self.gcnArchName = gpu["gcn_arch"]
         pci = gpu.get("pci")
         if pci:  # a torch too old to report pci_* fields, or no recorded bus: no attributes
             self.pci_domain_id = pci["domain"]
@@ -518,6 +520,9 @@ def _patch(torch, st: Replay) -> None:
     cuda.empty_cache = lambda: None
     cuda.Event = Event
     torch.version.cuda = sc["torch_cuda"]
+    # a ROCm build sets torch.version.hip and leaves .cuda None, keeping the torch.cuda API
+    # (https://pytorch.org/docs/stable/notes/hip.html)
+    torch.version.hip = sc.get("torch_hip")
     if sc.get("driver_cuda"):
         torch._C._cuda_getDriverVersion = lambda: int(sc["driver_cuda"])
 

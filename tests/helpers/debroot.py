@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from helpers import tiers
@@ -131,6 +132,32 @@ def copy_root(suite: str, dest: Path) -> Path:
     subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(dest)], check=True)
     (dest / _MARKER).unlink(missing_ok=True)
     return dest
+
+
+def derived_root(suite: str, name: str, prepare: Callable[[Path], None]) -> Path:
+    """<cache>/<name>: a copy of `suite`'s root that `prepare` changed once (packages, users a
+    test needs), built under a lock on first use and reused while the cache is kept; `prepare`
+    raises DebrootUnavailable to give up."""
+    root = cache_dir() / name
+    done = root / _MARKER
+    if done.is_file():
+        return root
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            return root
+        work = root.with_name(root.name + ".building")
+        shutil.rmtree(work, ignore_errors=True)
+        copy_root(suite, work)
+        try:
+            prepare(work)
+        except DebrootUnavailable:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        (work / _MARKER).write_text(f"{suite} prepared for {name}\n")
+        shutil.rmtree(root, ignore_errors=True)
+        work.rename(root)
+    return root
 
 
 def copy_or_skip(suite: str, dest: Path) -> Path:

@@ -33,20 +33,24 @@ def build_wheel(
     body: str = "",
     *,
     script: bool = False,
+    tag: str = "py3-none-any",
     requires: tuple[str, ...] = (),
 ) -> Path:
-    """A minimal, valid pure-Python wheel (METADATA, WHEEL, RECORD with hashes); `script`: a
-    console script named `name` (entry_points.txt), which the installer writes into bin/ as
-    torch's torchrun is; `requires`: its Requires-Dist lines."""
+    """A minimal, valid wheel (METADATA, WHEEL, RECORD with hashes); `script`: a console script
+    named `name` (entry_points.txt), which the installer writes into bin/ as torch's torchrun
+    is. `tag`: its compatibility tag (PEP 425), a platform one for a stand-in of a binary wheel
+    such as torch's; `requires`: its Requires-Dist lines."""
     mod = name.replace("-", "_")
     dist = f"{mod}-{version}"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
     files = {
         f"{mod}/__init__.py": f"__version__ = {version!r}\ndef main():\n    print(__version__)\n"
         + body,
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{dist}.dist-info/METADATA": metadata,
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: egpu-setup-tests\n"
-        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+        f"Root-Is-Purelib: {'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n",
     }
     if script:
         files[f"{dist}.dist-info/entry_points.txt"] = f"[console_scripts]\n{name} = {mod}:main\n"
@@ -56,7 +60,7 @@ def build_wheel(
         record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
     record.append(f"{dist}.dist-info/RECORD,,")
     files[f"{dist}.dist-info/RECORD"] = "\n".join(record) + "\n"
-    out = directory / f"{dist}-py3-none-any.whl"
+    out = directory / f"{dist}-{tag}.whl"
     with zipfile.ZipFile(out, "w") as zf:
         for path, text in files.items():
             zf.writestr(path, text)

@@ -27,6 +27,9 @@ def test_oculink_rx7900xtx_plans_firmware_groups_and_rocm_torch_only(cli) -> Non
         "of the kernel))",
         "[driver] run usermod -aG render,video student (ROCm: student may open /dev/kfd and the "
         "render nodes from the next login; rollback leaves the membership)",
+        "[config] create /etc/udev/rules.d/71-egpu-setup.rules (mode 0644): AMD eGPU udev rule: "
+        "runtime PM off when it appears",
+        "[config] run udevadm control --reload (load the new udev rules)",
         "[torch] create venv /opt/egpu-setup/venv; install torch==2.14.1+rocm7.14 torchvision "
         "into /opt/egpu-setup/venv --index-url https://download.pytorch.org/whl/rocm7.14",
         "[driver] reboot needed: amdgpu reads the new GPU firmware when it starts the GPU (the "
@@ -34,6 +37,36 @@ def test_oculink_rx7900xtx_plans_firmware_groups_and_rocm_torch_only(cli) -> Non
     ]
     # nothing NVIDIA's: no nouveau blacklist, modprobe options, units, initramfs, driver branch
     assert not [s for s in steps if "nvidia" in s.lower() or "nouveau" in s or "initramfs" in s]
+
+
+def test_the_amd_rule_turns_runtime_pm_off_for_the_radeon_only(cli, tmp_path: Path) -> None:
+    """The rule as written (install --diff): vendor 1002 and the card's id, never an address,
+    and `removable` only where detect saw the GPU behind an external-facing port (OCuLink: no)."""
+    from egpu_setup.profile.load import load_profile
+    from egpu_setup.render.amd import render_amd_set
+    from helpers.facts import recorded
+
+    rendered = render_amd_set(
+        recorded("oculink-rx7900xtx-debian12"), load_profile("rx7900xtx"), "compute"
+    )
+    (rule,) = rendered.files
+    lines = [ln for ln in rule.content.splitlines() if ln and not ln.startswith("#")]
+    assert lines == [
+        'ACTION=="add", SUBSYSTEM=="pci", ATTR{vendor}=="0x1002", ATTR{device}=="0x744c", '
+        'ATTR{class}=="0x03*", TEST=="power/control", ATTR{power/control}="on"'
+    ]
+    assert [c.argv for c in rendered.commands] == [("udevadm", "control", "--reload")]
+    # a profile that keeps runtime PM gets no file
+    profile = tmp_path / "keep-pm.yaml"
+    text = (Path(__file__).resolve().parents[2] / "profiles" / "rx7900xtx.yaml").read_text()
+    profile.write_text(
+        text.replace("name: rx7900xtx", "name: keep-pm").replace(
+            "runtime_pm_off: true", "runtime_pm_off: false"
+        )
+    )
+    done = cli("install", "--from", str(HOST), "--profile", str(profile), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "71-egpu-setup.rules" not in done.stdout
 
 
 def test_the_plan_says_why_there_is_no_driver_and_where_torch_comes_from(cli) -> None:

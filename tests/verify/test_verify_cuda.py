@@ -3,9 +3,11 @@
 No GPU exists here, so the child runs against the CUDA stand-in (tests/helpers/cuda_standin.py):
 recorded device properties, bus ids, arch lists, bandwidthTest GB/s and torch.matmul TFLOPS of
 real cards (tests/data/real/cuda/values.yaml) replayed through the same child code, while the
-training really computes on the CPU. Each scenario below is one child run; the tests assert what
+training really computes on the CPU. A ROCm build is the same stand-in with torch.version.hip
+set and a Radeon from a real rocminfo paste (tests/data/real/rocminfo/), its gcnArchName the
+agent's gfx target: the scenarios oculink-rx7900xtx, rocm-wrong-gfx and rocm-verify. Each scenario below is one child run; the tests assert what
 it reported, and the last test shows that together they execute every line of
-egpu_setup/verify/_child.py except the few listed in UNEXECUTED, each with its reason.
+egpu_setup/verify/_child.py except those listed in UNEXECUTED (none today), each with its reason.
 """
 
 from __future__ import annotations
@@ -46,19 +48,7 @@ SHORT = {"bandwidth": 0.3, "matmul": 0.3, "amp": 3.0, "speedup": 1.0, "throughpu
 
 # Lines of _child.py no scenario executes, and why. The gate below fails when another line is
 # missed, and also when one of these starts to run (then it belongs out of this list).
-# A ROCm build's lines (torch.version.hip set): the stand-in replays recorded NVIDIA cards only,
-# and no recording of a ROCm torch on a Radeon exists yet; torch_build and gfx_covers, which
-# these lines call, run in test_pure_judges.
-_ROCM = "a ROCm build on a Radeon: no recording of one yet (the pure judges run below)"
-UNEXECUTED: dict[str, str] = {
-    'out.check("torch-cuda-build", "pass", f"built for {torch_build(None, hip)}", value=hip)': _ROCM,
-    "out.check(": _ROCM,
-    "return _devices(out, torch)": _ROCM,
-    'gcn = getattr(torch.cuda.get_device_properties(device), "gcnArchName", None)': _ROCM,
-    "status, detail = gfx_covers(archs, gcn)": _ROCM,
-    'expected = (gcn or "").split(":", 1)[0] or None': _ROCM,
-    'build = "the torch ROCm build for this gfx target"': _ROCM,
-}
+UNEXECUTED: dict[str, str] = {}
 
 
 @dataclass
@@ -535,7 +525,71 @@ def hung(ctx: Scenarios, d: Path) -> Run:
     )
 
 
+def _radeon_scenario(title: str, arch_list: list[str]):
+    """(host, facts, scenario) of the RX 7900 XTX in the recorded OCuLink laptop."""
+    host, facts = recorded("oculink-rx7900xtx-debian12")
+    (egpu,) = [g for g in facts.gpus if g.vendor == "amd" and g.external]  # facts.egpu: NVIDIA's
+    rate = rec.link_rate(egpu.connection, None, egpu.link.speed_gts, egpu.link.width)
+    sc = rec.Scenario(
+        title=title,
+        gpus=[
+            rec.radeon("ollama-3158-rx7900xtx-agent.txt", address=egpu.pci_address, memory_gib=24)
+        ],
+        torch_cuda=None,
+        torch_hip="6.4.43482",
+        arch_list=arch_list,
+        h2d_gbps=rate,
+        d2h_gbps=rate,
+        modelled_bandwidth="no ROCm bandwidth test recorded over OCuLink: the link's rate",
+    )
+    return host, facts, sc
+
+
+def rocm_verify(ctx: Scenarios, d: Path) -> Run:
+    """The whole run_verify on the Radeon, as `egpu-setup verify` runs it: its report is what
+    the fleet table reads."""
+    host, facts, sc = _radeon_scenario("RX 7900 XTX, verify", _rocm_archs("2.8", "rocm6.4"))
+    options = VerifyOptions(
+        venv=str(ctx.venv), quick=True, skip=("matmul",), profile="rx7900xtx", burn_in_minutes=0.02
+    )
+    return ctx.verify(d, sc, options, host=host, facts=facts)
+
+
+def _oculink_radeon(ctx: Scenarios, d: Path, title: str, arch_list: list[str]) -> Run:
+    """The RX 7900 XTX of a real rocminfo paste (gfx1100) in the recorded OCuLink laptop's eGPU
+    slot, under a ROCm torch (torch.version.hip set, .cuda None) whose wheel lists
+    `arch_list`. Bandwidth is the OCuLink link's rate (no recorded ROCm bandwidth test over it);
+    no Radeon matmul TFLOPS are recorded, so matmul is skipped, with its reason."""
+    host, facts, sc = _radeon_scenario(title, arch_list)
+    options = VerifyOptions(quick=True, skip=("matmul",), profile="rx7900xtx")
+    return ctx.child(d, sc, options, facts=facts, host=host, overrides={"budgets": SHORT})
+
+
+def oculink_rx7900xtx(ctx: Scenarios, d: Path) -> Run:
+    """torch 2.8.0+rocm6.4, whose wheel has gfx1100 (egpu_setup/data/rocm.yaml)."""
+    return _oculink_radeon(
+        ctx, d, "RX 7900 XTX over OCuLink, ROCm 6.4", _rocm_archs("2.8", "rocm6.4")
+    )
+
+
+def rocm_wrong_gfx(ctx: Scenarios, d: Path) -> Run:
+    """The same card under a wheel built without gfx1100: the arch list a build for CDNA only
+    (MI210/MI300X: gfx90a, gfx942) has."""
+    return _oculink_radeon(ctx, d, "RX 7900 XTX, a CDNA-only ROCm build", ["gfx90a", "gfx942"])
+
+
+def _rocm_archs(series: str, variant: str) -> list[str]:
+    from egpu_setup.compat.rocm import load_rocm
+
+    row = load_rocm().series(series)
+    assert row is not None
+    return list(next(v.gfx for v in row.variants if v.name == variant))
+
+
 SCENARIOS = {
+    "oculink-rx7900xtx": oculink_rx7900xtx,
+    "rocm-verify": rocm_verify,
+    "rocm-wrong-gfx": rocm_wrong_gfx,
     "tb4-rtx4090": tb4_rtx4090,
     "server-rtx5090": server_rtx5090,
     "usb4-rtx5090": usb4_rtx5090,
@@ -627,6 +681,48 @@ def test_tb4_rtx4090_reports_the_recorded_card(runs: Scenarios) -> None:
 
 
 @pytest.mark.slow
+def test_a_radeon_under_rocm_is_the_egpu_and_its_gfx_target_is_in_the_wheel(
+    runs: Scenarios,
+) -> None:
+    run = runs.get("oculink-rx7900xtx")
+    checks = run.checks
+    assert checks["device-is-egpu"]["status"] == "pass", checks["device-is-egpu"]
+    assert checks["torch-cuda-build"]["status"] == "pass"
+    assert checks["torch-cuda-build"]["detail"] == "built for ROCm (HIP 6.4.43482)"
+    assert checks["torch-driver-cuda"]["status"] == "skip"
+    assert checks["arch-list"]["status"] == "pass" and checks["arch-list"]["expected"] == "gfx1100"
+    assert run.device["name"] == "Radeon RX 7900 XTX"
+
+
+def test_the_fleet_table_shows_a_rocm_machine_as_a_machine(runs: Scenarios, tmp_path: Path) -> None:
+    """`egpu-setup report` on the verify report a ROCm run writes: an ok GPU row with the
+    Radeon and its link, never "cpu only"."""
+    run = runs.get("rocm-verify")
+    data = run.report.to_json()
+    assert data["device_kind"] == "cuda"  # torch's device type on ROCm builds too
+    folder = tmp_path / "reports" / "lab-amd-01"
+    folder.mkdir(parents=True)
+    (folder / "verify.json").write_text(json.dumps(data))
+    from conftest import run_cli
+
+    done = run_cli("report", "--json", str(tmp_path / "reports"))
+    assert done.returncode in (0, 1), done.stderr
+    (row,) = json.loads(done.stdout)["hosts"]
+    assert row["status"] != "cpu only" and row["device"] == "cuda", row
+    assert row["gpu"] == "Radeon RX 7900 XTX", row
+    table = run_cli("report", str(tmp_path / "reports"))
+    assert "cpu only" not in table.stdout and "Radeon RX 7900 XTX" in table.stdout, table.stdout
+
+
+def test_a_rocm_wheel_without_the_gfx_target_fails_arch_list(runs: Scenarios) -> None:
+    check = runs.get("rocm-wrong-gfx").checks["arch-list"]
+    assert check["status"] == "fail"
+    assert check["detail"] == "gfx1100 is not among the build's targets (gfx90a, gfx942)"
+    assert check["hint"] == (
+        "install the torch ROCm build for this gfx target (`egpu-setup resolve` picks one)"
+    )
+
+
 def test_checks_are_streamed_in_report_order(runs: Scenarios) -> None:
     r = runs.get("tb4-rtx4090")
     streamed = [p.id for kind, p in r.events if kind == "check"]
