@@ -68,8 +68,11 @@ PHASES = (
     "files", "verify", "doing more",
 )  # fmt: skip
 APT_DPKG = "dpkg (run by apt)"
+# mkinitramfs is one initramfs built: update-initramfs starts it for each image it writes, and
+# not when it only activates initramfs-tools' trigger from a maintainer script ("deferring
+# update (trigger activated)", /usr/sbin/update-initramfs in initramfs-tools 0.142)
 TRACED = (APT_DPKG, "dpkg", "dpkg-query", "dpkg-deb", "apt-get", "apt-cache", "update-initramfs",
-          "dkms")  # fmt: skip
+          "mkinitramfs", "dkms")  # fmt: skip
 
 
 @dataclass
@@ -95,7 +98,8 @@ class Trace:
         started: dict[str, tuple[str, float]] = {}
         runs = []
         for line in path.read_text(errors="replace").splitlines() if path.exists() else ():
-            m = re.match(r"(\d+) (\d+\.\d+) (.*)$", line)
+            # strace pads the pid to five columns ("4843  1796665506.19 ..."): one space or more
+            m = re.match(r"(\d+) +(\d+\.\d+) (.*)$", line)
             if not m:
                 continue
             pid, stamp, rest = m.group(1), float(m.group(2)), m.group(3)

@@ -49,3 +49,24 @@ def test_the_testing_page_lists_every_benchmark() -> None:
     section = page.split("## Tests and benchmarks", 1)[1].split("\n## ", 1)[0]
     missing = [p.name for p in BENCHMARKS if f"benchmarks/{p.name}" not in section]
     assert missing == []
+
+
+def test_the_apt_trace_counts_initramfs_builds() -> None:
+    """A real strace log of one apt-get install in the image base (dmsetup and lvm2, whose
+    triggers files activate initramfs-tools' trigger): apt ran dpkg twice (--unpack with
+    --no-triggers, then --configure --pending), the trigger ran update-initramfs once, and that
+    built one initramfs (one mkinitramfs). The five-column pid padding strace writes for small
+    pids is read too."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import install_vs_by_hand as bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    trace = bench.Trace.read(REPO / "tests/data/benchmarks/apt-dmsetup-lvm2.trace")
+    execs = trace.execs()
+    assert (execs[bench.APT_DPKG], execs["update-initramfs"], execs["mkinitramfs"]) == (2, 1, 1)
+    side = bench.Side()
+    (_, start, end), *_ = [r for r in trace.runs if r[0] == "apt-get"]
+    bench.split_apt(trace, start, end, side)
+    build = next(hi - lo for n, lo, hi in trace.runs if n == "update-initramfs")
+    assert side.seconds["initramfs"] == pytest.approx(build)
