@@ -10,12 +10,13 @@ import click
     epilog="""\b
 Examples:
   sudo egpu-setup sleep-guard                  # what egpu-setup-sleep-guard.service runs
-  sudo egpu-setup sleep-guard --mode delay     # only hold a sleep back for InhibitDelayMaxSec
+  sudo egpu-setup sleep-guard --inhibit delay  # only hold a sleep back for InhibitDelayMaxSec
   systemd-inhibit --list                       # the lock, naming each CUDA process
 """,
 )
 @click.option(
-    "--mode",
+    "--inhibit",
+    "mode",
     default="block",
     show_default=True,
     help="block: refuse a requested sleep while CUDA runs on the eGPU; delay: hold it back for "

@@ -96,7 +96,9 @@ def check_config(inhibitor: str, node: str, mode: str, interval: float) -> Guard
     _check_absolute("--inhibitor", inhibitor, "/usr/bin/systemd-inhibit")
     check_node(node, interval)
     if mode not in MODES:
-        raise UsageError(f"--mode {mode!r} is not one of {', '.join(MODES)}", "use block or delay")
+        raise UsageError(
+            f"--inhibit {mode!r} is not one of {', '.join(MODES)}", "use block or delay"
+        )
     if not os.path.isfile(inhibitor) or not os.access(inhibitor, os.X_OK):
         raise UsageError(
             f"{inhibitor} is not an executable file",

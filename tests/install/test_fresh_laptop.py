@@ -377,7 +377,7 @@ def test_the_plan_fits_a_screen_and_diffs_come_with_diff() -> None:
     lines = res.stdout.splitlines()
     assert len(lines) < 60, len(lines)
     assert not [ln for ln in lines if ln.startswith(("+++ ", "--- ", "@@"))]
-    assert lines[-1] == "15 files change: --diff shows how."  # kernels, sleep and health units too
+    assert lines[-1] == "16 files change: --diff shows how."  # kernels, sleep, guard, health units
     # no warning that does not apply: the sudoers note needs an egpu-setup others could replace
     assert "sudoers" not in res.stderr
     full = run_cli("install", "--profile", "rtx4090", "--dry-run", "--diff", "--from", str(TB4))

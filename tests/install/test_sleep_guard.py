@@ -175,7 +175,7 @@ def test_lock_names_the_holder_and_ends_with_it(rig: dict[str, Path]) -> None:
 
 def test_lock_is_taken_again_when_the_holders_change(rig: dict[str, Path]) -> None:
     first = _holder(rig["node"])
-    guard = _guard(rig, "--mode", "delay")
+    guard = _guard(rig, "--inhibit", "delay")
     try:
         _wait(lambda: _locks(rig["logs"]), "the first lock")
         second = _holder(rig["node"])
@@ -226,7 +226,7 @@ def test_no_node_no_lock(rig: dict[str, Path]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--mode", "sideways"], "error: --mode 'sideways' is not one of block, delay"),
+        (["--inhibit", "sideways"], "error: --inhibit 'sideways' is not one of block, delay"),
         (["--inhibitor", "bin/systemd-inhibit"], "error: --inhibitor 'bin/systemd-inhibit' is"),
         (["--inhibitor", "/nonexistent/systemd-inhibit"], "is not an executable file"),
         (["--node", "dev/nvidia-uvm"], "error: --node 'dev/nvidia-uvm' is not an absolute"),

@@ -109,7 +109,7 @@ def test_guard_unit_runs_the_profiles_mode_and_is_enabled() -> None:
         assert unit is not None
         exec_start = (
             "ExecStart=/opt/egpu-setup/tool/bin/egpu-setup sleep-guard "
-            f"--mode {mode} --inhibitor /usr/bin/systemd-inhibit --node /dev/nvidia-uvm\n"
+            f"--inhibit {mode} --inhibitor /usr/bin/systemd-inhibit --node /dev/nvidia-uvm\n"
         )
         assert exec_start in unit
         assert "egpu-setup-sleep-guard.service" in _enabled(result)
