@@ -5,17 +5,24 @@ a kernel with its headers, systemd, udev); everything else is the product, run a
 it: `egpu-setup install --profile LAB.yaml --index-url LOCAL --root IMAGE --yes`, the
 driver packages from this machine's Debian mirror (built by DKMS for the image's kernel), torch
 from a PEP 503 index on 127.0.0.1, egpu-setup itself into the image's own venv, the units, the
-first-boot marker and the seal. Then the image boots headless with no GPU (tests/helpers/vm.py)
-and a job run inside the VM reports back over its own disk, `egpu-setup verify --device cpu
---quick` among it; last, `egpu-setup rollback --root` takes the image back to its base, packages
+first-boot marker and the seal, with a lab's own module signing key (`egpu-setup mok-key new`,
+`install --mok-key`). Then the image boots headless with no GPU (tests/helpers/vm.py) as a
+laptop with Secure Boot on boots it: OVMF with the test PK and Microsoft's keys enrolled, shim,
+GRUB, the signed Debian kernel, which then is in lockdown (integrity) and loads only modules
+signed by a key the firmware or shim trusts. A job run inside the VM reports back over its own
+disk, `egpu-setup verify --device cpu --quick` among it: the DKMS module, signed with the lab's
+key that no laptop has enrolled yet, is refused, and the first-boot unit queues the key for
+MokManager and reports `mok-needed`. The other path, a prebuilt module already signed by a key
+shim trusts, has no test: Debian 12's archive has none for NVIDIA (Ubuntu's
+linux-modules-nvidia-* are Canonical-signed and Ubuntu's only). Last, `egpu-setup rollback --root` takes the image back to its base, packages
 aside, and `rollback --root --packages` with the packages too. The first tests check how commands
 enter an image (egpu_setup/host/image_root.py, which the harness uses too): the failure of issue
 20 (`/dev/fd/63: No such file or directory` from a bare chroot) and that neither an error,
 Ctrl-C nor a kill leaves a mount or a process behind.
 
 Slow: 8 to 10 minutes on 2 cores, most of it installing the driver (4 min, DKMS compiling the
-NVIDIA module 2.5 of them), the kernel (1-2 min) and the boot under TCG (1.5 min). Phase times
-are printed to stderr (`-s` shows them).
+NVIDIA module 2.5 of them), the kernel (1-2 min) and the boot under TCG (1.5 min, firmware,
+shim and GRUB included). Phase times are printed to stderr (`-s` shows them).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import pytest
 from egpu_setup.host.image_root import clean_leftovers
 from egpu_setup.image.additions import DEBIAN_PERSISTENCED
 from egpu_setup.image.tool import TOOL_BIN, TOOL_LINK, TOOL_VENV
+from egpu_setup.install.mok_key import DEFAULT_NAME, IMAGE_CERT
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 from helpers import debroot as _debroot
 from helpers import image, pypi_index, vm
@@ -175,6 +183,16 @@ TORCH_VENV = "/opt/egpu-setup/venv"
 LAB_PROFILE, LAB_PROFILE_YAML = image.LAB_PROFILE, image.LAB_PROFILE_YAML
 
 
+def _lab_mok_key(directory: Path) -> str:
+    """The lab's module signing key, made as an admin makes it (`egpu-setup mok-key new`)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "egpu_setup", "mok-key", "new", str(directory), "--password-stdin"],
+        input="lab one-time 2026\n", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return str(directory)
+
+
 @pytest.fixture(scope="module")
 def lab_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabImage]:
     work = tmp_path_factory.mktemp("lab-image")
@@ -189,8 +207,10 @@ def lab_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabImage]:
         wheels = pypi_index.download_torch(pypi_index.cache_dir())
         profile = work / f"{LAB_PROFILE}.yaml"
         profile.write_text(LAB_PROFILE_YAML)
+        mok = _lab_mok_key(work / "lab-mok")
         with pypi_index.LocalIndex(wheels) as index, phases.time("egpu-setup install --root"):
-            args = ["--profile", str(profile), "--index-url", index.url, "--yes"]
+            args = ["--profile", str(profile), "--index-url", index.url, "--mok-key", mok]
+            args.append("--yes")
             installed = image.egpu_setup_install(img, args, log=log, check=False)
             requests = tuple(index.requests)
         # 3: done, the image's driver needs the (first) boot; anything else is a failure
@@ -234,6 +254,8 @@ def test_dkms_built_the_driver_for_the_images_kernel_not_the_build_hosts(
     ko = f"/lib/modules/{img.kver}/updates/dkms/nvidia-current.ko"
     vermagic = image.run_in(img.root, ["modinfo", "-F", "vermagic", ko]).out
     assert vermagic.split()[0] == img.kver
+    # signed with the lab's key (install --mok-key), not one DKMS made for this build
+    assert image.run_in(img.root, ["modinfo", "-F", "signer", ko]).out.strip() == DEFAULT_NAME
 
 
 def test_the_build_left_dpkg_clean_and_started_no_service(lab_image: LabImage) -> None:
@@ -350,6 +372,16 @@ rc=0
 egpu-setup verify --device cpu --quick --venv {TORCH_VENV} > verify.txt 2>&1 || rc=$?
 echo "$rc $started $(cut -d' ' -f1 /proc/uptime)" > verify.rc
 ls /var/lib/egpu-setup/reports > reports.txt 2>&1 || true
+# Secure Boot as the kernel sees it, the lockdown it put itself in, and the DKMS module's fate
+mokutil --sb-state > sb-state.txt 2>&1 || true
+cat /sys/kernel/security/lockdown > lockdown.txt
+rc=0
+modprobe nvidia-current > modprobe.txt 2>&1 || rc=$?
+echo "$rc" > modprobe.rc
+# what the first-boot unit queued for MokManager: the MokNew variable shim reads at next boot
+ls /sys/firmware/efi/efivars > efivars.txt
+mokutil --list-new > mok-new.txt 2>&1 || true
+mokutil --test-key {IMAGE_CERT} > mok-test-key.txt 2>&1 || true
 """
 
 
@@ -364,15 +396,15 @@ def booted(lab_image: LabImage, tmp_path_factory: pytest.TempPathFactory) -> vm.
     started = time.monotonic()
     disk = work / "root.raw"
     try:
-        vm.root_disk(img.root, disk, job_timeout_s=300)
+        vm.root_disk(img.root, img.kver, disk, job_timeout_s=300)
         job = vm.job_disk(work, JOB)
         made = time.monotonic() - started
-        result = vm.boot(img.vmlinuz, img.initrd, disk, job, work, timeout_s=600)
+        result = vm.boot(disk, job, work, timeout_s=600)
     finally:
         disk.unlink(missing_ok=True)
     print(
-        f"\nboot ({result.accel}): disks {made:.0f} s, QEMU {result.seconds:.0f} s, job started "
-        f"{result.job_started_at} s after the kernel",
+        f"\nboot ({result.accel}, OVMF Secure Boot, shim, GRUB): disks {made:.0f} s, QEMU "
+        f"{result.seconds:.0f} s, job started {result.job_started_at} s after the kernel",
         file=sys.stderr,
     )
     return result
@@ -445,6 +477,41 @@ def test_the_first_boot_unit_without_an_egpu_ends_cleanly_says_so_and_stays_arme
     journal = (booted.out / "journal.txt").read_text()
     assert "nvidia-persistenced.service" not in (booted.out / "failed.txt").read_text()
     assert "egpu-setup-firstboot.service" in journal
+
+
+# the EFI variable `mokutil --import` writes: MokNew, in shim's vendor GUID (shim's
+# MokVars.txt, https://github.com/rhboot/shim/blob/main/MokVars.txt)
+MOK_NEW_VAR = "MokNew-605dab50-e046-4300-abb6-3dd810dd8b23"
+
+
+def test_the_image_boots_with_secure_boot_enforcing_and_the_kernel_locked_down(
+    booted: vm.Boot,
+) -> None:
+    # the firmware's, shim's and GRUB's chain: the kernel's EFI stub and the kernel say so
+    assert "EFI stub: UEFI Secure Boot is enabled." in booted.text, booted.text[:3000]
+    assert "secureboot: Secure boot enabled" in booted.text
+    assert (booted.out / "sb-state.txt").read_text() == "SecureBoot enabled\n"
+    assert (booted.out / "lockdown.txt").read_text() == "none [integrity] confidentiality\n"
+
+
+def test_the_dkms_module_signed_by_a_key_no_laptop_enrolled_yet_is_refused(
+    booted: vm.Boot,
+) -> None:
+    text = (booted.out / "modprobe.txt").read_text()
+    assert (booted.out / "modprobe.rc").read_text() == "1\n", text
+    assert "could not insert 'nvidia_current': Key was rejected by service" in text
+
+
+def test_the_first_boot_unit_queues_the_lab_key_for_mokmanager_and_reports_mok_needed(
+    booted: vm.Boot,
+) -> None:
+    report = json.loads((booted.out / "firstboot.json").read_text())
+    assert report["mok"] == "mok-needed", report
+    assert any("queued the lab's key" in step for step in report["steps"]), report
+    assert MOK_NEW_VAR in (booted.out / "efivars.txt").read_text().split()
+    new = (booted.out / "mok-new.txt").read_text()
+    assert re.search(rf"Subject: .*CN ?= ?{re.escape(DEFAULT_NAME)}", new), new
+    assert "already in the enrollment request" in (booted.out / "mok-test-key.txt").read_text()
 
 
 # --- and back: last, it undoes the image the tests above looked at ---------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -43,7 +44,20 @@ from helpers import pypi_index
 SUITE = "bookworm"
 # What a booted image needs beyond minbase: a kernel with its initramfs (initramfs-tools pulls
 # in udev), systemd as PID 1, and the kernel's headers so DKMS can build for this kernel.
-BOOT_PACKAGES = ("linux-image-amd64", "systemd-sysv", "udev", "linux-headers-amd64")
+# And what a laptop with Secure Boot on boots through (the test's choice of a laptop's base
+# system, not the product's): Microsoft-signed shim (shim-signed, which brings MokManager and
+# mokutil), the GRUB that shim trusts (grub-efi-amd64-signed, signed by Debian's key) and
+# bookworm's linux-image-amd64, itself signed by Debian (https://wiki.debian.org/SecureBoot).
+BOOT_PACKAGES = (
+    "linux-image-amd64",
+    "systemd-sysv",
+    "udev",
+    "linux-headers-amd64",
+    "shim-signed",
+    "grub-efi-amd64-signed",
+)
+# The root file system's label: fstab and the kernel's root= find it by that (tests/helpers/vm.py)
+ROOT_LABEL = "egpuroot"
 APT_ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
     "LC_ALL": "C.UTF-8",
@@ -328,8 +342,8 @@ def write_sources(root: Path, components: Sequence[str], suite: str = SUITE) -> 
 
 
 def configure_boot(root: Path) -> None:
-    """Root on the virtio disk, and the image's own hostname (debootstrap copies the host's)."""
-    (root / "etc/fstab").write_text("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")
+    """Root by its label (a partition of the virtio disk), and the image's own hostname (debootstrap copies the host's)."""
+    (root / "etc/fstab").write_text(f"LABEL={ROOT_LABEL} / ext4 rw,errors=remount-ro 0 1\n")
     (root / "etc/hostname").write_text("egpu-image\n")
 
 
@@ -360,7 +374,6 @@ _NOT_CONTENT = ("proc", "sys", "dev", "run", "tmp")
 def tree_state(root: Path) -> dict[str, tuple[object, ...]]:
     """Every path of the image (API filesystems and /tmp aside) -> its type, mode, owner and
     content: a file's sha256, a link's target. What "byte-identical" compares."""
-    import hashlib
     import stat as st
 
     out: dict[str, tuple[object, ...]] = {}
@@ -423,7 +436,7 @@ def build_base(dest: Path, phases: Phases, *, log: Path) -> Image:
     """A bootable image without the driver at dest, from the cached debootstrap root.
 
     Cached like the debootstrap roots (one build under a lock, a private copy per caller)
-    under $EGPU_SETUP_TEST_CACHE/image/<suite>-base when that is set."""
+    under $EGPU_SETUP_TEST_CACHE/image/<suite>-base-<hash of BOOT_PACKAGES> when that is set."""
     cached = _base_cache()
     if cached is not None:
         with open(cached.with_name(cached.name + ".lock"), "w") as lock:
@@ -447,7 +460,9 @@ def _base_cache() -> Path | None:
         return None
     d = Path(base) / "image"
     d.mkdir(parents=True, exist_ok=True)
-    return d / f"{SUITE}-base"
+    # named by its packages: a base made with other packages (another branch's) is another cache
+    digest = hashlib.sha256(" ".join(BOOT_PACKAGES).encode()).hexdigest()[:8]
+    return d / f"{SUITE}-base-{digest}"
 
 
 def _build_base(dest: Path, phases: Phases, log: Path) -> None:
