@@ -1,3 +1,3 @@
-"""egpu-setup: a Linux laptop plus an NVIDIA eGPU, turned into a verified PyTorch machine."""
+"""egpu-setup: a Linux laptop plus an NVIDIA or AMD eGPU, turned into a verified PyTorch machine."""
 
 __version__ = "0.1.0"

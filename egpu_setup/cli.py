@@ -137,19 +137,20 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 @click.option("-v", "--verbose", count=True, help="More detail on stderr (repeat for debug).")
 @click.option("-q", "--quiet", count=True, help="Less on stderr.")
 def cli(verbose: int, quiet: int) -> None:
-    """Turn a Linux laptop plus an NVIDIA eGPU into a verified PyTorch machine."""
+    """Turn a Linux laptop plus an NVIDIA or AMD eGPU into a verified PyTorch machine."""
     _setup_logging(verbose, quiet)
 
 
 def fail(exc: EgpuSetupError) -> None:
     """Print an expected error the house way and exit with its code."""
-    from egpu_setup.text import plain
+    from egpu_setup.text import fit, plain, terminal_width
 
-    click.echo(f"error: {plain(exc.message)}", err=True)
+    width = terminal_width(err=True)  # wrapped on a terminal; piped, one line each for scripts
+    click.echo(fit(f"error: {plain(exc.message)}", width), err=True)
     for line in (getattr(exc, "stderr_tail", "") or "").splitlines()[-15:]:
-        click.echo(f"  | {plain(line)}", err=True)  # what the failed command said
+        click.echo(fit(f"  | {plain(line)}", width), err=True)  # what the failed command said
     if exc.hint:
-        click.echo(f"hint: {plain(exc.hint)}", err=True)
+        click.echo(fit(f"hint: {plain(exc.hint)}", width), err=True)
     sys.exit(exc.exit_code)
 
 

@@ -90,18 +90,19 @@ def redact_tree(value: Any) -> Any:
     return value
 
 
-def terminal_width() -> int | None:
-    """The columns of the terminal stdout is, or None when it is piped or a file (what a script
-    reads stays one line per item, as --json always does)."""
+def terminal_width(err: bool = False) -> int | None:
+    """The columns of the terminal stdout (stderr with `err`) is, or None when it is piped or a
+    file (what a script reads stays one line per item, as --json always does)."""
     import sys
 
-    if not sys.stdout.isatty():
+    stream = sys.stderr if err else sys.stdout
+    if not stream.isatty():
         return None
     columns = os.environ.get("COLUMNS", "")  # as shutil.get_terminal_size honours it
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     try:
-        return os.get_terminal_size(sys.stdout.fileno()).columns
+        return os.get_terminal_size(stream.fileno()).columns
     except OSError:
         return None
 

@@ -62,7 +62,8 @@ def render(version: str) -> str:
     lines = [
         f'.TH EGPU-SETUP 1 "" "egpu-setup {version}" "User Commands"',
         ".SH NAME",
-        "egpu-setup \\- turn a Linux laptop plus an NVIDIA eGPU into a verified PyTorch machine",
+        "egpu-setup \\- turn a Linux laptop plus an NVIDIA or AMD eGPU into a verified PyTorch "
+        "machine",
         ".SH SYNOPSIS",
         "\\fBegpu-setup\\fR [\\fB-v\\fR|\\fB-q\\fR] \\fICOMMAND\\fR [\\fIOPTIONS\\fR]",
         ".SH DESCRIPTION",

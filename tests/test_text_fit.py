@@ -24,13 +24,14 @@ def test_fit_wraps_long_lines_under_their_indent_and_keeps_short_ones() -> None:
     assert fit(text, None) == text
 
 
-def _on_a_terminal(*args: str, columns: int) -> str:
+def _on_a_terminal(*args: str, columns: int, stderr: bool = False, rc: int = 0) -> str:
+    """What the command shows on a terminal of `columns` (its stdout, or its stderr)."""
     main, child = pty.openpty()
     env = {**os.environ, "COLUMNS": str(columns), "LINES": "50"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "egpu_setup", *args],
-        stdout=child,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL if stderr else child,
+        stderr=child if stderr else subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
         env=env,
     )
@@ -44,7 +45,7 @@ def _on_a_terminal(*args: str, columns: int) -> str:
         if not data:
             break
         chunks.append(data)
-    assert proc.wait(timeout=120) == 0
+    assert proc.wait(timeout=120) == rc
     os.close(main)
     return b"".join(chunks).decode().replace("\r\n", "\n")
 
@@ -72,3 +73,17 @@ def test_doctor_and_profiles_list_fit_a_60_column_terminal() -> None:
         assert max(len(line) for line in piped.split("\n")) > 60, args
         # the same text (doctor's summary and fix break at hyphens too, as before)
         assert "".join(shown.split()) == "".join(piped.split()), args
+
+
+def test_an_error_and_its_hint_fit_the_terminal_and_stay_one_line_each_when_piped() -> None:
+    # an AMD eGPU behind a Thunderbolt tunnel: the refusal names every bridge of the chain
+    args = ("install", "--profile", "rx7900xtx", "--dry-run",
+            "--from", str(FIXTURES / "amd-rx7900xt-egpu"))  # fmt: skip
+    shown = _on_a_terminal(*args, columns=80, stderr=True, rc=2).rstrip("\n").split("\n")
+    assert shown[0].startswith("error: this link cannot run ROCm")
+    assert all(len(line) <= 80 for line in shown), shown
+    (hint,) = [i for i, line in enumerate(shown) if line.startswith("hint: ")]
+    assert hint > 1 and all(line.startswith("    ") for line in shown[1:hint])
+    piped = run_cli(*args)
+    assert piped.returncode == 2
+    assert [line[:6] for line in piped.stderr.strip().split("\n")] == ["error:", "hint: "]
