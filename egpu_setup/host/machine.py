@@ -35,6 +35,9 @@ log = get_logger("egpu_setup")
 # sysfs attribute files are tiny; bundle files (dmesg) can be megabytes. Cap what one read takes
 # so a hostile or corrupt bundle cannot exhaust memory.
 MAX_READ = 64 * 1024 * 1024
+# A diagnostic tool (lspci, boltctl, mokutil, ...) that has not answered in this long hangs: it
+# is ended and named (detect, doctor: tool-timed-out). nvidia-smi and the ROCm tools take longer.
+TOOL_TIMEOUT_S = 10.0
 _MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
 _C_LOCALE = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
 _BENEATH_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -297,7 +300,7 @@ class Host:
 
     # -- commands: every process egpu-setup starts goes through one of these -------------------
 
-    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+    def command(self, name: str, argv: Sequence[str], timeout: float | None = None) -> str | None:
         """The text a diagnostic command prints (stdout, else stderr), or None if unavailable.
 
         `name` is the bundle's file name (commands/<name>.txt); `argv` is what a live host runs.
@@ -306,7 +309,7 @@ class Host:
             log.debug("%s: not installed", argv[0])
             return None
         try:
-            res = self.run(argv, timeout=timeout)
+            res = self.run(argv, timeout=TOOL_TIMEOUT_S if timeout is None else timeout)
         except TimedOut as exc:
             # a diagnostic tool that hangs is evidence itself (a GPU that stopped answering
             # hangs nvidia-smi): said now, and kept for doctor (HostFacts.timed_out)
@@ -319,7 +322,11 @@ class Host:
         return res.out if res.out.strip() else (res.err or None)
 
     def command_lines(
-        self, name: str, argv: Sequence[str], timeout: float = 10.0, limit: int | None = None
+        self,
+        name: str,
+        argv: Sequence[str],
+        timeout: float | None = None,
+        limit: int | None = None,
     ) -> TextLines | None:
         """`command`'s text as TextLines, for a consumer that scans a log as it goes; None when
         `command` would give None. A recording streams its file (RecordedHost); a command's
@@ -793,7 +800,7 @@ class RecordedHost(Host):
         release = u.get("release") or self.read_attr("/proc/sys/kernel/osrelease")
         return release, u.get("machine")
 
-    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+    def command(self, name: str, argv: Sequence[str], timeout: float | None = None) -> str | None:
         # a kernel log longer than the cap: its newest part, where the eGPU's errors are
         return self._files.read(f"/commands/{name}.txt", MAX_READ, newest=name == "dmesg")
 
@@ -802,7 +809,11 @@ class RecordedHost(Host):
         return self._files.read("/" + rel, limit)
 
     def command_lines(
-        self, name: str, argv: Sequence[str], timeout: float = 10.0, limit: int | None = None
+        self,
+        name: str,
+        argv: Sequence[str],
+        timeout: float | None = None,
+        limit: int | None = None,
     ) -> TextLines | None:
         """The lines of commands/<name>.txt, read as they are iterated (a 100 MB kernel log costs
         no more memory than a 1 MB one). Over `limit` bytes (default MAX_READ) only the newest
@@ -945,7 +956,7 @@ class RootHost(Host):
 
         return clean_leftovers(self.root)
 
-    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+    def command(self, name: str, argv: Sequence[str], timeout: float | None = None) -> str | None:
         log.debug("%s: not run in an image (it would describe the build host)", argv[0])
         return None
 

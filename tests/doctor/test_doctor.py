@@ -1310,3 +1310,31 @@ def test_nouveau_that_failed_its_probe_does_not_hold_the_gpu():
     found = only(diagnose(facts(gpus=()), DoctorInput(dmesg=driving)), "nouveau-bound")
     assert "kernel log shows" in found.summary
     assert any("DRM: VRAM: 2048 MiB" in e for e in found.evidence)
+
+
+@pytest.mark.parametrize(
+    ("tool", "argv0"),
+    [("lspci", "lspci"), ("boltctl", "boltctl"), ("mokutil", "mokutil")],
+)
+def test_any_hung_diagnostic_tool_is_named_as_nvidia_smi_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str, argv0: str
+) -> None:
+    """lspci, boltctl and mokutil go through the same Host.command as nvidia-smi: one that never
+    answers is ended at the deadline and becomes doctor's tool-timed-out, naming it."""
+    from egpu_setup.detect.probe import detect_host
+    from egpu_setup.doctor.collect import collect
+    from egpu_setup.doctor.diagnose import diagnose
+    from egpu_setup.host import machine, process
+    from egpu_setup.host.machine import LiveHost
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / argv0).write_text("#!/bin/sh\nexec sleep 60\n")
+    (bindir / argv0).chmod(0o755)
+    monkeypatch.setattr(process, "SYSTEM_PATH", f"{bindir}:{process.SYSTEM_PATH}")
+    monkeypatch.setattr(machine, "TOOL_TIMEOUT_S", 1.0)
+    host = LiveHost()
+    facts = detect_host(host, run_smi=False)
+    assert argv0 in [t.name for t in facts.timed_out]
+    found = [f for f in diagnose(facts, collect(host, facts), None) if f.id == "tool-timed-out"]
+    assert any(f.summary == f"{argv0} did not answer within 1 s and was ended" for f in found)

@@ -38,7 +38,7 @@ class LiveLike(RootHost):
 
     kind = "live"
 
-    def command(self, name: str, argv: Sequence[str], timeout: float = 10.0) -> str | None:
+    def command(self, name: str, argv: Sequence[str], timeout: float | None = None) -> str | None:
         return Host.command(self, name, argv, timeout)  # an image runs none; a machine does
 
 
