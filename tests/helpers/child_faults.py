@@ -11,6 +11,8 @@ starts afterwards (the child, its DDP ranks):
   tests/helpers/cuda_standin.py once torch is imported;
 - `hang`: the child sleeps for ever when that step starts (a CUDA call that never returns);
 - `crash`: the child dies by SIGSEGV when that step starts (a crashing driver);
+- `flood`: the child writes lines without end when that step starts, to fd 1 and to its record
+  stream (a library that prints a warning per call, in a loop);
 - `ddp_abort`: "after": DDP rank 1 aborts after the barrier (as gloo's teardown sometimes does
   under load); "before": it aborts in init_process_group, before it has a result;
 - `env_dump`: a file the child writes its environment to (JSON), to show what it inherited.
@@ -110,10 +112,10 @@ def _after_torch(torch, faults: dict) -> None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         module.install(torch, scenario)
-    hang, crash = faults.get("hang"), faults.get("crash")
+    hang, crash, flood = faults.get("hang"), faults.get("crash"), faults.get("flood")
     main = sys.modules.get("__main__")
     out = getattr(main, "Out", None)
-    if (hang or crash) and out is not None:
+    if (hang or crash or flood) and out is not None:
         announce = out.step
 
         def step(self, name):
@@ -123,6 +125,12 @@ def _after_torch(torch, faults: dict) -> None:
                     time.sleep(3600)
             if name == crash:
                 os.kill(os.getpid(), signal.SIGSEGV)
+            if name == flood:  # on what C code sees as stdout, and on the record stream
+                line = "UserWarning: TF32 is off for this call, as it was for the last one\n"
+                while True:
+                    os.write(1, line.encode() * 64)
+                    self._stream.write(line * 64)
+                    self._stream.flush()
 
         out.step = step
     abort = faults.get("ddp_abort")

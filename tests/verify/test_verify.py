@@ -467,6 +467,32 @@ def test_the_child_inherits_only_what_chooses_its_device(faulty, tmp_path):
         assert name not in seen
 
 
+def test_a_child_that_floods_its_output_is_stopped_within_the_cap(faulty):
+    """Was: every line of a flooding child was kept (1.6 GiB in 25 s). Now the reader stops it
+    at MAX_OUTPUT_BYTES, ends its session and says so; what it wrote on stderr keeps its tail
+    only."""
+    from egpu_setup.verify.runner import MAX_OUTPUT_BYTES
+
+    python = faulty(flood="matmul")
+    res = subprocess.run(
+        [sys.executable, "-c", "import resource, subprocess, sys;"
+         "r = subprocess.run(sys.argv[1:], capture_output=True, text=True);"
+         "sys.stdout.write(r.stdout); sys.stderr.write(r.stderr);"
+         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr);"
+         "sys.exit(r.returncode)",
+         PY, "-m", "egpu_setup", "verify", "--python", python, "--device", "cpu",
+         "--quick", "--timeout", "120", "--json"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr[-2000:]
+    check = ids(json.loads(res.stdout))["child-protocol"]
+    assert check["status"] == "fail" and "stopped" in check["detail"]
+    assert check["value"]["bytes"] > MAX_OUTPUT_BYTES
+    # the largest process of the run (the child, holding torch): every line kept was 1.6 GiB
+    peak_kib = int(res.stderr.strip().splitlines()[-1])
+    assert peak_kib < 1024 * 1024, peak_kib
+
+
 def test_hanging_child_is_killed_and_reported(faulty):
     python = faulty(hang="matmul")
     t0 = time.monotonic()
