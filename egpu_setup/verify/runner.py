@@ -69,7 +69,12 @@ def venv_owner(python: str, isolated: bool = True) -> tuple[int, int] | None:
 # the locale and HOME (a `--python` run keeps its user site under it). Nothing else: not PATH
 # (the child is given nvidia-smi's absolute path in its config), not PYTHON*, LD_*, our own
 # EGPU_SETUP_* or anything a caller could use to change what the child runs.
-_KEPT_PREFIXES = ("CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "OMP_", "MKL_", "LC_")
+# ROCm's own: HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES pick the GPU, HSA_OVERRIDE_GFX_VERSION
+# and the other HSA_ settings change how the runtime sees it
+# (https://rocm.docs.amd.com/en/latest/conceptual/gpu-isolation.html)
+_KEPT_PREFIXES = (
+    "CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "OMP_", "MKL_", "LC_", "HIP_", "ROCR_", "HSA_",
+)  # fmt: skip
 _KEPT_NAMES = ("HOME", "LANG", "LANGUAGE", "TZ")
 CHILD_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # for the tools torch itself may start
 

@@ -977,6 +977,10 @@ def test_pure_judges() -> None:
         "gfx1201 is not among the build's targets (" + ", ".join(gfx) + ")",
     )
     assert child.gfx_covers(gfx, None)[0] == "skip"
+    # an RX 6700 XT (gfx1031) run as gfx1030 by the override: it works, and says on what
+    status, detail = child.gfx_covers(gfx, "gfx1030", "10.3.0")
+    assert status == "warn" and "HSA_OVERRIDE_GFX_VERSION=10.3.0 is set" in detail
+    assert child.gfx_covers(gfx, "gfx1201", "12.0.1")[0] == "fail"
     assert child.judge_throttle([]) == (
         "skip",
         "the GPU reports no clocks event reasons",

@@ -38,9 +38,12 @@ def test_malformed_records_are_named_and_plain_lines_ignored() -> None:
 
 def test_the_child_environment_is_minimal() -> None:
     env = child_env({"PATH": "/home/u/bin:.", "EGPU_SETUP_STATE_DIR": "/x", "PYTHONPATH": "/p",
-                     "CUDA_VISIBLE_DEVICES": "1", "LD_PRELOAD": "/e.so"}, REPO)  # fmt: skip
+                     "CUDA_VISIBLE_DEVICES": "1", "LD_PRELOAD": "/e.so",
+                     "HSA_OVERRIDE_GFX_VERSION": "10.3.0", "HIP_VISIBLE_DEVICES": "0"},
+                    REPO)  # fmt: skip
     assert env == {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR": str(REPO),
-                   "CUDA_VISIBLE_DEVICES": "1"}  # fmt: skip
+                   "CUDA_VISIBLE_DEVICES": "1", "HSA_OVERRIDE_GFX_VERSION": "10.3.0",
+                   "HIP_VISIBLE_DEVICES": "0"}  # fmt: skip
 
 
 def test_shipped_verify_code_reads_no_test_variable() -> None:
