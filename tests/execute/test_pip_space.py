@@ -119,10 +119,20 @@ def test_a_read_only_state_directory_is_said_and_the_next_run_converges(
         _converged(venv, index)
 
 
+# A checkout under /tmp (a clean clone often is) would vanish under the small /tmp: it is bound
+# back at its own path, so this Python and egpu_setup still load from it.
 _SMALL_TMP_CHILD = """
-import subprocess, sys
+import os, subprocess, sys
 sys.path.insert(0, {tests!r})
+repo, old = {repo!r}, {old!r}
+under_tmp = repo.startswith("/tmp/")
+if under_tmp:
+    os.makedirs(old)
+    subprocess.run(["mount", "--bind", "/tmp", old], check=True)
 subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", "/tmp"], check=True)
+if under_tmp:
+    os.makedirs(repo)
+    subprocess.run(["mount", "--bind", old + repo[len("/tmp"):], repo], check=True)
 from pathlib import Path
 from helpers.pip_install import install_torch
 install_torch(Path({venv!r}), ("egpu-probe==1.0",), {index!r})
@@ -131,7 +141,8 @@ install_torch(Path({venv!r}), ("egpu-probe==1.0",), {index!r})
 
 def test_a_small_tmp_cannot_fail_the_install(tmp_path: Path) -> None:
     """In a mount namespace of its own, /tmp is a 4 MiB tmpfs (room for ensurepip's pip wheel)
-    and the wheel is 6 MB that does not compress: pip downloads into TMPDIR, which the step points into the venv
+    and the wheel is 6 MB that does not compress: pip downloads into TMPDIR, which the step points
+    into the venv
     (PipInstall.temp_dir, the filesystem preflight counted), so the install goes through and
     leaves no temp directory behind."""
     import base64
@@ -151,7 +162,11 @@ def test_a_small_tmp_cannot_fail_the_install(tmp_path: Path) -> None:
     try:
         venv = base / "venv"
         code = _SMALL_TMP_CHILD.format(
-            tests=str(Path(__file__).parents[1]), venv=str(venv), index="{index}"
+            tests=str(Path(__file__).parents[1]),
+            repo=str(Path(__file__).resolve().parents[2]),
+            old=str(base / "old-tmp"),
+            venv=str(venv),
+            index="{index}",
         )
         with _pypi_index.LocalIndex([whl]) as idx:
             res = subprocess.run(
