@@ -150,7 +150,17 @@ def test_nobody_gets_a_venv_on_the_root_torch(lab: Path) -> None:
     assert other.returncode != 0 and "torch==99.0" in other.stdout + other.stderr
     assert not list(site_packages(target).glob("torch*"))
     # verify --venv checks it, the torch it imports being the root venv's
-    check = egpu_setup(
+    check = verify_as_student(lab, target)
+    assert check.returncode == 0, check.stderr
+    # the torch venv: unchanged, and the user cannot write to it
+    assert fingerprint(root_venv) == before
+    write = as_nobody("/usr/bin/touch", f"{site_packages(root_venv)}/planted")
+    assert write.returncode != 0 and not (site_packages(root_venv) / "planted").exists()
+
+
+def verify_as_student(lab: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """`verify --venv TARGET --device cpu --quick --json`, as the student runs it."""
+    return egpu_setup(
         "verify",
         "--venv",
         str(target),
@@ -161,11 +171,6 @@ def test_nobody_gets_a_venv_on_the_root_torch(lab: Path) -> None:
         state=lab / "state",
         home=str(lab / "home"),  # verify keeps its state in the user's own home
     )
-    assert check.returncode == 0, check.stderr
-    # the torch venv: unchanged, and the user cannot write to it
-    assert fingerprint(root_venv) == before
-    write = as_nobody("/usr/bin/touch", f"{site_packages(root_venv)}/planted")
-    assert write.returncode != 0 and not (site_packages(root_venv) / "planted").exists()
 
 
 def test_nobody_installs_from_the_loopback_index_then_verifies(lab: Path) -> None:
@@ -201,17 +206,7 @@ def test_nobody_installs_from_the_loopback_index_then_verifies(lab: Path) -> Non
     probe = as_nobody(py, "-c", "import egpu_probe; print(egpu_probe.VALUE, egpu_probe.__file__)")
     value, where = probe.stdout.split()
     assert value == "11" and where.startswith(str(site_packages(target)))
-    check = egpu_setup(
-        "verify",
-        "--venv",
-        str(target),
-        "--device",
-        "cpu",
-        "--quick",
-        "--json",
-        state=lab / "state",
-        home=str(lab / "home"),
-    )
+    check = verify_as_student(lab, target)
     assert check.returncode == 0, check.stderr
     report = json.loads(check.stdout)
     assert report["ok"] is True
