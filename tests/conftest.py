@@ -14,12 +14,17 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
+from pluggy import Result
 
 from helpers.tiers import HEAVY, running
+
+if TYPE_CHECKING:  # helpers.sentinel imports this module: the fixture imports it when it runs
+    from helpers.sentinel import Sentinel
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
@@ -127,7 +132,9 @@ def _longest_first(items: list[pytest.Item]) -> Callable[[pytest.Item], tuple[in
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport]]:
     """Under --no-skip a skip is a failure that says what did not run and why."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
@@ -143,7 +150,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, Result[pytest.CollectReport]]:
     """A whole module skipped while collecting (importorskip at its top) fails the same way."""
     outcome = yield
     report: pytest.CollectReport = outcome.get_result()
@@ -154,7 +163,9 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+def _isolated_state(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     """No test writes to /var/lib/egpu-setup or reads a developer's own profiles."""
     state = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("EGPU_SETUP_STATE_DIR", str(state))
@@ -164,7 +175,7 @@ def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     """Run the real command line in a child process (errors are printed by cli.main)."""
     return subprocess.run(
         [sys.executable, "-m", "egpu_setup", *args],
@@ -176,13 +187,21 @@ def run_cli(
     )
 
 
+class RunCli(Protocol):
+    """The `cli` fixture's type: run_cli's signature."""
+
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
 @pytest.fixture
-def cli():
+def cli() -> RunCli:
     return run_cli
 
 
 @pytest.fixture
-def sentinel(tmp_path: Path):
+def sentinel(tmp_path: Path) -> Sentinel:
     """Files outside the target that a hostile input points at (helpers/sentinel.py)."""
     from helpers.sentinel import Sentinel
 

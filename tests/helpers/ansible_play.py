@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,7 +132,7 @@ def write_inventory(tmp: Path, hosts: dict[str, dict[str, object]]) -> Path:
 
 def run_play(
     tmp: Path, play: Path, *extra: str, inventory: str = "localhost,"
-) -> tuple[dict, subprocess.CompletedProcess]:
+) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
     proc = subprocess.run(
         ["ansible-playbook", "-i", inventory, str(play), *extra],
         capture_output=True,
@@ -150,7 +151,7 @@ def run_play(
     return out, proc
 
 
-def task_results(out: dict, name: str, host: str | None = None) -> list[dict]:
+def task_results(out: dict[str, Any], name: str, host: str | None = None) -> list[dict[str, Any]]:
     """Results of the task called `name` (role tasks are named "egpu_setup : <name>"), not skipped."""
     return [
         t["result"]
@@ -161,7 +162,7 @@ def task_results(out: dict, name: str, host: str | None = None) -> list[dict]:
     ]
 
 
-def changed_tasks(out: dict) -> list[str]:
+def changed_tasks(out: dict[str, Any]) -> list[str]:
     return [t["task"] for t in out["tasks"] if t["result"].get("changed")]
 
 
@@ -211,7 +212,7 @@ def standin_host(
     }
 
 
-def standin_calls(base: Path, name: str) -> list[dict]:
+def standin_calls(base: Path, name: str) -> list[dict[str, Any]]:
     """The stand-in's log for host `name`: {"argv", "rc", "boot"} per call, in order."""
     log = base / name / "calls.jsonl"
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []

@@ -29,7 +29,11 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CONTROL = "egpu_setup_test_faults.json"
@@ -80,10 +84,12 @@ def startup(control: str) -> None:
 class _AfterTorch(importlib.abc.MetaPathFinder):
     """Runs `_after_torch` once `import torch` has finished, wherever it is imported."""
 
-    def __init__(self, faults: dict) -> None:
+    def __init__(self, faults: dict[str, Any]) -> None:
         self.faults = faults
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if name != "torch":
             return None
         sys.meta_path.remove(self)
@@ -94,15 +100,15 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         run = loader.exec_module
         faults = self.faults
 
-        def exec_module(module):
+        def exec_module(module: Any) -> None:
             run(module)
             _after_torch(module, faults)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # wraps torch's loader
         return spec
 
 
-def _after_torch(torch, faults: dict) -> None:
+def _after_torch(torch: Any, faults: dict[str, Any]) -> None:
     scenario = faults.get("scenario")
     if scenario:
         spec = importlib.util.spec_from_file_location(
@@ -118,7 +124,7 @@ def _after_torch(torch, faults: dict) -> None:
     if (hang or crash or flood) and out is not None:
         announce = out.step
 
-        def step(self, name):
+        def step(self: Any, name: str) -> None:  # self: the child's Out
             announce(self, name)
             if name == hang:
                 while True:  # a CUDA call that never returns
@@ -140,7 +146,7 @@ def _after_torch(torch, faults: dict) -> None:
         if abort == "before":
             init = dist.init_process_group
 
-            def init_process_group(*args, **kwargs):
+            def init_process_group(*args: Any, **kwargs: Any) -> Any:
                 if kwargs.get("rank") == 1:
                     os.abort()
                 return init(*args, **kwargs)
@@ -149,7 +155,7 @@ def _after_torch(torch, faults: dict) -> None:
         else:
             barrier = dist.barrier
 
-            def after_barrier(*args, **kwargs):
+            def after_barrier(*args: Any, **kwargs: Any) -> Any:
                 result = barrier(*args, **kwargs)
                 if dist.get_rank() == 1:
                     os.abort()  # what gloo's teardown abort looks like

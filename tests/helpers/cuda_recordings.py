@@ -34,7 +34,8 @@ SMI_REPLAY = HELPERS / "nvidia_smi_replay.py"
 
 @lru_cache(maxsize=1)
 def values() -> dict[str, Any]:
-    return yaml.safe_load((REAL / "values.yaml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((REAL / "values.yaml").read_text())
+    return loaded
 
 
 @lru_cache(maxsize=1)
@@ -125,12 +126,17 @@ def sample(key: str, load: str | None = None) -> dict[str, Any]:
     raise KeyError(f"{key}: no load row for {total} MiB")
 
 
-def link_rate(connection: str | None, tb_generation: int | None, speed: float, width: int):
+def link_rate(
+    connection: str | None, tb_generation: int | None, speed: float | None, width: int | None
+) -> float:
     """The theoretical one-direction GB/s of the path: the slot's link, capped by a tunnel."""
+    assert speed is not None and width is not None, "a recorded link has a speed and a width"
     cap = tunnel_cap(connection, tb_generation)
     if cap:
         speed, width = min(speed, cap[0]), min(width, cap[1])
-    return pcie_rate_gbs(speed, width)
+    rate = pcie_rate_gbs(speed, width)
+    assert rate is not None  # None only for an unknown speed or width
+    return rate
 
 
 @dataclass
@@ -217,7 +223,7 @@ def from_report(report: dict[str, Any], title: str) -> Scenario:
         if cid in checks and checks[cid]["status"] != "skip" and checks[cid]["value"]
     }
 
-    def value(cid):
+    def value(cid: str) -> Any:
         return (checks.get(cid) or {}).get("value")
 
     driver = dev.get("driver_cuda")

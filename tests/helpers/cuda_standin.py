@@ -41,12 +41,14 @@ import sys
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
+from typing import Any
 
 VIRTUAL_BYTES = 1 << 30
-_STATE = None  # the Replay of this process
+_STATE: Replay | None = None  # the Replay of this process
 
 
-def install(torch, scenario_path: str) -> None:
+def install(torch: Any, scenario_path: str) -> None:
     """Patch torch.cuda and friends in place and enter the device mode (once per process)."""
     global _STATE
     if _STATE is not None:
@@ -63,7 +65,7 @@ def install(torch, scenario_path: str) -> None:
     print(f"cuda stand-in: replaying {scenario.get('title', '?')}", file=sys.stderr)
 
 
-def visible(gpus: list, env: str | None) -> list:
+def visible(gpus: list[Any], env: str | None) -> list[Any]:
     """The GPUs CUDA enumerates under CUDA_VISIBLE_DEVICES (a list of indices; an invalid entry
     ends the list, as the CUDA runtime does)."""
     if env is None:
@@ -80,7 +82,7 @@ def visible(gpus: list, env: str | None) -> list:
 class Props:
     """What torch.cuda.get_device_properties returns, from recorded values."""
 
-    def __init__(self, gpu: dict):
+    def __init__(self, gpu: dict[str, Any]) -> None:
         self.name = gpu["name"]
         self.major = gpu["major"]
         self.minor = gpu["minor"]
@@ -105,13 +107,15 @@ class Props:
 class Replay:
     """The state of the replayed GPUs in this process."""
 
-    def __init__(self, torch, scenario: dict):
+    def __init__(self, torch: Any, scenario: dict[str, Any]) -> None:
         self.torch = torch
         self.sc = scenario
         self.gpus = visible(scenario["gpus"], os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.current = 0
         self.clock = 0.0  # device seconds
-        self.kinds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.kinds: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.depth = 0
         self.autocast = None  # the dtype of an active autocast("cuda") region
         self.faults = scenario.get("faults") or {}
@@ -125,7 +129,7 @@ class Replay:
     def available(self) -> bool:
         return self.sc.get("available", True) is True and bool(self.gpus)
 
-    def index(self, device) -> int:
+    def index(self, device: Any) -> int:
         if device is None:
             i = self.current
         elif isinstance(device, int):
@@ -142,7 +146,7 @@ class Replay:
     def used(self, index: int) -> int:
         return sum(n for kind, i, n in self.kinds.values() if kind != "pinned" and i == index)
 
-    def mem_get_info(self, device=None) -> tuple[int, int]:
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         i = self.index(device)
         gpu = self.gpus[i]
         free, total = gpu.get("mem_get_info") or (gpu["total_memory"], gpu["total_memory"])
@@ -150,17 +154,17 @@ class Replay:
 
     # -- tags --------------------------------------------------------------------------------
 
-    def tag(self, t, kind: str, index: int = 0, nbytes: int | None = None) -> None:
+    def tag(self, t: Any, kind: str, index: int = 0, nbytes: int | None = None) -> None:
         storage = t.untyped_storage()
         self.kinds[storage] = (kind, index, storage.nbytes() if nbytes is None else nbytes)
 
-    def kind(self, t) -> str | None:
+    def kind(self, t: Any) -> str | None:
         if not isinstance(t, self.torch.Tensor) or t.device.type != "cpu":
             return None
         entry = self.kinds.get(t.untyped_storage())
         return entry[0] if entry else None
 
-    def on_device(self, t) -> bool:
+    def on_device(self, t: Any) -> bool:
         return self.kind(t) in ("device", "virtual")
 
     # -- the device clock --------------------------------------------------------------------
@@ -171,24 +175,24 @@ class Replay:
             raise RuntimeError(f"cuda stand-in: no recorded {direction} rate in this scenario")
         self.clock += (0.0 if pinned else real) + nbytes / (rate * 1e9)
 
-    def matmul_seconds(self, dtype, k: int, flops: float) -> float:
+    def matmul_seconds(self, dtype: Any, k: int, flops: float) -> float:
         torch = self.torch
         precision = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype)
         if precision is None:
             precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
         table = self.sc.get("tflops") or {}
         row = table.get(str(k)) or table.get("max") or {}
-        rate = row.get(precision)
+        rate: float | None = row.get(precision)
         if not rate:
             raise RuntimeError(
                 f"cuda stand-in: no recorded {precision} matmul rate for {self.gpus[0]['name']}"
             )
         return flops / (rate * 1e12)
 
-    def fault(self, op: str) -> dict | None:
+    def fault(self, op: str) -> dict[str, Any] | None:
         """The scripted fault of `op` if it fires on this call: counted per op (`after` calls
         pass first), and limited to some training runs (`runs`, counted from 1) when given."""
-        spec = self.faults.get(op)
+        spec: dict[str, Any] | None = self.faults.get(op)
         if not spec:
             return None
         n = self.calls[op] = self.calls.get(op, 0) + 1
@@ -198,16 +202,18 @@ class Replay:
         return spec
 
 
-def _mode_class(torch):
+def _mode_class(torch: Any) -> Any:
     """The torch function mode class (made here: the file must import without torch first)."""
     from torch.overrides import TorchFunctionMode
 
-    class DeviceMode(TorchFunctionMode):
-        def __init__(self, state: Replay):
+    class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is not followed: Any
+        def __init__(self, state: Replay) -> None:
             super().__init__()
             self.st = state
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             st = self.st
             kwargs = dict(kwargs or {})
             if st.depth:  # inside an op we are handling: run it as it is
@@ -221,7 +227,7 @@ def _mode_class(torch):
     return DeviceMode
 
 
-def _is_cuda(device) -> bool:
+def _is_cuda(device: Any) -> bool:
     if device is None:
         return False
     if isinstance(device, int):
@@ -229,7 +235,7 @@ def _is_cuda(device) -> bool:
     return str(device).startswith("cuda")
 
 
-def _plain_call(st: Replay, func, args, kwargs):
+def _plain_call(st: Replay, func: Any, args: Any, kwargs: Any) -> Any:
     """Call with any CUDA device moved to the CPU; tag what a CUDA factory made."""
     cuda = _is_cuda(kwargs.get("device"))
     pinned = bool(kwargs.pop("pin_memory", False))
@@ -245,7 +251,8 @@ def _plain_call(st: Replay, func, args, kwargs):
     return out
 
 
-def _tensors(obj):
+def _tensors(obj: Any) -> Iterator[Any]:
+    assert _STATE is not None, "the stand-in is installed before any op runs"
     torch = _STATE.torch
     if isinstance(obj, torch.Tensor):
         yield obj
@@ -257,7 +264,7 @@ def _tensors(obj):
             yield from _tensors(item)
 
 
-def _dispatch(st: Replay, func, args, kwargs):
+def _dispatch(st: Replay, func: Any, args: Any, kwargs: Any) -> Any:
     torch = st.torch
     T = torch.Tensor
     F = torch.nn.functional
@@ -305,11 +312,11 @@ def _writes(name: str) -> bool:
     return name.endswith("_")
 
 
-def _floating(torch, x) -> bool:
+def _floating(torch: Any, x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point()
 
 
-def _timed(st: Replay, call, device: bool):
+def _timed(st: Replay, call: Any, device: bool) -> Any:
     t0 = time.perf_counter()
     out = call()
     if device:
@@ -317,7 +324,7 @@ def _timed(st: Replay, call, device: bool):
     return out
 
 
-def _to(st: Replay, func, args, kwargs):
+def _to(st: Replay, func: Any, args: Any, kwargs: Any) -> Any:
     torch = st.torch
     t = args[0]
     if func is torch.Tensor.cpu:
@@ -350,7 +357,7 @@ def _to(st: Replay, func, args, kwargs):
     return out
 
 
-def _copy(st: Replay, args, kwargs):
+def _copy(st: Replay, args: Any, kwargs: Any) -> Any:
     dst, src = args[0], args[1]
     if st.kind(dst) == "virtual":
         raise RuntimeError("cuda stand-in: a virtual (replayed) allocation cannot be copied into")
@@ -370,7 +377,7 @@ def _copy(st: Replay, args, kwargs):
     return dst
 
 
-def _matmul(st: Replay, func, args, kwargs):
+def _matmul(st: Replay, func: Any, args: Any, kwargs: Any) -> Any:
     torch = st.torch
     a, b = args[0], args[1]
     if st.fault("matmul"):
@@ -388,7 +395,7 @@ def _matmul(st: Replay, func, args, kwargs):
     return out
 
 
-def _allocate(st: Replay, args, kwargs):
+def _allocate(st: Replay, args: Any, kwargs: Any) -> Any:
     torch = st.torch
     index = st.index(kwargs["device"])
     dims = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
@@ -413,7 +420,7 @@ def _allocate(st: Replay, args, kwargs):
     return out
 
 
-def _write_virtual(st: Replay, func, args):
+def _write_virtual(st: Replay, func: Any, args: Any) -> Any:
     torch = st.torch
     t = args[0]
     if func is torch.Tensor.fill_:
@@ -428,7 +435,7 @@ def _write_virtual(st: Replay, func, args):
     )
 
 
-def _lower_precision(st: Replay, func, args, kwargs):
+def _lower_precision(st: Replay, func: Any, args: Any, kwargs: Any) -> Any:
     """conv/linear under autocast("cuda", float16): fp16-rounded inputs, fp32 compute, a
     fp16-rounded output. linear returns it as float16 (the logits the child checks); a conv
     keeps fp16 values in fp32 storage, so the CPU's elementwise kernels after it stay fast."""
@@ -436,10 +443,10 @@ def _lower_precision(st: Replay, func, args, kwargs):
     low = st.autocast
     name = "conv2d" if func is torch.nn.functional.conv2d else "linear"
 
-    def cast(x):
+    def cast(x: Any) -> Any:
         return x.to(low).float() if _floating(torch, x) else x
 
-    def call():
+    def call() -> Any:
         out = func(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()}).to(low)
         return out if name == "linear" else out.float()
 
@@ -462,11 +469,14 @@ def _lower_precision(st: Replay, func, args, kwargs):
 class Event:
     """torch.cuda.Event on the replayed device clock."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess=False):
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: Any = False
+    ) -> None:
         self.enable_timing = enable_timing
-        self.t = None
+        self.t: float | None = None
 
-    def record(self, stream=None) -> None:
+    def record(self, stream: Any = None) -> None:
+        assert _STATE is not None, "the stand-in is installed before any op runs"
         self.t = _STATE.clock
 
     def synchronize(self) -> None:
@@ -483,7 +493,7 @@ class Event:
         return (end.t - self.t) * 1000.0
 
 
-def _patch(torch, st: Replay) -> None:
+def _patch(torch: Any, st: Replay) -> None:
     cuda = torch.cuda
     sc = st.sc
     unavailable = sc.get("available", True)
@@ -497,10 +507,10 @@ def _patch(torch, st: Replay) -> None:
         if isinstance(unavailable, dict):
             raise RuntimeError(unavailable["init_error"])
 
-    def set_device(device) -> None:
+    def set_device(device: Any) -> None:
         st.current = st.index(device)
 
-    def synchronize(device=None) -> None:
+    def synchronize(device: Any = None) -> None:
         st.index(device)
 
     cuda.is_available = is_available
@@ -531,20 +541,26 @@ def _patch(torch, st: Replay) -> None:
     class Autocast:
         """torch.autocast: the real one for the CPU, the emulated fp16 one for "cuda"."""
 
-        def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        def __init__(
+            self,
+            device_type: Any,
+            dtype: Any = None,
+            enabled: Any = True,
+            cache_enabled: Any = None,
+        ) -> None:
             self.cuda = device_type == "cuda"
             self.dtype = dtype or torch.float16
             self.enabled = enabled
             self.real = None if self.cuda else real_autocast(device_type, dtype, enabled)
 
-        def __enter__(self):
+        def __enter__(self) -> Any:
             if self.real is not None:
                 return self.real.__enter__()
             self.prev = st.autocast
             st.autocast = self.dtype if self.enabled and not st.faults.get("autocast") else None
             return self
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: Any) -> Any:
             if self.real is not None:
                 return self.real.__exit__(*exc)
             st.autocast = self.prev
@@ -553,30 +569,30 @@ def _patch(torch, st: Replay) -> None:
     torch.autocast = Autocast
     real_scaler = torch.amp.GradScaler
 
-    def grad_scaler(device="cuda", *args, **kwargs):
+    def grad_scaler(device: Any = "cuda", *args: Any, **kwargs: Any) -> Any:
         return real_scaler("cpu" if device == "cuda" else device, *args, **kwargs)
 
     torch.amp.GradScaler = grad_scaler
     _patch_distributed(torch, st)
 
 
-def _patch_distributed(torch, st: Replay) -> None:
+def _patch_distributed(torch: Any, st: Replay) -> None:
     import torch.distributed as dist
-    import torch.nn.parallel
+    import torch.nn.parallel as parallel
 
     real_init = dist.init_process_group
 
-    def init_process_group(backend=None, *args, **kwargs):
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
         if backend == "nccl":
             print("cuda stand-in: nccl runs as gloo (no GPU here)", file=sys.stderr)
             backend = "gloo"
         return real_init(backend, *args, **kwargs)
 
     dist.init_process_group = init_process_group
-    real_ddp = torch.nn.parallel.DistributedDataParallel
+    real_ddp = parallel.DistributedDataParallel
 
-    class DistributedDataParallel(real_ddp):
-        def __init__(self, module, device_ids=None, *args, **kwargs):
+    class DistributedDataParallel(real_ddp):  # type: ignore[misc, valid-type]  # torch: Any
+        def __init__(self, module: Any, device_ids: Any = None, *args: Any, **kwargs: Any) -> None:
             for d in device_ids or ():
                 st.index(d)
             spec = st.faults.get("ddp")
@@ -587,10 +603,10 @@ def _patch_distributed(torch, st: Replay) -> None:
                 raise RuntimeError(spec["error"])
             super().__init__(module, None, *args, **kwargs)
 
-    torch.nn.parallel.DistributedDataParallel = DistributedDataParallel
+    parallel.DistributedDataParallel = DistributedDataParallel
 
 
-def _patch_cpu(torch, spec: dict) -> None:
+def _patch_cpu(torch: Any, spec: dict[str, Any]) -> None:
     """CPU-side fakes for the CPU path's branches: a CPU without native bf16 (torch's own probes
     say no), a torch whose probes raise, a capability query that fails."""
     cpu = torch.cpu
@@ -599,7 +615,7 @@ def _patch_cpu(torch, spec: dict) -> None:
         cpu._is_amx_tile_supported = lambda: False
     if spec.get("probes") == "raise":
 
-        def broken():
+        def broken() -> None:
             raise RuntimeError("cuda stand-in: this probe fails")
 
         cpu._is_avx512_bf16_supported = broken

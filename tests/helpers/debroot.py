@@ -170,7 +170,7 @@ def copy_or_skip(suite: str, dest: Path) -> Path:
         pytest.skip(str(exc))
 
 
-def chroot(root: Path, *argv: str) -> subprocess.CompletedProcess:
+def chroot(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """`argv` run in the root with plain chroot, as a person checking it would (C locale)."""
     return subprocess.run(
         ["chroot", str(root), *argv],

@@ -41,7 +41,7 @@ def plan_for(root: Path, force: bool = False) -> tuple[RootHost, StatePaths, Pla
     manifest = Manifest.load(paths)
     plan = build_plan(
         values.facts(),
-        None,
+        values.profile(),
         values.resolution(action="keep"),
         values.rendered(),
         host,

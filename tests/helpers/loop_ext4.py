@@ -31,7 +31,7 @@ def _run(*argv: str) -> None:
 class LoopExt4:
     """`mount`: where the filesystem is mounted (while it is), from loop device `device`."""
 
-    def __init__(self, image: Path, mount: Path):
+    def __init__(self, image: Path, mount: Path) -> None:
         self.image = image
         self.mount = mount
         self.device = _attach(image)

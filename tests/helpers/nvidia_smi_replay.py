@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 # NVML clocks event reason bits (NVML API reference, "NvmlClocksEventReasons")
 REASON_BITS = {
@@ -31,7 +32,7 @@ def bus_key(text: str) -> str:
     return f"{int(dom, 16):04x}:{bus}:{rest}"
 
 
-def value(field: str, sample: dict) -> str:
+def value(field: str, sample: dict[str, Any]) -> str:
     if field == "temperature.gpu":
         v = sample.get("temperature_c")
     elif field == "power.draw":

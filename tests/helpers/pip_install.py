@@ -19,7 +19,7 @@ from helpers import install_values as values
 def plan_torch(venv: Path, requirements: tuple[str, ...], index: str, **options: Any) -> Plan:
     return build_plan(
         values.facts(),
-        None,
+        values.profile(),
         values.resolution(torch_requirements=requirements, index_url=index),
         (),
         LiveHost(),

@@ -68,7 +68,7 @@ def decode(path: Path) -> Image:
     raw = zlib.decompress(b"".join(idat))
     stride = width * channels
     rows: list[bytes] = []
-    prev = bytes(stride)
+    prev: bytes | bytearray = bytes(stride)
     for y in range(height):
         start = y * (stride + 1)
         line = _unfilter(raw[start], bytearray(raw[start + 1 : start + 1 + stride]), prev, channels)
@@ -77,7 +77,7 @@ def decode(path: Path) -> Image:
     return Image(width, height, channels, tuple(rows))
 
 
-def _unfilter(kind: int, line: bytearray, prev: bytes, bpp: int) -> bytearray:
+def _unfilter(kind: int, line: bytearray, prev: bytes | bytearray, bpp: int) -> bytearray:
     n = len(line)
     if kind == 0:
         return line

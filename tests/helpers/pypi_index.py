@@ -91,7 +91,7 @@ class LocalIndex:
     trickle=S: the pages answer at once, every wheel one byte each S seconds (a stalled mirror
     that never quite goes silent), until the client hangs up or the index closes."""
 
-    def __init__(self, wheels: list[Path], *, trickle: float | None = None):
+    def __init__(self, wheels: list[Path], *, trickle: float | None = None) -> None:
         self.trickle = trickle
         self._closed = threading.Event()
         self._tmp = tempfile.TemporaryDirectory(prefix="egpu-setup-index-")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 from egpu_setup.detect.facts import (
     Gpu,
@@ -31,6 +32,7 @@ from egpu_setup.profile.types import (
     TorchConstraints,
 )
 from egpu_setup.render.files import BIN_HOTPLUG, RenderedFile, render_set
+from egpu_setup.resolve.resolution import Resolution
 
 CORE_X_UUID = "c9030000-0080-7708-2307-a11e8c1b3d12"
 AG02_UUID = "d1030000-0090-8d18-a3b2-6c0a1c5f4e01"
@@ -42,7 +44,7 @@ def profile(
     mode: str = "compute",
     **hotplug: object,
 ) -> Profile:
-    hp = {
+    hp: dict[str, Any] = {
         "thunderbolt_policy": "iommu",
         "runtime_pm_off": True,
         "persistenced": True,
@@ -65,7 +67,7 @@ def profile(
     )
 
 
-def _gpu(address: str, device_id: str, connection: str, **kw: object) -> Gpu:
+def _gpu(address: str, device_id: str, connection: str, **kw: Any) -> Gpu:
     return Gpu(
         pci_address=address,
         vendor="nvidia",
@@ -198,14 +200,16 @@ DEBIAN12_NO_EGPU = HostFacts(
 
 
 def rendered_files(
-    facts: HostFacts, prof: Profile, resolution: object, mode: str, **options: object
+    facts: HostFacts, prof: Profile, resolution: object, mode: str, **options: Any
 ) -> tuple[RenderedFile, ...]:
-    """The files render_set renders (the commands and notes left out)."""
-    return render_set(facts, prof, resolution, mode, **options).files  # type: ignore[arg-type]
+    """The files render_set renders (the commands and notes left out); `resolution` may be a
+    stand-in holding only what render reads (tests/render/test_render.py)."""
+    resolved = cast("Resolution | None", resolution)
+    return render_set(facts, prof, resolved, mode, **options).files
 
 
 # name -> (facts, profile, render options, modes)
-CASES = {
+CASES: dict[str, tuple[HostFacts, Profile, dict[str, Any], tuple[str, ...]]] = {
     "debian12-tb3-rtx4090": (DEBIAN12_TB3_4090, profile(), {}, ("compute", "display")),
     "debian12-tb3-rtx4090-nobolt": (
         DEBIAN12_TB3_4090,
@@ -234,7 +238,7 @@ CASES = {
 }
 
 
-def with_os(facts: HostFacts, **os_fields: object) -> HostFacts:
+def with_os(facts: HostFacts, **os_fields: Any) -> HostFacts:
     return replace(facts, os=replace(facts.os, **os_fields))
 
 
@@ -285,7 +289,7 @@ def fake_sys(
 
 def run_helper(
     tmp: Path, sysfs: Path, mode: str, timeout: str, slot: str = "0000:3c:00"
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     """Run the rendered egpu-hotplug `wait` for real against `sysfs`, with modprobe and
     systemctl stubs that record their calls in tmp/calls, /dev and /run under tmp."""
     script = tmp / "egpu-hotplug"

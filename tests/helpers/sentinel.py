@@ -127,8 +127,11 @@ class Sentinel:
 
 
 def install(
-    cli: Callable[..., subprocess.CompletedProcess], img: Path, *extra: str, timeout: float = 120
-) -> subprocess.CompletedProcess:
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+    img: Path,
+    *extra: str,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
     """`install --only config` of the recorded TB4 laptop into the image `img`."""
     return cli(
         "install", "--profile", "rtx4090", "--only", "config", "--root", str(img), "--from",
@@ -136,7 +139,7 @@ def install(
     )  # fmt: skip
 
 
-def clean_error(res: subprocess.CompletedProcess) -> None:
+def clean_error(res: subprocess.CompletedProcess[str]) -> None:
     """The refusal is an `error:` and a `hint:`, no traceback and no "internal error"."""
     assert res.stderr.startswith("error: ") or "\nerror: " in res.stderr, res.stderr
     assert "\nhint: " in res.stderr, res.stderr

@@ -51,7 +51,7 @@ def _install_udev(root: Path) -> Path:
     return root
 
 
-def udevadm_verify(root: Path, rules: dict[str, str]) -> subprocess.CompletedProcess:
+def udevadm_verify(root: Path, rules: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run trixie's `udevadm verify` on rule files (name -> text) copied into the root."""
     work = Path(tempfile.mkdtemp(prefix="egpu-setup-rules-", dir=root / "tmp"))
     inside = "/tmp/" + work.name
