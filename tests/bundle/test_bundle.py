@@ -19,7 +19,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +37,9 @@ HOST_FIXTURES = REPO / "tests" / "fixtures" / "hosts"
 Z64 = "0" * 64  # a well-formed pin, for the cases refused before it is compared
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600, wrap=()):
+def _cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600, wrap: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*wrap, sys.executable, "-m", "egpu_setup", *args],
         capture_output=True,
@@ -99,7 +103,7 @@ def test_a_targets_glibc_comes_from_the_one_table(distro: str, minor: int) -> No
     from egpu_setup.compat.glibc import distro_glibc
 
     dist_id, _, version = distro.partition("-")
-    assert distro_glibc(dist_id, version)[0] == f"2.{minor}"  # type: ignore[index]
+    assert (distro_glibc(dist_id, version) or ("", ""))[0] == f"2.{minor}"
     assert bundle_wheels.glibc_minor(distro) == minor
     assert bundle_wheels.platform_tags(distro)[0] == f"manylinux_2_{minor}_x86_64"
 
@@ -182,7 +186,7 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("bundle")
     wheels = _pypi_index.download_torch(_pypi_index.cache_dir())
     torch_only = [w for w in wheels if w.name.startswith("torch-")]
@@ -212,7 +216,7 @@ def built(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
-def test_bundle_holds_hashed_wheels_from_the_loopback_index(built) -> None:
+def test_bundle_holds_hashed_wheels_from_the_loopback_index(built: dict[str, Any]) -> None:
     b: Path = built["dir"]
     manifest = json.loads((b / "manifest.json").read_text())
     assert manifest["schema"] == "egpu-setup/bundle/1" and manifest["tool_version"]
@@ -235,7 +239,7 @@ def test_bundle_holds_hashed_wheels_from_the_loopback_index(built) -> None:
 
 
 @pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
-def test_second_bundle_with_the_same_inputs_downloads_nothing(built) -> None:
+def test_second_bundle_with_the_same_inputs_downloads_nothing(built: dict[str, Any]) -> None:
     again = built["again"]
     assert again["downloaded"] == []
     assert sorted(again["reused"]) == sorted(built["first"]["downloaded"])
@@ -243,7 +247,7 @@ def test_second_bundle_with_the_same_inputs_downloads_nothing(built) -> None:
 
 
 @pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
-def test_offline_install_into_a_fresh_venv(built, tmp_path: Path) -> None:
+def test_offline_install_into_a_fresh_venv(built: dict[str, Any], tmp_path: Path) -> None:
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs unshare -n (root)")
     offline = ("unshare", "-n", "--")
@@ -287,7 +291,7 @@ def _linked_copy(src: Path, dest: Path) -> Path:
 
 
 @pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
-def test_tampered_wheel_exit_1_and_nothing_installed(built, tmp_path: Path) -> None:
+def test_tampered_wheel_exit_1_and_nothing_installed(built: dict[str, Any], tmp_path: Path) -> None:
     copy = _linked_copy(built["dir"], tmp_path / "b")
     victim = next((copy / "wheels/py3.11").glob("filelock-*.whl"))
     data = victim.read_bytes()
@@ -303,7 +307,7 @@ def test_tampered_wheel_exit_1_and_nothing_installed(built, tmp_path: Path) -> N
 
 
 @pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
-def test_wrong_target_exit_2_names_what_the_bundle_has(built) -> None:
+def test_wrong_target_exit_2_names_what_the_bundle_has(built: dict[str, Any]) -> None:
     res = _cli("install", "--bundle", str(built["dir"]), *_pin(built["dir"]), "--only", "torch",
                "--dry-run",
                "--from", str(HOST_FIXTURES / "tb4-rtx4090-ubuntu2404"))  # fmt: skip
@@ -313,7 +317,9 @@ def test_wrong_target_exit_2_names_what_the_bundle_has(built) -> None:
 
 
 @pytest.mark.debootstrap  # the bundle fetches its .debs in a debootstrap root
-def test_driver_from_the_bundle_into_a_debootstrap_root_offline(built, tmp_path: Path) -> None:
+def test_driver_from_the_bundle_into_a_debootstrap_root_offline(
+    built: dict[str, Any], tmp_path: Path
+) -> None:
     if not built["debs"]:
         pytest.skip(built["why_no_debs"])
     b: Path = built["dir"]

@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO
 from helpers.sentinel import TB4, clean_error
 
-Cli = Callable[..., subprocess.CompletedProcess]
+Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def _sha(data: bytes) -> str:
@@ -49,7 +49,7 @@ def _write_manifest(b: Path, files: list[dict[str, object]]) -> None:
     (b / "manifest.json").write_text(json.dumps(doc, indent=1))
 
 
-def _install(cli: Cli, b: Path, *pin: str) -> subprocess.CompletedProcess:
+def _install(cli: Cli, b: Path, *pin: str) -> subprocess.CompletedProcess[str]:
     return cli(
         "install", "--bundle", str(b), *pin, "--only", "torch", "--dry-run", "--from", str(TB4),
     )  # fmt: skip

@@ -15,10 +15,12 @@ import http.server
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
+from conftest import RunCli
 from helpers import pypi_index
-from helpers.sentinel import AS_NOBODY, NOBODY, SYSTEM_PYTHON, clean_error, drop_to_nobody
+from helpers.sentinel import AS_NOBODY, NOBODY, SYSTEM_PYTHON, Sentinel, clean_error, drop_to_nobody
 
 REPO = Path(__file__).resolve().parents[2]
 SWAP = """
@@ -44,7 +46,7 @@ def _profile(tmp: Path) -> Path:
 class _HeldIndex(pypi_index.LocalIndex):
     """A LocalIndex whose wheel answers wait for `before_wheel()` to return."""
 
-    def __init__(self, wheels: list[Path], before_wheel) -> None:
+    def __init__(self, wheels: list[Path], before_wheel: Callable[[], object]) -> None:
         super().__init__(wheels)
         self.before_wheel = before_wheel
 
@@ -60,7 +62,9 @@ class _HeldIndex(pypi_index.LocalIndex):
         return self
 
 
-def _bundle(cli, tmp: Path, out: Path, before_wheel) -> subprocess.CompletedProcess:
+def _bundle(
+    cli: RunCli, tmp: Path, out: Path, before_wheel: Callable[[], object]
+) -> subprocess.CompletedProcess[str]:
     stand_in = pypi_index.build_wheel(tmp, "torch", "2.13.0+cpu")
     with _HeldIndex([stand_in], before_wheel) as idx:
         return cli(
@@ -79,7 +83,7 @@ def _users_out(tmp_path: Path) -> Path:
 
 
 def test_a_wheels_folder_swapped_for_a_link_mid_download_is_refused(
-    cli, tmp_path: Path, sentinel
+    cli: RunCli, tmp_path: Path, sentinel: Sentinel
 ) -> None:
     out = _users_out(tmp_path)
     swapped: list[str] = []
@@ -110,7 +114,9 @@ def test_a_wheels_folder_swapped_for_a_link_mid_download_is_refused(
     assert not (out / "manifest.json").exists()
 
 
-def test_a_users_out_gets_a_whole_bundle_of_their_own(cli, tmp_path: Path, sentinel) -> None:
+def test_a_users_out_gets_a_whole_bundle_of_their_own(
+    cli: RunCli, tmp_path: Path, sentinel: Sentinel
+) -> None:
     out = _users_out(tmp_path)
     res = _bundle(cli, tmp_path, out, lambda: None)
     assert res.returncode == 0, res.stderr[-2000:]
