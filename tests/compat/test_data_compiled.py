@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -21,7 +22,7 @@ DATA = REPO / "egpu_setup" / "data"
 YAMLS = sorted(p.name for p in DATA.glob("*.yaml"))
 
 
-def _compiler():
+def _compiler() -> ModuleType:
     spec = importlib.util.spec_from_file_location("compile_data", REPO / "scripts/compile_data.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

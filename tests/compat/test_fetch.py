@@ -8,9 +8,11 @@ import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import RunCli
 from egpu_setup.compat import fetch
 from egpu_setup.compat import overlay as overlay_mod
 from egpu_setup.compat.matrix import load_matrix, load_snapshot
@@ -27,7 +29,7 @@ def server() -> Iterator[IndexServer]:
     s.close()
 
 
-def _update(server: IndexServer, tmp_path: Path, **kw: object) -> fetch.UpdateResult:
+def _update(server: IndexServer, tmp_path: Path, **kw: Any) -> fetch.UpdateResult:
     return fetch.update_matrix(tmp_path, server.url, timeout=(2.0, 5.0), backoff=0.01, **kw)
 
 
@@ -55,13 +57,17 @@ def test_good_page_writes_overlay_and_changes_resolution(
     assert "1.13.1" not in overlay["releases"]  # only Linux x86_64 CPython 2.x wheels count
     assert overlay["releases"]["2.15.0"]["cu130"] == ["3.11", "3.12", "3.13", "3.14", "3.15"]
 
-    m = load_matrix(tmp_path)
+    m = load_matrix(str(tmp_path))
     assert m.overlay is not None and m.overlay.index_url == server.url
     assert m.torch[0].version == "2.15.1"
-    assert m.torch_version("2.9.1").variant("cu129") is None
+    t291, t2150 = m.torch_version("2.9.1"), m.torch_version("2.15.0")
+    assert t291 is not None and t2150 is not None
+    assert t291.variant("cu129") is None
     assert any("cu134" in n and "no driver floor" in n for n in m.notes)
     inherited = m.torch[0].variant("cu132")  # 2.15.1: arch list carried over from 2.15.0
-    assert inherited.arch == m.torch_version("2.15.0").variant("cu132").arch
+    shipped = t2150.variant("cu132")
+    assert inherited is not None and shipped is not None
+    assert inherited.arch == shipped.arch
     assert inherited.status == "stable" and "[inferred] from torch 2.15.0" in inherited.source
     r = resolve(None, None, Constraints(gpu="2684", distro="ubuntu-24.04", python="3.12"), matrix=m)
     assert (r.torch.version, r.torch.variant) == ("2.15.1", "cu132")
@@ -84,7 +90,7 @@ def test_malformed_page_keeps_previous_overlay(server: IndexServer, tmp_path: Pa
     with pytest.raises(EgpuSetupError) as info:
         _update(server, tmp_path)
     assert "no links" in info.value.message or "no torch" in info.value.message
-    assert "stays in force" in info.value.hint
+    assert "stays in force" in (info.value.hint or "")
     assert (tmp_path / overlay_mod.OVERLAY_NAME).read_bytes() == before
 
 
@@ -94,7 +100,7 @@ def test_truncated_page_is_refused(server: IndexServer, tmp_path: Path) -> None:
         _update(server, tmp_path)
     assert "truncated or wrong page" in info.value.message
     assert not (tmp_path / overlay_mod.OVERLAY_NAME).exists()
-    assert load_matrix(tmp_path) == load_snapshot()
+    assert load_matrix(str(tmp_path)) == load_snapshot()
 
 
 def test_dropped_connection_retries_then_fails(server: IndexServer, tmp_path: Path) -> None:
@@ -102,7 +108,7 @@ def test_dropped_connection_retries_then_fails(server: IndexServer, tmp_path: Pa
     with pytest.raises(EgpuSetupError) as info:
         _update(server, tmp_path, retries=2)
     assert "could not read" in info.value.message
-    assert "shipped matrix stays in force" in info.value.hint
+    assert "shipped matrix stays in force" in (info.value.hint or "")
     assert len(server.requests) == 3  # the first try plus two retries
     assert not (tmp_path / overlay_mod.OVERLAY_NAME).exists()
 
@@ -157,9 +163,10 @@ def test_corrupt_overlay_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / overlay_mod.OVERLAY_NAME
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    assert load_matrix(tmp_path) == load_snapshot()
+    assert load_matrix(str(tmp_path)) == load_snapshot()
     path.write_text(json.dumps({"schema": "something/else", "releases": {}}))
     assert overlay_mod.load_overlay(tmp_path) is None
+    releases: object
     for releases in (
         {"2.9.1": "cu128"},
         {"2.9.1": {"rocm6": ["3.12"]}},
@@ -168,7 +175,7 @@ def test_corrupt_overlay_is_ignored(tmp_path: Path) -> None:
     ):
         path.write_text(json.dumps({"schema": overlay_mod.OVERLAY_SCHEMA, "releases": releases}))
         assert overlay_mod.load_overlay(tmp_path) is None, releases
-        assert load_matrix(tmp_path) == load_snapshot()
+        assert load_matrix(str(tmp_path)) == load_snapshot()
 
 
 def test_parse_index_skips_what_the_resolver_cannot_use() -> None:
@@ -187,7 +194,7 @@ def test_parse_index_skips_what_the_resolver_cannot_use() -> None:
         fetch.parse_index('<a href="/whl/readme.txt">r</a>')
 
 
-def test_cli_update_and_show(server: IndexServer, tmp_path: Path, cli) -> None:
+def test_cli_update_and_show(server: IndexServer, tmp_path: Path, cli: RunCli) -> None:
     env = {"EGPU_SETUP_STATE_DIR": str(tmp_path), "EGPU_SETUP_TORCH_INDEX": server.url}
     done = cli("matrix", "update", "--json", env=env)
     assert done.returncode == 0, done.stderr
@@ -203,7 +210,7 @@ def test_cli_update_and_show(server: IndexServer, tmp_path: Path, cli) -> None:
     assert "releases read" in text and "2.15.1" in text
 
 
-def test_cli_update_malformed_exit_code(server: IndexServer, tmp_path: Path, cli) -> None:
+def test_cli_update_malformed_exit_code(server: IndexServer, tmp_path: Path, cli: RunCli) -> None:
     server.mode = "malformed"
     done = cli(
         "matrix", "update", "--index-url", server.url, env={"EGPU_SETUP_STATE_DIR": str(tmp_path)}
@@ -225,4 +232,4 @@ def test_unwritable_state_dir_is_a_clean_error(server: IndexServer, tmp_path: Pa
         info.value.message
         == f"{blocker} is not a directory: egpu-setup writes only through real directories"
     )
-    assert "replace" in info.value.hint and "real directory" in info.value.hint
+    assert "replace" in (info.value.hint or "") and "real directory" in (info.value.hint or "")

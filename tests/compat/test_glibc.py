@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from conftest import RunCli
 from egpu_setup.compat import glibc
 from egpu_setup.compat.glibc import (
     distro_glibc,
@@ -117,7 +118,7 @@ def test_a_damaged_floor_row_is_a_matrix_error(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_glibc_key() -> None:
-    assert glibc_key("2.28") == (2, 28) > glibc_key("2.9")  # type: ignore[operator]
+    assert glibc_key("2.28") == (2, 28) > (glibc_key("2.9") or (0, 0))
     assert glibc_key("x") is None and glibc_key(None) is None
 
 
@@ -177,12 +178,12 @@ def test_blackwell_on_glibc_2_27_has_no_wheel() -> None:
     # sm_120 kernels exist only in torch >= 2.7, whose wheels all need glibc 2.28.
     with pytest.raises(MatrixError, match=r"loads on glibc 2\.27 \(ubuntu-18\.04\)") as info:
         resolve(None, None, Constraints(distro="ubuntu-18.04", gpu="10de:2b85"))
-    assert "glibc >= 2.28" in info.value.hint
+    assert "glibc >= 2.28" in (info.value.hint or "")
 
 
-def test_glibc_227_loads_torch_2_6_on_x86_64_but_not_on_aarch64(cli) -> None:
-    ask = ("resolve", "--distro", "ubuntu-18.04", "--gpu", "10de:2684", "--python", "3.10")
-    ask += ("--torch", "2.6.0", "--cuda", "cpu")
+def test_glibc_227_loads_torch_2_6_on_x86_64_but_not_on_aarch64(cli: RunCli) -> None:
+    ask: tuple[str, ...] = ("resolve", "--distro", "ubuntu-18.04", "--gpu", "10de:2684")
+    ask += ("--python", "3.10", "--torch", "2.6.0", "--cuda", "cpu")
     r = cli(*ask, "--arch", "x86_64")
     assert r.returncode == 0, r.stderr
     assert "2.6.0+cpu" in r.stdout
@@ -205,7 +206,7 @@ def test_glibc_227_loads_torch_2_6_on_x86_64_but_not_on_aarch64(cli) -> None:
     assert any("manylinux_2_28_aarch64" in r for r in res.reasons), res.reasons
 
 
-def test_cli_refuses_a_torch_the_distro_cannot_load(cli) -> None:
+def test_cli_refuses_a_torch_the_distro_cannot_load(cli: RunCli) -> None:
     r = cli("resolve", "--distro", "ubuntu-18.04", "--gpu", "10de:2204", "--torch", "2.9")
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: no torch wheel matching the request loads on glibc 2.27")

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -74,7 +75,9 @@ def test_gpu_by_id(device_id: str, name: str, arch: str, cc: str, mobile: bool) 
 
 
 def test_rtx4090_row_is_complete() -> None:
-    assert gpu_by_id("2684") == GpuModel(
+    row = gpu_by_id("2684")
+    assert row is not None
+    assert row == GpuModel(
         device_id="2684",
         name="GeForce RTX 4090",
         architecture="Ada Lovelace",
@@ -84,13 +87,13 @@ def test_rtx4090_row_is_complete() -> None:
         fp32_tflops=82.6,
         fp16_tflops=82.6,
         mobile=False,
-        source=gpu_by_id("2684").source,
+        source=row.source,
     )
 
 
 @pytest.mark.parametrize("device_id", ["9999", "1002:744c", "", "zz", "26841", None])
 def test_gpu_by_id_unknown(device_id: str | None) -> None:
-    assert gpu_by_id(device_id) is None  # type: ignore[arg-type]
+    assert gpu_by_id(device_id) is None  # type: ignore[arg-type]  # None too: what a caller may pass
 
 
 @pytest.mark.parametrize(
@@ -147,13 +150,15 @@ def test_gpu_by_name_unknown(text: str) -> None:
 def test_a_laptop_name_is_never_the_desktop_card() -> None:
     laptop = gpu_by_name("GeForce RTX 4080 Laptop GPU")
     assert laptop is not None and laptop.mobile and laptop.device_id != "2704"
-    assert gpu_by_name("NVIDIA GeForce RTX 4080").device_id == "2704"  # type: ignore[union-attr]
+    desktop = gpu_by_name("NVIDIA GeForce RTX 4080")
+    assert desktop is not None and desktop.device_id == "2704"
 
 
 def test_a_name_shared_by_two_architectures_names_neither() -> None:
     # pci.ids has "GeForce GT 730" for a GK107 (3.0) and a GK208B (3.5) board, "GeForce GT 1030"
     # for a GK107 and a GP108: only the id (or the codename printed with the name) tells them apart.
-    assert {gpu_by_id(i).compute_capability for i in ("0fc9", "1287")} == {"3.0", "3.5"}  # type: ignore[union-attr]
+    boards = [gpu_by_id(i) for i in ("0fc9", "1287")]
+    assert {b.compute_capability if b else None for b in boards} == {"3.0", "3.5"}
     assert gpu_by_name("GeForce GT 730") is None and gpu_by_name("GeForce GT 1030") is None
     assert arch_from_text("GK208B [GeForce GT 730]") == ("Kepler", "3.5")
     assert arch_from_text("GP108 [GeForce GT 1030]") == ("Pascal", "6.1")
@@ -370,15 +375,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLE_INPUTS = ROOT / "scripts" / "gpu_table"
 
 
-def _generator():
+def _generator() -> ModuleType:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         "gen_gpu_table", ROOT / "scripts" / "gen_gpu_table.py"
     )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("gen_gpu_table", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return module
 
 

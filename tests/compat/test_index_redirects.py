@@ -21,10 +21,10 @@ from egpu_setup.compat.index_url import (
 from egpu_setup.errors import UsageError
 from egpu_setup.execute.pip import commands
 from egpu_setup.plan.steps import PipInstall
-from helpers.loopback import LoopbackServer
+from helpers.loopback import LoopbackServer, Respond
 
 
-def _redirect_to(target: str):
+def _redirect_to(target: str) -> Respond:
     def respond(h: http.server.BaseHTTPRequestHandler) -> bool:
         h.send_response(302)
         h.send_header("Location", target + h.path.lstrip("/"))
@@ -86,7 +86,7 @@ def test_pip_is_never_started_on_an_index_that_redirects_elsewhere(tmp_path: Pat
         with LoopbackServer(respond=_redirect_to(elsewhere)) as mirror:
             plan = build_plan(
                 values.facts(),
-                None,
+                values.profile(),
                 values.resolution(torch_requirements=("egpu-probe",), index_url=mirror.url),
                 (),
                 LiveHost(),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 from importlib import resources
+from typing import Any
 
 import pytest
 import yaml
 
+from conftest import RunCli
 from egpu_setup.compat import matrix as mx
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.compat.versions import (
@@ -22,8 +24,19 @@ from egpu_setup.compat.versions import (
 from egpu_setup.errors import MatrixError
 
 
-def raw(name: str) -> dict:
-    return yaml.safe_load(resources.files("egpu_setup.data").joinpath(name).read_text())
+def raw(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(
+        resources.files("egpu_setup.data").joinpath(name).read_text()
+    )
+    return data
+
+
+def _arch(version: str, variant: str) -> ArchList:
+    """The arch list of a release row the test expects in the shipped matrix."""
+    t = M.torch_version(version)
+    row = t.variant(variant) if t is not None else None
+    assert row is not None and row.arch is not None, (version, variant)
+    return row.arch
 
 
 M = load_snapshot()
@@ -106,7 +119,8 @@ def test_architectures_do_not_overlap() -> None:
 def test_release_rows_are_coherent() -> None:
     for t in M.torch:
         assert t.pypi_default is None or t.variant(t.pypi_default) is not None, t.version
-        assert t.variant(t.pypi_default).stable, t.version
+        default = t.variant(t.pypi_default) if t.pypi_default is not None else None
+        assert default is not None and default.stable, t.version
         pys = [PythonVersion.from_str(p) for p in t.python]
         assert pys == sorted(pys) and pys[0] >= PythonVersion(3, 8)
         assert not set(t.index_only_python) & set(t.python)
@@ -151,21 +165,20 @@ def test_snapshot_dates_agree() -> None:
 
 def test_facts_from_the_reference_are_encoded() -> None:
     """A few rows the resolver's policy rests on (docs/sources.md: NVIDIA driver, torch wheels)."""
-    t215, t214, t211 = (
-        M.torch_version("2.15.0"),
-        M.torch_version("2.14.1"),
-        M.torch_version("2.11.0"),
-    )
+    t215 = M.torch_version("2.15.0")
+    assert t215 is not None
     assert {v.name for v in t215.variants} == {"cpu", "cu130", "cu132"}  # no cu126 any more
     assert t215.python[0] == "3.11"
-    assert t214.variant("cu126").arch.runs(ComputeCapability(6, 1)) == "sass"
-    assert t211.variant("cu128").arch.runs(ComputeCapability(7, 0)) is None  # Volta dropped
-    assert M.torch_version("2.10.0").variant("cu128").arch.runs(ComputeCapability(7, 0)) == "sass"
-    assert M.torch_version("2.6.0").variant("cu126").arch.runs(ComputeCapability(12, 0)) is None
-    assert M.torch_version("2.7.0").variant("cu128").arch.runs(ComputeCapability(12, 0)) == "sass"
+    assert _arch("2.14.1", "cu126").runs(ComputeCapability(6, 1)) == "sass"
+    assert _arch("2.11.0", "cu128").runs(ComputeCapability(7, 0)) is None  # Volta dropped
+    assert _arch("2.10.0", "cu128").runs(ComputeCapability(7, 0)) == "sass"
+    assert _arch("2.6.0", "cu126").runs(ComputeCapability(12, 0)) is None
+    assert _arch("2.7.0", "cu128").runs(ComputeCapability(12, 0)) == "sass"
     pascal = M.architecture(ComputeCapability(6, 1))
+    assert pascal is not None
     assert (pascal.last_branch, pascal.open_modules) == (580, False)
     blackwell = M.architecture(ComputeCapability(12, 0))
+    assert blackwell is not None
     assert blackwell.needs_open and blackwell.first_driver == DriverVersion(570, 26)
 
 
@@ -271,7 +284,7 @@ def test_variant_and_python_parsing() -> None:
 # -- matrix show -------------------------------------------------------------------------------------------
 
 
-def test_matrix_show_json(cli) -> None:
+def test_matrix_show_json(cli: RunCli) -> None:
     done = cli("matrix", "show", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -282,7 +295,7 @@ def test_matrix_show_json(cli) -> None:
     assert all(v["source"] for t in data["torch"] for v in t["variants"])
 
 
-def test_matrix_show_text(cli) -> None:
+def test_matrix_show_text(cli: RunCli) -> None:
     done = cli("matrix", "show")
     assert done.returncode == 0
     assert "never updated here" in done.stdout
@@ -290,7 +303,7 @@ def test_matrix_show_text(cli) -> None:
     assert "cu130  580" in done.stdout
 
 
-def test_matrix_help_has_examples(cli) -> None:
+def test_matrix_help_has_examples(cli: RunCli) -> None:
     for args in (
         ["matrix", "--help"],
         ["matrix", "show", "--help"],

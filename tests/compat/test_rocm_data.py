@@ -3,6 +3,8 @@ targets, a source on every row, the firmware package per distribution."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import pytest
 
 from egpu_setup.compat.rocm import load_rocm
@@ -30,9 +32,18 @@ def test_no_nvidia_card_is_taken_for_an_amd_one() -> None:
     assert load_rocm().gpu("2684") is None
 
 
+class _Sourced(Protocol):
+    """What every row of the ROCm data carries."""
+
+    @property
+    def source(self) -> str: ...
+
+
 def test_every_row_has_a_source_and_every_rdna_family_needs_atomics() -> None:
     d = load_rocm()
-    rows = [*d.gpus, *d.wheels, *d.overrides, *d.firmware, *d.firmware_gaps, *d.families]
+    rows: list[_Sourced] = [
+        *d.gpus, *d.wheels, *d.overrides, *d.firmware, *d.firmware_gaps, *d.families
+    ]  # fmt: skip
     assert all(r.source.strip() for r in rows)
     assert {f.key for f in d.families if f.needs_atomics} == {"rdna2", "rdna3", "rdna35", "rdna4"}
 
