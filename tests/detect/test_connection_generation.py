@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from conftest import FIXTURES
+from conftest import FIXTURES, RunCli
 from egpu_setup.detect.facts import TbDevice
 from egpu_setup.detect.pci import (
     connection_in_text,
@@ -100,7 +100,7 @@ def test_detect_json_carries_the_generation(
     assert {"connection", "link", "external"} <= set(gpu)  # the contract's keys stay
 
 
-def test_detect_table_shows_generation_and_codename(cli) -> None:
+def test_detect_table_shows_generation_and_codename(cli: RunCli) -> None:
     r = cli("detect", "--from", str(FIXTURES / "tb3-rtx3090-ubuntu2204"))
     assert r.returncode == 0, r.stderr
     assert "EXTERNAL via thunderbolt (TB3)" in r.stdout

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from egpu_setup.detect.facts import Link
@@ -78,7 +81,7 @@ def test_gbps_and_generation() -> None:
         pytest.param("nonsense", (None, None), id="garbage"),
     ],
 )
-def test_proc_driver_version(text: str, expected: tuple) -> None:
+def test_proc_driver_version(text: str, expected: tuple[Any, ...]) -> None:
     assert parse_proc_version(text) == expected
 
 
@@ -87,7 +90,7 @@ def test_proc_modules() -> None:
         "nvidia_drm 122880 4 - Live 0x0000000000000000 (POE)\n"
         "nvidia 54919168 62 nvidia_uvm,nvidia_modeset, Live 0x0000000000000000 (POE)\n"
     )
-    assert loaded_modules(text) == {"nvidia_drm", "nvidia"}
+    assert loaded_modules(text) == frozenset({"nvidia_drm", "nvidia"})
     assert loaded_modules(None) is None
 
 
@@ -254,7 +257,14 @@ USB4 = Tunnel("usb4", "Family 19h USB4/Thunderbolt PCIe tunnel")
         ),
     ],
 )
-def test_placement(gpu, name, tunnels, chassis, slots, expected) -> None:
+def test_placement(
+    gpu: PciFunction,
+    name: str,
+    tunnels: list[tuple[str, Tunnel]],
+    chassis: str | None,
+    slots: frozenset[str],
+    expected: tuple[bool | None, str],
+) -> None:
     placed = decide_placement(
         gpu, name, tunnels, chassis_type=chassis, hotplug_buses=slots, tb_authorized=1
     )
@@ -267,8 +277,10 @@ def test_tunnel_by_id_and_by_name() -> None:
     titan = PciFunction(
         **{**bridge.__dict__, "vendor_id": "8086", "device_id": "15ea", "class_id": "060400"}
     )
-    assert tunnel_of(titan, None).connection == "thunderbolt"
-    assert tunnel_of(titan, None).generation == "TB3"  # JHL7540 Thunderbolt 3 Bridge
+    tunnel = tunnel_of(titan, None)
+    assert tunnel is not None
+    assert tunnel.connection == "thunderbolt"
+    assert tunnel.generation == "TB3"  # JHL7540 Thunderbolt 3 Bridge
     other = PciFunction(
         **{**bridge.__dict__, "vendor_id": "1b21", "device_id": "9999", "class_id": "060400"}
     )
@@ -301,7 +313,7 @@ def test_cuda_version_a_driver_supports(driver: str, cuda: str | None) -> None:
     assert max_cuda_for_driver(driver) == cuda
 
 
-def test_without_os_release_the_distro_package_reads_release_files(tmp_path) -> None:
+def test_without_os_release_the_distro_package_reads_release_files(tmp_path: Path) -> None:
     from egpu_setup.detect.system import probe_os
     from egpu_setup.host.machine import RootHost
 

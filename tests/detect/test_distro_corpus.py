@@ -17,7 +17,8 @@ from conftest import REPO
 from egpu_setup.detect.facts import OsFacts
 from egpu_setup.detect.release_files import copy_release_files, distro_release
 from egpu_setup.detect.system import probe_os
-from egpu_setup.host.machine import RecordedHost, RootHost
+from egpu_setup.host.machine import Host, RecordedHost, RootHost
+from helpers.sentinel import Sentinel
 
 CORPUS = REPO / "tests" / "data" / "real" / "distros"
 EXPECTED: dict[str, dict[str, str]] = json.loads((CORPUS / "expected.json").read_text())
@@ -105,7 +106,9 @@ def test_links_in_the_tree_resolve_inside_it(tmp_path: Path) -> None:
     assert (facts.id, facts.version_id, facts.codename) == ("centos", "7.9.2009", "Core")
 
 
-def test_a_link_out_of_the_tree_reads_nothing_of_this_machine(tmp_path: Path, sentinel) -> None:
+def test_a_link_out_of_the_tree_reads_nothing_of_this_machine(
+    tmp_path: Path, sentinel: Sentinel
+) -> None:
     """Was (a reported bug): distro pointed at an image opened IMAGE/etc/os-release with the
     kernel's link resolution and reported the build machine's Debian. Here every release file
     is a link to the sentinel's files: nothing of them may reach the facts."""
@@ -151,7 +154,9 @@ def test_an_os_release_distro_could_not_parse_is_handed_over_clean(
     assert facts.version_id == "12.?7"
 
 
-def test_the_copies_are_private_and_gone_afterwards(tmp_path: Path, monkeypatch) -> None:
+def test_the_copies_are_private_and_gone_afterwards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
@@ -159,7 +164,8 @@ def test_the_copies_are_private_and_gone_afterwards(tmp_path: Path, monkeypatch)
     seen: list[tuple[str, int]] = []
     real_copy = copy_release_files
 
-    def spy(host, rel, dest):  # records where the copies went, then copies
+    # records where the copies went, then copies
+    def spy(host: Host, rel: dict[str, str], dest: str) -> list[str]:
         seen.append((dest, os.stat(dest).st_mode & 0o777))
         return real_copy(host, rel, dest)
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -40,7 +41,9 @@ def _probe(readings: tuple[GpuReading, ...] = (), xids_from: Path | None = None)
     return HealthProbe(readings, xids, absent=not readings)
 
 
-def _fold(previous: dict | None, probe: HealthProbe, now: float, boot: str = "b1") -> dict | None:
+def _fold(
+    previous: dict[str, Any] | None, probe: HealthProbe, now: float, boot: str = "b1"
+) -> dict[str, Any] | None:
     return fold_sample(
         previous, probe, now=now, boot_id=boot, limit_c=88.0, interval_s=60, machine_id=None
     )

@@ -18,7 +18,7 @@ QUOTED = """\
 """
 
 
-def test_a_quoted_tree_places_every_device_on_its_bus():
+def test_a_quoted_tree_places_every_device_on_its_bus() -> None:
     assert looks_like_tree(QUOTED)
     devices = {d.address: d for d in parse_lspci_tree(QUOTED)}
     assert devices["0000:07:00.0"].bridges == (
@@ -33,7 +33,7 @@ def test_a_quoted_tree_places_every_device_on_its_bus():
     assert devices["0000:07:00.1"].device_name == "GA102 High Definition Audio Controller"
 
 
-def test_tree_gpus_named_by_id_count_only_where_the_gpu_table_knows_the_id():
+def test_tree_gpus_named_by_id_count_only_where_the_gpu_table_knows_the_id() -> None:
     gpus = {g.pci_address: g for g in gpus_in_text(QUOTED)}
     # 2204 is the RTX 3090 (GA102); 134d is a GM108M the table knows too; the audio function and
     # the bridges are not GPUs.
@@ -43,6 +43,6 @@ def test_tree_gpus_named_by_id_count_only_where_the_gpu_table_knows_the_id():
     assert len(gpus["0000:07:00.0"].bridges) == 5
 
 
-def test_plain_lspci_output_is_no_tree():
+def test_plain_lspci_output_is_no_tree() -> None:
     assert not looks_like_tree("01:00.0 VGA compatible controller: NVIDIA Corporation GA102\n")
     assert parse_lspci_tree("no tree here\n[broken\n") == ()

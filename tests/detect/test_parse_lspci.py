@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from egpu_setup.detect.lspci import LspciEntry, normalize_pci_address, parse_lspci
@@ -538,7 +540,7 @@ def test_nvidia_by_vendor_name_and_bar_problems() -> None:
         pytest.param("nothing about GPUs\n", [], id="nothing"),
     ],
 )
-def test_parse_gpu_mentions(text: str, expected: list) -> None:
+def test_parse_gpu_mentions(text: str, expected: list[Any]) -> None:
     from egpu_setup.detect.lspci import parse_gpu_mentions
 
     got = [(m.address, m.vendor_id, m.device_id, m.device_name) for m in parse_gpu_mentions(text)]

@@ -13,11 +13,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.host.machine import RecordedHost
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -26,7 +28,7 @@ HOSTS = sorted(p.name for p in HOSTS_DIR.iterdir() if (p / "expected.json").is_f
 NOT_GENERATED = {"expected.json", "README.md"}
 
 
-def _detect_host():
+def _detect_host() -> Callable[..., HostFacts]:
     try:
         from egpu_setup.detect.probe import detect_host
     except ImportError as exc:  # the integrator's detect_host is not there yet
@@ -36,7 +38,7 @@ def _detect_host():
 
 def _normalised(facts: dict[str, Any]) -> dict[str, Any]:
     """JSON round trip (tuples become lists) and a stable order for the unordered lists."""
-    data = json.loads(json.dumps(facts))
+    data: dict[str, Any] = json.loads(json.dumps(facts))
     data["gpus"] = sorted(data.get("gpus") or [], key=lambda g: g.get("pci_address") or "")
     tb = data.get("thunderbolt") or {}
     tb["domains"] = sorted(tb.get("domains") or [], key=lambda d: d.get("name") or "")
@@ -69,12 +71,12 @@ def _differences(got: Any, want: Any, path: str = "") -> list[str]:
     return []
 
 
-def test_enough_recorded_hosts():
+def test_enough_recorded_hosts() -> None:
     assert len(HOSTS) >= 12, HOSTS
 
 
 @pytest.mark.parametrize("name", HOSTS)
-def test_detect_matches_oracle(name):
+def test_detect_matches_oracle(name: str) -> None:
     detect_host = _detect_host()
     bundle = HOSTS_DIR / name
     got = _normalised(detect_host(RecordedHost(bundle)).to_json())
@@ -90,7 +92,7 @@ def test_detect_matches_oracle(name):
     assert not diff, f"{name}: detection differs from expected.json:\n  " + "\n  ".join(diff)
 
 
-def test_detect_is_read_only(tmp_path):
+def test_detect_is_read_only(tmp_path: Path) -> None:
     """Detection of a recording neither writes into it nor runs anything."""
     detect_host = _detect_host()
     bundle = HOSTS_DIR / "tb4-rtx4090-ubuntu2404"
@@ -117,28 +119,29 @@ def _snapshot(base: Path) -> dict[str, tuple[str, bytes | str]]:
 
 
 @pytest.mark.parametrize("name", HOSTS)
-def test_links_are_relative_and_stay_inside_the_root(name):
+def test_links_are_relative_and_stay_inside_the_root(name: str) -> None:
     root = HOSTS_DIR / name / "root"
     for rel, (kind, value) in _snapshot(root).items() if root.is_dir() else []:
         if kind != "link":
             continue
-        assert not str(value).startswith("/"), f"{name}: absolute link {rel} -> {value}"
+        assert not str(value).startswith("/"), f"{name}: absolute link {rel} -> {value!r}"
         depth = len(Path(rel).parent.parts)
         ups = 0
         for part in Path(str(value)).parts:
             ups = ups + 1 if part == ".." else ups
-        assert ups <= depth, f"{name}: {rel} -> {value} leaves the root"
-        assert (root / rel).resolve().exists(), f"{name}: dangling link {rel} -> {value}"
+        assert ups <= depth, f"{name}: {rel} -> {value!r} leaves the root"
+        assert (root / rel).resolve().exists(), f"{name}: dangling link {rel} -> {value!r}"
 
 
 @pytest.mark.parametrize("name", HOSTS)
-def test_pci_devices_keep_the_whole_bridge_chain(name):
+def test_pci_devices_keep_the_whole_bridge_chain(name: str) -> None:
     host = RecordedHost(HOSTS_DIR / name)
     for addr in host.listdir("/sys/bus/pci/devices"):
         link = f"/sys/bus/pci/devices/{addr}"
         target = host.readlink(link)
         assert target and target.startswith("../../../devices/pci"), (name, addr, target)
         canonical = host.resolve(link)
+        assert canonical is not None, (name, addr)
         assert canonical.startswith("/sys/devices/pci") and canonical.endswith("/" + addr)
         for attr in ("vendor", "device", "class", "subsystem_vendor", "subsystem_device"):
             assert host.read_attr(f"{canonical}/{attr}"), (name, addr, attr)
@@ -157,15 +160,17 @@ def test_pci_devices_keep_the_whole_bridge_chain(name):
         if driver is not None:
             assert not driver.startswith("/"), (name, addr, driver)
             bound = host.resolve(f"{canonical}/driver")
+            assert bound is not None, (name, addr)
             assert bound.startswith("/sys/bus/pci/drivers/"), (name, addr, bound)
             assert host.is_dir(bound) and host.listdir(bound), (name, addr, bound)
 
 
 @pytest.mark.parametrize("name", HOSTS)
-def test_thunderbolt_links_point_into_the_nhi(name):
+def test_thunderbolt_links_point_into_the_nhi(name: str) -> None:
     host = RecordedHost(HOSTS_DIR / name)
     for entry in host.listdir("/sys/bus/thunderbolt/devices"):
         canonical = host.resolve(f"/sys/bus/thunderbolt/devices/{entry}")
+        assert canonical is not None, (name, entry)
         assert canonical.startswith("/sys/devices/pci"), (name, entry, canonical)
         assert host.read_attr(f"{canonical}/uevent"), (name, entry)
         if entry.startswith("domain"):
@@ -175,7 +180,7 @@ def test_thunderbolt_links_point_into_the_nhi(name):
             assert host.read_attr(f"{canonical}/unique_id"), (name, entry)
 
 
-def test_generator_reproduces_the_committed_trees(tmp_path):
+def test_generator_reproduces_the_committed_trees(tmp_path: Path) -> None:
     """tests/fixtures/build_hosts.py is the readable source of the trees: its output is exactly
     what is committed (expected.json and README.md are hand-written and not compared)."""
     subprocess.run(
@@ -197,7 +202,7 @@ def test_generator_reproduces_the_committed_trees(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["tb3-rtx3090-ubuntu2204", "user-paste-commands-only"])
-def test_cli_detect_json_from_bundle(name):
+def test_cli_detect_json_from_bundle(name: str) -> None:
     if importlib.util.find_spec("egpu_setup.commands.detect") is None:
         pytest.skip("egpu_setup/commands/detect.py is not there yet")
     proc = subprocess.run(
