@@ -7,11 +7,14 @@ HostFacts are built by hand here (what detect would return); the raw text goes t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import RunCli
 from egpu_setup.detect.facts import (
     Gpu,
     HostFacts,
@@ -46,8 +49,8 @@ def noisy(name: str) -> str:
     return text("noise-before.txt") + text(name) + text("noise-after.txt")
 
 
-def egpu(**kw) -> Gpu:
-    base = dict(
+def egpu(**kw: Any) -> Gpu:
+    base: dict[str, Any] = dict(
         pci_address="0000:3c:00.0",
         vendor="nvidia",
         vendor_id="10de",
@@ -65,7 +68,13 @@ def egpu(**kw) -> Gpu:
     return Gpu(**base)
 
 
-def facts(gpus=None, nvidia=None, tb=None, os=None, python=None) -> HostFacts:
+def facts(
+    gpus: tuple[Gpu, ...] | None = None,
+    nvidia: NvidiaFacts | None = None,
+    tb: ThunderboltFacts | None = None,
+    os: OsFacts | None = None,
+    python: PythonFacts | None = None,
+) -> HostFacts:
     return HostFacts(
         os=os or OsFacts(id="debian", version_id="12", kernel="6.1.0-26-amd64", secure_boot=False),
         python=python or PythonFacts(version="3.11.2", externally_managed=False),
@@ -87,8 +96,8 @@ def facts(gpus=None, nvidia=None, tb=None, os=None, python=None) -> HostFacts:
     )
 
 
-def healthy_input(**kw) -> DoctorInput:
-    base = dict(
+def healthy_input(**kw: Any) -> DoctorInput:
+    base: dict[str, Any] = dict(
         dmesg=noisy("healthy-tb3-dmesg.txt"),
         lspci=text("healthy-tb3-lspci.txt"),
         nvidia_smi=text("healthy-tb3-nvidia-smi.txt"),
@@ -104,11 +113,11 @@ def healthy_input(**kw) -> DoctorInput:
     return DoctorInput(**base)
 
 
-def ids(findings) -> dict[str, str]:
+def ids(findings: Iterable[Finding]) -> dict[str, str]:
     return {f.id: f.severity for f in findings}
 
 
-def only(findings, fid: str) -> Finding:
+def only(findings: Iterable[Finding], fid: str) -> Finding:
     match = [f for f in findings if f.id == fid]
     assert len(match) == 1, ids(findings)
     return match[0]
@@ -117,21 +126,21 @@ def only(findings, fid: str) -> Finding:
 # -- the healthy system ------------------------------------------------------------------------
 
 
-def test_healthy_tb3_system_has_no_errors_or_warnings():
+def test_healthy_tb3_system_has_no_errors_or_warnings() -> None:
     found = diagnose(facts(), healthy_input())
     assert [f for f in found if f.severity != "info"] == []
     # The TB3 tunnel's "limited by 2.5 GT/s PCIe x4" line is explained, not flagged.
     assert ids(found) == {"pcie-link-degraded": "info"}
 
 
-def test_healthy_system_without_any_text_is_clean():
+def test_healthy_system_without_any_text_is_clean() -> None:
     assert diagnose(facts(), DoctorInput()) == ()
 
 
 # -- one test per finding id ----------------------------------------------------------------------
 
 
-def test_pci_bar_allocation_failed_old_kernel_format():
+def test_pci_bar_allocation_failed_old_kernel_format() -> None:
     f = facts(gpus=(egpu(pci_address="0000:0a:00.0", device_id="1b06", driver=None, bridges=()),))
     found = diagnose(
         f, healthy_input(dmesg=noisy("bar-nospace-5x.txt"), lspci=text("lspci-unassigned.txt"))
@@ -155,7 +164,7 @@ def test_pci_bar_allocation_failed_old_kernel_format():
     assert "BAR" in nd.fix and "sudo modprobe" not in nd.fix and "--only driver" not in nd.fix
 
 
-def test_pci_bar_allocation_failed_kernel_6_8_format_and_bridge_window():
+def test_pci_bar_allocation_failed_kernel_6_8_format_and_bridge_window() -> None:
     found = diagnose(
         facts(gpus=(egpu(device_id="2b85", driver=None, bridges=()),)),
         DoctorInput(dmesg=noisy("bar-cant-assign-6x.txt"), cmdline="ro quiet pci=realloc"),
@@ -168,7 +177,7 @@ def test_pci_bar_allocation_failed_kernel_6_8_format_and_bridge_window():
     assert "hpmmioprefsize" in bar.fix  # pci=realloc is already set: the next step
 
 
-def test_resizable_bar_fatal_error():
+def test_resizable_bar_fatal_error() -> None:
     bar = only(
         diagnose(facts(), DoctorInput(dmesg=noisy("rebar-fatal.txt"))), "pci-bar-allocation-failed"
     )
@@ -176,7 +185,7 @@ def test_resizable_bar_fatal_error():
     assert "NVreg_EnableResizableBar" in bar.fix
 
 
-def test_rm_init_adapter_failed_alone_is_the_driver_not_the_bars():
+def test_rm_init_adapter_failed_alone_is_the_driver_not_the_bars() -> None:
     # RmInitAdapter fails for many reasons (a GPU the module does not support, GSP firmware, a
     # lost GPU), not mostly BARs: the real pastes in tests/data/real/kernel-log say so.
     found = diagnose(facts(), DoctorInput(dmesg=noisy("rm-init-failed.txt")))
@@ -187,7 +196,7 @@ def test_rm_init_adapter_failed_alone_is_the_driver_not_the_bars():
     assert "could not initialise" in nd.summary
 
 
-def test_pcie_link_degraded_x1_over_oculink():
+def test_pcie_link_degraded_x1_over_oculink() -> None:
     gpu = egpu(
         pci_address="0000:01:00.0",
         device_id="2204",
@@ -206,7 +215,7 @@ def test_pcie_link_degraded_x1_over_oculink():
     )
 
 
-def test_nvidia_driver_not_loaded():
+def test_nvidia_driver_not_loaded() -> None:
     nv = NvidiaFacts(module_loaded=False, nouveau_loaded=False)
     found = diagnose(
         facts(gpus=(egpu(driver=None),), nvidia=nv),
@@ -218,7 +227,7 @@ def test_nvidia_driver_not_loaded():
     assert "modprobe nvidia" in nd.fix
 
 
-def test_nvidia_driver_ignores_legacy_gpu():
+def test_nvidia_driver_ignores_legacy_gpu() -> None:
     gpu = egpu(
         device_id="1b06", name="NVIDIA GeForce GTX 1080 Ti", driver=None, compute_capability="6.1"
     )
@@ -228,7 +237,7 @@ def test_nvidia_driver_ignores_legacy_gpu():
     assert "580" in nd.fix
 
 
-def test_nouveau_bound():
+def test_nouveau_bound() -> None:
     gpu = egpu(pci_address="0000:01:00.0", device_id="2204", driver="nouveau")
     found = diagnose(
         facts(gpus=(gpu,), nvidia=NvidiaFacts(module_loaded=False, nouveau_loaded=True)),
@@ -240,7 +249,7 @@ def test_nouveau_bound():
     assert "nvidia-driver-not-loaded" not in ids(found)
 
 
-def test_driver_library_mismatch_from_journal_and_nvidia_smi():
+def test_driver_library_mismatch_from_journal_and_nvidia_smi() -> None:
     found = diagnose(
         facts(),
         DoctorInput(
@@ -259,7 +268,7 @@ def test_driver_library_mismatch_from_journal_and_nvidia_smi():
 HOLD_PIN = "/etc/apt/preferences.d/99egpu-setup-driver"
 
 
-def test_driver_held_at_its_version():
+def test_driver_held_at_its_version() -> None:
     inp = DoctorInput(dpkg_status=text("dpkg-status-held.txt"), driver_pin=text("hold-pin.txt"))
     held = only(diagnose(facts(), inp), "driver-held")
     assert held.severity == "info"
@@ -271,7 +280,7 @@ def test_driver_held_at_its_version():
     assert "driver-library-mismatch" not in ids(diagnose(facts(), inp))
 
 
-def test_a_split_driver_names_the_packages_that_moved():
+def test_a_split_driver_names_the_packages_that_moved() -> None:
     split = DoctorInput(dpkg_status=text("dpkg-status-split.txt"), driver_pin=text("hold-pin.txt"))
     found = diagnose(facts(), split)
     mm = only(found, "driver-library-mismatch")
@@ -295,12 +304,12 @@ def test_a_split_driver_names_the_packages_that_moved():
     assert "(moved: libcuda1)" in mm.summary
 
 
-def test_a_driver_of_one_version_without_a_hold_is_nothing_to_report():
+def test_a_driver_of_one_version_without_a_hold_is_nothing_to_report() -> None:
     found = diagnose(facts(), DoctorInput(dpkg_status=text("dpkg-status-held.txt")))
     assert not {"driver-held", "driver-library-mismatch", "driver-hold-removed"} & set(ids(found))
 
 
-def test_a_hold_removed_by_hand(tmp_path):
+def test_a_hold_removed_by_hand(tmp_path: Path) -> None:
     manifest = {"schema": "egpu-setup/manifest/1", "files": {HOLD_PIN: {"kind": "file"}}}
     bundle = _bundle(
         tmp_path,
@@ -321,7 +330,7 @@ def test_a_hold_removed_by_hand(tmp_path):
     assert "driver-held" in found and "driver-hold-removed" not in found
 
 
-def test_gpu_fallen_off_bus():
+def test_gpu_fallen_off_bus() -> None:
     found = diagnose(
         facts(), DoctorInput(dmesg=noisy("xid79.txt"), nvidia_smi=text("nvidia-smi-lost.txt"))
     )
@@ -378,7 +387,7 @@ def test_a_fall_off_long_after_the_wake_up_or_while_asleep_is_not_the_resume_s()
     }
 
 
-def test_unknown_error_alone_is_not_a_lost_gpu():
+def test_unknown_error_alone_is_not_a_lost_gpu() -> None:
     """nvidia-smi's "Unknown Error" with no kernel log line behind it: an honest "cannot read the
     GPU", with the line, and no Xid 79 guess (its fix, eject and runtime PM, may be wrong)."""
     line = "Unable to determine the device handle for GPU0000:3C:00.0: Unknown Error"
@@ -390,7 +399,7 @@ def test_unknown_error_alone_is_not_a_lost_gpu():
     assert "dmesg" in unread.fix
 
 
-def test_gpu_is_lost_in_nvidia_smi_alone_is_a_lost_gpu():
+def test_gpu_is_lost_in_nvidia_smi_alone_is_a_lost_gpu() -> None:
     line = (
         "Unable to determine the device handle for GPU 0000:3C:00.0: GPU is lost.  Reboot the "
         "system to recover this GPU"
@@ -400,7 +409,7 @@ def test_gpu_is_lost_in_nvidia_smi_alone_is_a_lost_gpu():
     assert "nvidia-smi-gpu-unreadable" not in {f.id for f in found}
 
 
-def test_secure_boot_unsigned_module():
+def test_secure_boot_unsigned_module() -> None:
     f = facts(
         gpus=(egpu(driver=None),),
         nvidia=NvidiaFacts(module_loaded=False),
@@ -416,14 +425,14 @@ def test_secure_boot_unsigned_module():
     assert "mokutil --import" in sb.fix
 
 
-def test_secure_boot_off_does_not_blame_signing():
+def test_secure_boot_off_does_not_blame_signing() -> None:
     f = facts(gpus=(egpu(driver=None),), nvidia=NvidiaFacts(module_loaded=False))
     assert "secure-boot-unsigned-module" not in ids(
         diagnose(f, DoctorInput(mokutil="SecureBoot disabled\n"))
     )
 
 
-def test_thunderbolt_not_authorized():
+def test_thunderbolt_not_authorized() -> None:
     tb = ThunderboltFacts(
         domains=(TbDomain("domain0", "user", True),),
         devices=(TbDevice("Core X", "Razer", UUID, False, 3, None, "0-1", "domain0"),),
@@ -438,7 +447,7 @@ def test_thunderbolt_not_authorized():
     assert "├─ status:        connected" in na.evidence
 
 
-def test_thunderbolt_security_blocks_pcie():
+def test_thunderbolt_security_blocks_pcie() -> None:
     tb = ThunderboltFacts(domains=(TbDomain("domain0", "dponly", False),), devices=())
     found = diagnose(facts(gpus=(), tb=tb), DoctorInput())
     blk = only(found, "thunderbolt-security-blocks-pcie")
@@ -447,7 +456,7 @@ def test_thunderbolt_security_blocks_pcie():
 
 
 @pytest.mark.parametrize("rules", ["blanket-authorize.rules", "blanket-authorize-run.rules"])
-def test_thunderbolt_blanket_authorize_rule(rules):
+def test_thunderbolt_blanket_authorize_rule(rules: str) -> None:
     inp = healthy_input(
         udev_rules=(
             ("/etc/udev/rules.d/61-egpu-setup-tb-authorize.rules", text("egpu-setup-tb.rules")),
@@ -460,7 +469,7 @@ def test_thunderbolt_blanket_authorize_rule(rules):
     assert "61-egpu-setup" not in br.evidence[0]
 
 
-def test_udev_rule_classifier():
+def test_udev_rule_classifier() -> None:
     assert is_blanket_authorize(
         'ACTION=="add", SUBSYSTEM=="thunderbolt", ATTR{authorized}=="0", ATTR{authorized}="1"'
     )
@@ -484,7 +493,7 @@ TORCH_OK = {
 }
 
 
-def test_torch_arch_unsupported():
+def test_torch_arch_unsupported() -> None:
     blackwell = egpu(
         device_id="2b85",
         name="NVIDIA GeForce RTX 5090",
@@ -510,7 +519,7 @@ def test_torch_arch_unsupported():
     assert diagnose(facts(), DoctorInput(), info) == ()
 
 
-def test_known_egpu_issue_for_blackwell_behind_a_tunnel_only():
+def test_known_egpu_issue_for_blackwell_behind_a_tunnel_only() -> None:
     blackwell = egpu(device_id="2b85", name="NVIDIA GeForce RTX 5090", architecture="Blackwell")
     found = [
         f for f in diagnose(facts(gpus=(blackwell,)), DoctorInput()) if f.id == "known-egpu-issue"
@@ -524,7 +533,7 @@ def test_known_egpu_issue_for_blackwell_behind_a_tunnel_only():
     assert "known-egpu-issue" not in ids(diagnose(facts(), DoctorInput()))  # Ada over TB
 
 
-def _verify_with_peak(peak: object, limit: object = 88.0) -> dict:
+def _verify_with_peak(peak: object, limit: object = 88.0) -> dict[str, Any]:
     return {
         "schema": "egpu-setup/verify/1",
         "time": "2026-12-01T10:00:00Z",
@@ -536,7 +545,7 @@ def _verify_with_peak(peak: object, limit: object = 88.0) -> dict:
     }  # fmt: skip
 
 
-def test_gpu_temperature_over_limit_from_the_verify_report():
+def test_gpu_temperature_over_limit_from_the_verify_report() -> None:
     hot = DoctorInput(verify_report=_verify_with_peak(91.0), verify_report_path="/r/v.json")
     t = only(diagnose(facts(), hot), "gpu-temperature-over-limit")
     assert (
@@ -548,6 +557,7 @@ def test_gpu_temperature_over_limit_from_the_verify_report():
     assert "gpu-temperature-over-limit" in ids(
         diagnose(facts(), replace(hot, verify_report=_verify_with_peak(88.0)))
     )
+    cool: dict[str, Any]
     for cool in (
         _verify_with_peak(87.9),
         _verify_with_peak("hot"),
@@ -558,7 +568,7 @@ def test_gpu_temperature_over_limit_from_the_verify_report():
         assert "gpu-temperature-over-limit" not in ids(found), cool
 
 
-def test_torch_driver_too_old():
+def test_torch_driver_too_old() -> None:
     info = parse_torch_info(
         {**TORCH_OK, "torch_version": "2.11.0+cu130", "cuda": "13.0", "cuda_available": False},
         "torch.json",
@@ -569,7 +579,7 @@ def test_torch_driver_too_old():
     assert diagnose(facts(), DoctorInput(), parse_torch_info(TORCH_OK, "t")) == ()
 
 
-def test_torch_cpu_only_build():
+def test_torch_cpu_only_build() -> None:
     info = parse_torch_info(
         {"torch_version": "2.9.1+cpu", "cuda": None, "arch_list": [], "cuda_available": False},
         "torch.json",
@@ -588,12 +598,12 @@ def test_torch_cpu_only_build():
         {"torch_version": "2.9", "cuda_available": "yes"},
     ],
 )
-def test_torch_info_is_validated(bad):
+def test_torch_info_is_validated(bad: object) -> None:
     with pytest.raises(UsageError, match=r"torch\.json"):
         parse_torch_info(bad, "torch.json")
 
 
-def test_competing_gpu_manager_disabling_nvidia_is_an_error():
+def test_competing_gpu_manager_disabling_nvidia_is_an_error() -> None:
     inp = DoctorInput(
         managers={
             "/etc/modprobe.d/blacklist-nvidia.conf": text("envycontrol-blacklist.conf"),
@@ -612,7 +622,7 @@ def test_competing_gpu_manager_disabling_nvidia_is_an_error():
     assert "`sudo envycontrol -s hybrid`, then reboot" in cm.fix
 
 
-def test_competing_gpu_manager_only_present_is_a_warning():
+def test_competing_gpu_manager_only_present_is_a_warning() -> None:
     inp = DoctorInput(
         managers={
             "/etc/egpu-switcher/config.yaml": "egpu:\n  id: 0x10de2684\n",
@@ -632,7 +642,7 @@ def test_competing_gpu_manager_only_present_is_a_warning():
     ("conf", "problem"),
     [("xorg-hex-busid.conf", "hexadecimal"), ("xorg-lspci-form.conf", "PCI: prefix")],
 )
-def test_xorg_busid_invalid(conf, problem):
+def test_xorg_busid_invalid(conf: str, problem: str) -> None:
     inp = healthy_input(xorg=(("/etc/X11/xorg.conf", text(conf)),))
     xb = only(diagnose(facts(), inp), "xorg-busid-invalid")
     assert xb.severity == "error"
@@ -640,16 +650,16 @@ def test_xorg_busid_invalid(conf, problem):
     assert 'BusID "PCI:60:0:0"' in xb.fix  # 0x3c = 60
 
 
-def test_xorg_busid_helpers():
+def test_xorg_busid_helpers() -> None:
     assert busid_for("0000:3c:00.0") == "PCI:60:0:0"
     assert busid_for("0001:0a:1f.3") == "PCI:10@1:31:3"
     assert parse_busid("PCI:60:0:0") == ("0000:3c:00.0", None)
     assert parse_busid("PCI:10@1:31:3") == ("0001:0a:1f.3", None)
-    assert parse_busid("PCI:0:1:0:0")[1].startswith("it includes the domain")
-    assert parse_busid("PCI:1:0.0")[1].startswith("it uses lspci")
+    assert (parse_busid("PCI:0:1:0:0")[1] or "").startswith("it includes the domain")
+    assert (parse_busid("PCI:1:0.0")[1] or "").startswith("it uses lspci")
 
 
-def test_xorg_busid_pointing_at_no_gpu_is_a_warning():
+def test_xorg_busid_pointing_at_no_gpu_is_a_warning() -> None:
     conf = text("xorg-good.conf").replace(
         "PCI:60:0:0", "PCI:10:0:0"
     )  # hex 10 meant, decimal 10 written
@@ -660,7 +670,7 @@ def test_xorg_busid_pointing_at_no_gpu_is_a_warning():
     assert xb.severity == "warning" and "no GPU at 0000:0a:00.0" in xb.evidence[0]
 
 
-def test_amd_pcie_atomics_missing():
+def test_amd_pcie_atomics_missing() -> None:
     am = only(
         diagnose(facts(gpus=()), DoctorInput(dmesg=noisy("atomics.txt"))),
         "amd-pcie-atomics-missing",
@@ -677,7 +687,7 @@ def real(folder: Path, name: str) -> str:
     return (folder / name).read_text().split("\n", 1)[1]
 
 
-def test_amdgpu_init_failed_names_the_missing_firmware_and_the_package():
+def test_amdgpu_init_failed_names_the_missing_firmware_and_the_package() -> None:
     log = real(REAL_LOG, "amdgpu-fatal-error-gpu-init-missing-firmware.txt")
     debian = facts(gpus=(), os=OsFacts(id="debian", version_id="12"))
     init = only(diagnose(debian, DoctorInput(dmesg=log)), "amdgpu-init-failed")
@@ -689,7 +699,7 @@ def test_amdgpu_init_failed_names_the_missing_firmware_and_the_package():
     assert "BIOS" in only(diagnose(debian, DoctorInput(dmesg=bare)), "amdgpu-init-failed").fix
 
 
-def test_amdgpu_gpu_reset_recovered_is_a_warning_and_unrecovered_an_error():
+def test_amdgpu_gpu_reset_recovered_is_a_warning_and_unrecovered_an_error() -> None:
     recovered = real(REAL_LOG, "amdgpu-mes-remove-queue-gfx11.txt")
     reset = only(diagnose(facts(gpus=()), DoctorInput(dmesg=recovered)), "amdgpu-gpu-reset")
     assert reset.severity == "warning" and "gfx_0.0.0" in reset.summary
@@ -700,7 +710,7 @@ def test_amdgpu_gpu_reset_recovered_is_a_warning_and_unrecovered_an_error():
     assert lost.severity == "error" and len(lost.evidence) <= 8
 
 
-def test_amdgpu_smu_failed_at_init_is_an_error():
+def test_amdgpu_smu_failed_at_init_is_an_error() -> None:
     log = real(REAL_LOG, "amdgpu-smu-no-response-navi14.txt")
     smu = only(diagnose(facts(gpus=()), DoctorInput(dmesg=log)), "amdgpu-smu-failed")
     assert smu.severity == "error" and "previous kernel" in smu.fix
@@ -709,7 +719,7 @@ def test_amdgpu_smu_failed_at_init_is_an_error():
     assert not [f for f in diagnose(facts(gpus=()), DoctorInput(dmesg=ok)) if "amd" in f.id]
 
 
-def test_amd_kfd_unavailable_permission_denied_names_the_groups():
+def test_amd_kfd_unavailable_permission_denied_names_the_groups() -> None:
     text_ = real(REAL_ROCMINFO, "rocm-docker-116-kfd-permission-denied.txt")
     kfd = only(diagnose(facts(gpus=()), DoctorInput(rocminfo=text_)), "amd-kfd-unavailable")
     assert kfd.severity == "error" and "render,video" in kfd.fix
@@ -719,13 +729,13 @@ def test_amd_kfd_unavailable_permission_denied_names_the_groups():
     assert kfd.evidence[-1] == "x1unix is member of render group"
 
 
-def test_externally_managed_python():
+def test_externally_managed_python() -> None:
     py = PythonFacts(version="3.11.2", externally_managed=True, executable="/usr/bin/python3")
     em = only(diagnose(facts(python=py), DoctorInput()), "externally-managed-python")
     assert em.severity == "info" and "venv" in em.fix
 
 
-def test_runtime_pm_on_egpu():
+def test_runtime_pm_on_egpu() -> None:
     inp = healthy_input(
         power_control={"0000:3b:01.0": "auto", "0000:3c:00.0": "auto"},
         nvidia_power={"0000:3c:00.0": text("nvidia-power-rtd3.txt")},
@@ -736,7 +746,7 @@ def test_runtime_pm_on_egpu():
     assert "NVreg_DynamicPowerManagement=0x00" in rp.fix
 
 
-def test_a_kernel_without_its_module_is_a_finding_with_its_fix():
+def test_a_kernel_without_its_module_is_a_finding_with_its_fix() -> None:
     from egpu_setup.detect.kernels import KernelFacts, KernelTree
 
     kernels = KernelFacts(
@@ -757,7 +767,7 @@ def test_a_kernel_without_its_module_is_a_finding_with_its_fix():
     assert "nvidia-module-missing-for-kernel" not in [f.id for f in found]
 
 
-def test_every_catalog_id_is_covered_by_a_test_above():
+def test_every_catalog_id_is_covered_by_a_test_above() -> None:
     source = Path(__file__).read_text()
     for spec in CATALOG:
         assert f'"{spec.id}"' in source, spec.id
@@ -777,11 +787,11 @@ def test_every_catalog_id_is_covered_by_a_test_above():
         "2024-11-25T10:12:01+0100 lab-07 kernel: NVRM: Xid",
     ],
 )
-def test_log_prefixes_are_stripped(line):
+def test_log_prefixes_are_stripped(line: str) -> None:
     assert strip_prefix(line) == "NVRM: Xid"
 
 
-def test_syslog_joined_continuations():
+def test_syslog_joined_continuations() -> None:
     log = (
         "Jun 30 11:07:05 gpu-0 kernel: NVRM: API mismatch: the client has the version 535.54.03, "
         "but"
@@ -792,7 +802,7 @@ def test_syslog_joined_continuations():
     assert scan_dmesg(log).api_versions == (("535.54.03", "530.30.02"),)
 
 
-def test_repeated_lines_are_capped():
+def test_repeated_lines_are_capped() -> None:
     spam = "".join(
         f"[{i}.000000] NVRM: Xid (PCI:0000:3c:00): 79, pid={i}, name=python3, GPU has fallen off "
         "the bus.\n"
@@ -802,7 +812,7 @@ def test_repeated_lines_are_capped():
     assert len(fb.evidence) == 9 and fb.evidence[-1].startswith("... and ")
 
 
-def test_findings_are_sorted_and_json_follows_the_contract():
+def test_findings_are_sorted_and_json_follows_the_contract() -> None:
     inp = healthy_input(dmesg=noisy("xid79.txt"), power_control={"0000:3c:00.0": "auto"})
     found = diagnose(facts(python=PythonFacts(externally_managed=True)), inp)
     assert [f.severity for f in found] == sorted(
@@ -816,7 +826,7 @@ def test_findings_are_sorted_and_json_follows_the_contract():
         assert isinstance(item["evidence"], list)
 
 
-def test_finding_rejects_unknown_ids():
+def test_finding_rejects_unknown_ids() -> None:
     with pytest.raises(ValueError):
         Finding("made-up", "error", "", (), "")
 
@@ -835,7 +845,7 @@ def _bundle(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-def test_collect_reads_rules_xorg_and_managers_through_the_host(tmp_path):
+def test_collect_reads_rules_xorg_and_managers_through_the_host(tmp_path: Path) -> None:
     bundle = _bundle(
         tmp_path,
         {
@@ -866,14 +876,16 @@ def test_collect_reads_rules_xorg_and_managers_through_the_host(tmp_path):
     assert inp.dmesg_scan.fallen_off and inp.sources()["dmesg"]
 
 
-def test_unreadable_kernel_log_is_not_a_source(tmp_path, caplog):
+def test_unreadable_kernel_log_is_not_a_source(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     denied = "dmesg: read kernel buffer failed: Operation not permitted\n"
     inp = collect(RecordedHost(_bundle(tmp_path, {"commands/dmesg.txt": denied})), facts())
     assert inp.dmesg is None and inp.sources()["dmesg"] is False
     assert "sudo egpu-setup doctor" in caplog.text
 
 
-def test_cli_doctor_from_bundle_json(tmp_path, cli):
+def test_cli_doctor_from_bundle_json(tmp_path: Path, cli: RunCli) -> None:
     bundle = _bundle(
         tmp_path,
         {
@@ -902,7 +914,7 @@ def test_cli_doctor_from_bundle_json(tmp_path, cli):
     assert data["schema"] == "egpu-setup/findings/1"
 
 
-def test_cli_doctor_clean_bundle_exits_0(tmp_path, cli):
+def test_cli_doctor_clean_bundle_exits_0(tmp_path: Path, cli: RunCli) -> None:
     bundle = _bundle(
         tmp_path, {"commands/dmesg.txt": text("noise-before.txt") + text("noise-after.txt")}
     )
@@ -911,7 +923,7 @@ def test_cli_doctor_clean_bundle_exits_0(tmp_path, cli):
     assert "no known problems found (read: dmesg)" in res.stdout
 
 
-def test_cli_doctor_bad_torch_info_is_usage_error(tmp_path, cli):
+def test_cli_doctor_bad_torch_info_is_usage_error(tmp_path: Path, cli: RunCli) -> None:
     bad = tmp_path / "torch.json"
     bad.write_text("{not json")
     bundle = _bundle(tmp_path / "b", {"commands/dmesg.txt": ""})
@@ -921,7 +933,7 @@ def test_cli_doctor_bad_torch_info_is_usage_error(tmp_path, cli):
     assert "hint:" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_cli_doctor_missing_bundle(cli, tmp_path):
+def test_cli_doctor_missing_bundle(cli: RunCli, tmp_path: Path) -> None:
     res = cli("doctor", "--from", str(tmp_path / "nope"))
     assert res.returncode == 2 and "error: recorded host not found" in res.stderr
 
@@ -931,7 +943,7 @@ def test_cli_doctor_missing_bundle(cli, tmp_path):
 REPORTS = Path(__file__).parents[1] / "data" / "reports"
 
 
-def _verify_report(device: dict, checks: list[dict]) -> dict:
+def _verify_report(device: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
     """A verify report the way egpu_setup/verify/_child.py fills it (device record, checks)."""
     return {
         "schema": "egpu-setup/verify/1",
@@ -942,7 +954,7 @@ def _verify_report(device: dict, checks: list[dict]) -> dict:
     }
 
 
-def test_verify_report_of_a_cuda_run_gives_arch_list_and_availability():
+def test_verify_report_of_a_cuda_run_gives_arch_list_and_availability() -> None:
     report = _verify_report(
         {"type": "cuda", "torch": "2.6.0+cu124", "torch_cuda": "12.4", "index": 0},
         [
@@ -973,7 +985,7 @@ def test_verify_report_of_a_cuda_run_gives_arch_list_and_availability():
     assert "torch-arch-unsupported" in ids(diagnose(facts(gpus=(blackwell,)), DoctorInput(), info))
 
 
-def test_verify_report_that_stopped_at_cuda_init():
+def test_verify_report_that_stopped_at_cuda_init() -> None:
     """No device record: CUDA unavailable or a CPU build end the child before it is written."""
     unavailable = _verify_report(
         {},
@@ -1004,7 +1016,7 @@ def test_verify_report_that_stopped_at_cuda_init():
     assert "torch-cpu-only-build" in ids(diagnose(facts(), DoctorInput(), cpu))
 
 
-def test_lab_verify_reports_read_as_torch_facts():
+def test_lab_verify_reports_read_as_torch_facts() -> None:
     """The fleet fixtures predate `torch_cuda` in `device`: the wheel's local label says it."""
     lab = REPORTS / "lab" / "lab-01"
     failed = parse_torch_info(json.loads((lab / "verify-20261126T180000Z.json").read_text()), "a")
@@ -1017,7 +1029,7 @@ def test_lab_verify_reports_read_as_torch_facts():
     assert good.cuda == "12.8" and good.cuda_available is True
 
 
-def test_real_cpu_verify_report_reads_as_cpu_build():
+def test_real_cpu_verify_report_reads_as_cpu_build() -> None:
     path = REPORTS / "real" / "ci-cpu" / "verify-20261129T165644Z.json"
     info = parse_torch_info(json.loads(path.read_text()), str(path))
     assert (info.torch_version, info.cuda, info.arch_list) == ("2.13.0+cpu", None, ())
@@ -1041,18 +1053,18 @@ def test_real_cpu_verify_report_reads_as_cpu_build():
         ({"schema": "egpu-setup/install/1"}, "schema egpu-setup/install/1 is not a verify report"),
     ],
 )
-def test_unusable_verify_reports_are_usage_errors(doc, message):
+def test_unusable_verify_reports_are_usage_errors(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError) as err:
         parse_torch_info(doc, "r.json")
     assert err.value.message == f"r.json: {message}"
 
 
-def test_torch_info_round_trips_through_its_json():
+def test_torch_info_round_trips_through_its_json() -> None:
     info = parse_torch_info(TORCH_OK, "t")
     assert parse_torch_info(json.loads(json.dumps(info.to_json())), "t") == info
 
 
-def test_torch_info_replace_keeps_type():
+def test_torch_info_replace_keeps_type() -> None:
     info = parse_torch_info(TORCH_OK, "t")
     assert replace(info, cuda=None).cuda is None
 
@@ -1091,7 +1103,7 @@ EXPECTED_ON_FIXTURES = {
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ON_FIXTURES))
-def test_recorded_hosts(name):
+def test_recorded_hosts(name: str) -> None:
     from egpu_setup.detect.probe import detect_host
 
     if not (FIXTURES / name).is_dir():
@@ -1118,11 +1130,11 @@ def test_recorded_hosts(name):
         "archlinux kernel: **NVRM: Xid**",  # markdown bold
     ],
 )
-def test_pasted_prefixes_are_stripped(line):
+def test_pasted_prefixes_are_stripped(line: str) -> None:
     assert strip_prefix(line) == "NVRM: Xid"
 
 
-def test_xid_codes_in_order_once_each():
+def test_xid_codes_in_order_once_each() -> None:
     log = (
         "NVRM: Xid (PCI:0000:01:00): 62, 323f0f30\n"
         "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed\n"
@@ -1134,7 +1146,7 @@ def test_xid_codes_in_order_once_each():
     assert scan.xids[2][0] == "0000:dc:00"
 
 
-def test_syslog_escaped_fallen_off_the_bus():
+def test_syslog_escaped_fallen_off_the_bus() -> None:
     # rsyslog writes a message's embedded newlines as #012 (no such paste was found: see
     # tests/data/real/README.md), so the whole NVRM message is one line.
     log = (
@@ -1147,7 +1159,7 @@ def test_syslog_escaped_fallen_off_the_bus():
     assert "0000:01:00" in fb.summary
 
 
-def test_lockdown_names_the_module_modprobe_could_not_insert():
+def test_lockdown_names_the_module_modprobe_could_not_insert() -> None:
     log = (
         "gen 12 16:49:32 Tacos kernel: Lockdown: modprobe: unsigned module loading is restricted; "
         "see man kernel_lockdown.7\n"
@@ -1169,7 +1181,7 @@ def test_lockdown_names_the_module_modprobe_could_not_insert():
     )
 
 
-def test_an_unassigned_io_region_is_no_bar_problem():
+def test_an_unassigned_io_region_is_no_bar_problem() -> None:
     lspci = (
         "01:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000]\n"
         "\tRegion 0: Memory at 618000000 (32-bit, non-prefetchable) [size=16M]\n"
@@ -1183,7 +1195,7 @@ def test_an_unassigned_io_region_is_no_bar_problem():
     assert any("Region 1: Memory at <unassigned>" in e for e in bar.evidence)
 
 
-def test_a_pasted_dock_log_without_a_gpu():
+def test_a_pasted_dock_log_without_a_gpu() -> None:
     log = (
         "[98.746636] pci 0000:02:02.0: BAR 15: no space for [mem size 0x00200000 64bit pref]\n"
         "[98.746638] pci 0000:02:02.0: BAR 15: failed to assign [mem size 0x00200000 64bit pref]\n"
@@ -1212,7 +1224,7 @@ def test_a_pasted_dock_log_without_a_gpu():
     assert "pci-bridge-window-unassigned" not in known
 
 
-def test_a_bar_failure_off_the_gpus_chain_is_not_the_gpus():
+def test_a_bar_failure_off_the_gpus_chain_is_not_the_gpus() -> None:
     """A GPU behind 0000:02:01.0 (bus 04-6a); the dock's USB port 0000:02:02.0 (bus 6b) got no
     prefetchable window: not the GPU's problem, no boot change. The same failure on the GPU's
     own bridge is."""
@@ -1237,7 +1249,7 @@ def test_a_bar_failure_off_the_gpus_chain_is_not_the_gpus():
     assert any("0000:02:01.0: BAR 15" in e for e in bar.evidence)
 
 
-def test_nvidia_smi_alone_says_the_driver_is_not_loaded():
+def test_nvidia_smi_alone_says_the_driver_is_not_loaded() -> None:
     smi = "NVIDIA-SMI has failed because it couldn‘t communicate with the NVIDIA driver.\n"
     nd = only(diagnose(facts(gpus=()), DoctorInput(nvidia_smi=smi)), "nvidia-driver-not-loaded")
     assert nd.evidence[0].startswith("nvidia-smi: NVIDIA-SMI has failed")
@@ -1283,7 +1295,7 @@ def test_a_hung_nvidia_smi_is_named_and_ended_at_its_deadline(
     assert "nvidia-smi did not answer within 1 s and was ended" in caplog.text
 
 
-def test_the_gpus_bar_failure_leaves_out_a_usb_port_bridge():
+def test_the_gpus_bar_failure_leaves_out_a_usb_port_bridge() -> None:
     """Dunedan/mbp-2016-linux#60: NVRM says the GPU at 0a:00.0 got no BAR1; 7b:02.0, a bridge
     to bus 7d alone, also got no prefetchable window. The finding is the GPU's, and its evidence
     is the GPU's line, not the other bridge's."""
@@ -1296,7 +1308,7 @@ def test_the_gpus_bar_failure_leaves_out_a_usb_port_bridge():
     assert "pci-bridge-window-unassigned" not in ids(found)
 
 
-def test_nouveau_that_failed_its_probe_does_not_hold_the_gpu():
+def test_nouveau_that_failed_its_probe_does_not_hold_the_gpu() -> None:
     """Dasharo/dasharo-issues#1597: nouveau named the AD107, its GSP constructor failed and the
     driver core says its probe failed: it holds nothing. Lines of nouveau driving the same
     address (NixOS/nixpkgs#29514, "DRM: VRAM: 2048 MiB") do raise nouveau-bound."""

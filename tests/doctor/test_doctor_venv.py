@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, RunCli
 from egpu_setup.doctor.torchcheck import parse_torch_info, probe_venv_torch
 from egpu_setup.host.machine import LiveHost
 from helpers.venvs import make_venv
 
 
-def test_cpu_only_torch_is_found(cli, tmp_path: Path) -> None:
+def test_cpu_only_torch_is_found(cli: RunCli, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     venv = make_venv(tmp_path / "v", with_torch=True)
     res = cli("doctor", "--json", "--venv", str(venv))
@@ -23,7 +23,7 @@ def test_cpu_only_torch_is_found(cli, tmp_path: Path) -> None:
     assert "torch-cpu-only-build" in ids
 
 
-def test_venv_without_torch_is_a_clear_error(cli, tmp_path: Path) -> None:
+def test_venv_without_torch_is_a_clear_error(cli: RunCli, tmp_path: Path) -> None:
     venv = make_venv(tmp_path / "v", with_torch=False)
     res = cli("doctor", "--venv", str(venv))
     assert res.returncode == 2
@@ -31,14 +31,14 @@ def test_venv_without_torch_is_a_clear_error(cli, tmp_path: Path) -> None:
     assert "hint: install torch there" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_missing_venv_and_conflicting_options(cli, tmp_path: Path) -> None:
+def test_missing_venv_and_conflicting_options(cli: RunCli, tmp_path: Path) -> None:
     res = cli("doctor", "--venv", str(tmp_path / "nope"))
     assert res.returncode == 2 and "does not exist" in res.stderr
     res = cli("doctor", "--venv", str(tmp_path), "--from", str(FIXTURES / "tb4-rtx4090-ubuntu2404"))
     assert res.returncode == 2 and res.stderr.startswith("error: --venv")
 
 
-def _verify_saved_report(cli, *target: str) -> Path:
+def _verify_saved_report(cli: RunCli, *target: str) -> Path:
     """Run the real `verify --device cpu --quick` and return the report it saved."""
     reports = Path(os.environ["EGPU_SETUP_STATE_DIR"]) / "reports"
     before = set(reports.glob("verify-*.json")) if reports.is_dir() else set()
@@ -52,7 +52,7 @@ def _verify_saved_report(cli, *target: str) -> Path:
     return path
 
 
-def test_doctor_reads_the_verify_report_it_points_to(cli, tmp_path: Path) -> None:
+def test_doctor_reads_the_verify_report_it_points_to(cli: RunCli, tmp_path: Path) -> None:
     """`doctor --torch-info <state>/reports/verify-*.json`: the file its own hint names."""
     pytest.importorskip("torch")
     report = _verify_saved_report(cli, "--python", sys.executable)
@@ -73,7 +73,7 @@ def test_doctor_reads_the_verify_report_it_points_to(cli, tmp_path: Path) -> Non
     assert res.returncode == 1 and "torch-cpu-only-build" in res.stdout, res.stderr
 
 
-def test_verify_report_without_torch_is_a_clear_error(cli, tmp_path: Path) -> None:
+def test_verify_report_without_torch_is_a_clear_error(cli: RunCli, tmp_path: Path) -> None:
     report = _verify_saved_report(cli, "--venv", str(make_venv(tmp_path / "v", with_torch=False)))
     res = cli("doctor", "--torch-info", str(report))
     assert res.returncode == 2 and res.stdout == ""

@@ -62,7 +62,9 @@ def test_a_log_scanned_in_blocks_gives_what_the_whole_text_gives(path: Path) -> 
         assert scan_lines(io.StringIO(text, newline="\n"), block) == whole, block
 
 
-def test_records_split_into_pieces_still_scan_the_same(tmp_path: Path, monkeypatch) -> None:
+def test_records_split_into_pieces_still_scan_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = _text(REAL / "xid-79-fallen-off-bus-journal-pop-os.txt")
     monkeypatch.setattr(machine, "_PIECE", 16)  # every line longer than 16 bytes comes in pieces
     lines = _bundle(tmp_path, text).command_lines("dmesg", ["dmesg"])
@@ -92,7 +94,7 @@ def test_memory_stays_flat_however_long_the_log(tmp_path: Path) -> None:
 
 
 def test_over_the_limit_the_newest_part_is_read_from_a_line_start(
-    tmp_path: Path, monkeypatch, caplog
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     old = _text(REAL / "t470s-tb-bar13-bar15-no-space.txt")  # BAR failures, at boot
     new = _text(REAL / "xid-79-fallen-off-bus-journal-pop-os.txt")  # the GPU falls off, later
@@ -113,7 +115,9 @@ def test_over_the_limit_the_newest_part_is_read_from_a_line_start(
     assert exact is not None and "".join(exact) == new
 
 
-def test_a_live_command_s_output_over_the_limit_keeps_its_newest_lines(monkeypatch) -> None:
+def test_a_live_command_s_output_over_the_limit_keeps_its_newest_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     text = "old line\n" * 3 + "newest line\n"
     monkeypatch.setattr(LiveHost, "command", lambda self, name, argv, timeout=10.0: text)
     lines = LiveHost().command_lines("dmesg", ["dmesg"], limit=len("newest line\n") + 3)
@@ -150,7 +154,7 @@ def test_a_big_log_s_nvrm_excerpt_detects_what_the_whole_log_does(path: Path) ->
 
 
 def test_detection_reads_a_small_log_whole_and_a_big_one_bounded(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log_text = _text(FIXTURES / "tb4-rtx4090-ubuntu2404" / "commands" / "dmesg.txt")
     host = _bundle(tmp_path / "small", log_text)

@@ -5,21 +5,24 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, RunCli
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.detect.probe import detect_host
 from egpu_setup.doctor.record import record
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import LiveHost, RecordedHost
+from egpu_setup.state.output import OutputTree
 
 HOSTS = (
     sorted(p.name for p in FIXTURES.iterdir() if (p / "root").is_dir()) if FIXTURES.is_dir() else []
 )
 
 
-def same_facts(a, b) -> None:
+def same_facts(a: HostFacts, b: HostFacts) -> None:
     assert replace(a, source="x").to_json() == replace(b, source="x").to_json()
 
 
@@ -54,7 +57,7 @@ def test_redaction_replaces_ids_consistently(tmp_path: Path) -> None:
     text = "".join(
         p.read_text(errors="replace") for p in (tmp_path / "red").rglob("*") if p.is_file()
     )
-    assert not any(uid in text for uid in real_ids)
+    assert all(uid is not None and uid not in text for uid in real_ids)
 
 
 def test_record_refuses_a_non_empty_directory(tmp_path: Path) -> None:
@@ -65,14 +68,14 @@ def test_record_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     assert (tmp_path / "x" / "keep").read_text() == "mine"
 
 
-def test_record_cli(cli, tmp_path: Path) -> None:
+def test_record_cli(cli: RunCli, tmp_path: Path) -> None:
     res = cli("record", str(tmp_path / "b"))
     assert res.returncode == 0, res.stderr
     again = cli("detect", "--json", "--from", str(tmp_path / "b"))
     assert again.returncode == 0 and json.loads(again.stdout)["schema"] == "egpu-setup/host/1"
 
 
-def test_record_venv_stores_torch_facts_that_doctor_from_reads(cli, tmp_path: Path) -> None:
+def test_record_venv_stores_torch_facts_that_doctor_from_reads(cli: RunCli, tmp_path: Path) -> None:
     """`record DIR --venv PATH` writes commands/torch.json; `doctor --from DIR` checks it."""
     pytest.importorskip("torch")
     from egpu_setup.doctor.torchcheck import parse_torch_info, probe_venv_torch
@@ -88,7 +91,7 @@ def test_record_venv_stores_torch_facts_that_doctor_from_reads(cli, tmp_path: Pa
     assert "torch-cpu-only-build" in {f["id"] for f in json.loads(doctor.stdout)["findings"]}
 
 
-def test_record_venv_without_torch_writes_nothing(cli, tmp_path: Path) -> None:
+def test_record_venv_without_torch_writes_nothing(cli: RunCli, tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -112,7 +115,7 @@ HOLD_IDS = {"driver-held", "driver-library-mismatch", "driver-hold-removed"}
     ],
 )
 def test_a_recording_carries_dpkg_status_and_the_hold_so_doctor_from_says_what_root_says(
-    cli, tmp_path: Path, status: str, expected: set[str]
+    cli: RunCli, tmp_path: Path, status: str, expected: set[str]
 ) -> None:
     from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
     from egpu_setup.host.machine import RootHost
@@ -132,7 +135,7 @@ def test_a_recording_carries_dpkg_status_and_the_hold_so_doctor_from_says_what_r
         assert (out / "root" / path.lstrip("/")).read_text() == text
     assert json.loads((out / "meta.json").read_text())["truncated"] == []
 
-    def findings(*where: str) -> list[dict]:
+    def findings(*where: str) -> list[dict[str, Any]]:
         res = cli("doctor", "--json", *where)
         found = json.loads(res.stdout)["findings"]
         return sorted((f for f in found if f["id"] in HOLD_IDS), key=lambda f: f["id"])
@@ -151,7 +154,7 @@ def test_a_long_dpkg_status_is_cut_after_its_last_whole_stanza(tmp_path: Path) -
     (tmp_path / "m/var/lib/dpkg").mkdir(parents=True)
     (tmp_path / "m/var/lib/dpkg/status").write_text(whole)
     limit = len(whole) // 2 + 7  # inside a stanza
-    tree = rec.OutputTree.open(tmp_path / "out", what="record")
+    tree = OutputTree.open(tmp_path / "out", what="record")
     writer = rec._Writer(RootHost(tmp_path / "m"), tree, tree.path, rec.Redactor(False))
     assert writer.copy_stanzas("/var/lib/dpkg/status", limit) is True
     kept = (tmp_path / "out/var/lib/dpkg/status").read_text()
