@@ -73,7 +73,9 @@ def _install(root: Path, step: AptInstall) -> None:
     execute_apt.install(ctx, step)
 
 
-def test_apt_gives_up_a_silent_server_and_the_error_names_it(served) -> None:
+def test_apt_gives_up_a_silent_server_and_the_error_names_it(
+    served: tuple[Path, dict[str, str], str],
+) -> None:
     root, mode, url = served
     mode["deb"] = "silent"
     step = AptInstall((PACKAGE,), True, lock_timeout=5, fetch_timeout=2, deadline=120)
@@ -92,7 +94,9 @@ def test_apt_gives_up_a_silent_server_and_the_error_names_it(served) -> None:
     assert PACKAGE not in present_packages(RootHost(root))
 
 
-def test_a_trickling_server_meets_the_steps_deadline_and_is_named(served) -> None:
+def test_a_trickling_server_meets_the_steps_deadline_and_is_named(
+    served: tuple[Path, dict[str, str], str],
+) -> None:
     root, mode, url = served
     mode["deb"] = "trickle"
     step = AptInstall((PACKAGE,), True, lock_timeout=1, fetch_timeout=30, deadline=5)
@@ -111,7 +115,7 @@ def test_a_trickling_server_meets_the_steps_deadline_and_is_named(served) -> Non
     assert PACKAGE not in present_packages(RootHost(root))
 
 
-def test_a_server_that_answers_installs(served) -> None:
+def test_a_server_that_answers_installs(served: tuple[Path, dict[str, str], str]) -> None:
     root, _mode, _url = served
     _install(root, AptInstall((PACKAGE,), True, fetch_timeout=2, deadline=120))
     assert present_packages(RootHost(root))[PACKAGE] == "installed"

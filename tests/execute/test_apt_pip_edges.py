@@ -26,7 +26,7 @@ from egpu_setup.errors import ExecutionError
 from egpu_setup.execute import apt as execute_apt
 from egpu_setup.execute import pip as execute_pip
 from egpu_setup.execute.files import Context
-from egpu_setup.host.machine import LiveHost, RootHost
+from egpu_setup.host.machine import Host, LiveHost, RootHost
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.options import BundleSource, PlanOptions
 from egpu_setup.plan.steps import AptInstall, AptRepository, PipInstall, RunCommand, WriteFile
@@ -60,7 +60,7 @@ def _debroot_copy(tmp_path: Path, suite: str = "bookworm") -> Path:
 _chroot = _debroot.chroot
 
 
-def _ctx(host, paths: StatePaths) -> Context:
+def _ctx(host: Host, paths: StatePaths) -> Context:
     return Context(host, Manifest.load(paths), "test-run")
 
 
@@ -71,14 +71,16 @@ def _ctx(host, paths: StatePaths) -> Context:
 def test_live_headers_only_when_apt_has_them_and_never_for_an_image(tmp_path: Path) -> None:
     root = _debroot_copy(tmp_path)
     dep = _chroot(root, "apt-cache", "depends", "linux-headers-amd64").stdout
-    current = re.search(r"Depends: linux-headers-(\S+-amd64)", dep).group(1)  # 6.1.0-NN-amd64
+    depends = re.search(r"Depends: linux-headers-(\S+-amd64)", dep)
+    assert depends is not None, dep
+    current = depends.group(1)  # 6.1.0-NN-amd64
     host = RootHost(root)
 
     def packages(kernel: str, target: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         facts = values.facts(kernel=kernel)
         plan = build_plan(
             facts,
-            None,
+            values.profile(),
             values.resolution(facts_=facts),
             (),
             host,
@@ -108,7 +110,7 @@ def test_components_skip_ppas_and_third_party_and_apt_stays_usable(tmp_path: Pat
     paths = StatePaths.for_root(root)
     plan = build_plan(
         values.facts(),
-        None,
+        values.profile(),
         values.resolution(),
         (),
         host,
@@ -137,7 +139,12 @@ def test_update_refreshes_our_source_only_a_stale_repo_does_not_roll_it_back(
     host = RootHost(root)
     paths = StatePaths.for_root(root)
     plan = build_plan(
-        values.facts(), None, values.resolution(), (), host, PlanOptions(target="root", only=DRIVER)
+        values.facts(),
+        values.profile(),
+        values.resolution(),
+        (),
+        host,
+        PlanOptions(target="root", only=DRIVER),
     )
     repo = next(s for s in plan.steps if isinstance(s, AptRepository))
     assert execute_apt.add_repository(_ctx(host, paths), repo) == ("done", "")
@@ -163,7 +170,7 @@ def test_inline_and_fingerprint_keys_are_never_mirrored(tmp_path: Path) -> None:
     (r / "etc/apt/sources.list.d/vendor.list").write_text(VENDOR_LINE)
     plan = build_plan(
         values.facts(),
-        None,
+        values.profile(),
         values.resolution(),
         (),
         RootHost(r),
@@ -357,7 +364,7 @@ def test_a_deb_swapped_after_planning_stages_nothing(tmp_path: Path) -> None:
     host = RootHost(root)
     plan = build_plan(
         values.facts(),
-        None,
+        values.profile(),
         values.resolution(),
         (),
         host,
@@ -414,7 +421,9 @@ def test_commands_come_before_torch_and_owed_ones_are_planned_again(tmp_path: Pa
     host = RootHost(r)
     opts = PlanOptions(target="root", venv=str(tmp_path / "venv"))
     res = values.resolution(action="keep")
-    plan = build_plan(values.facts(), None, res, (NOUVEAU,), host, opts, None, (INITRAMFS,))
+    plan = build_plan(
+        values.facts(), values.profile(), res, (NOUVEAU,), host, opts, None, (INITRAMFS,)
+    )
     kinds = [s.kind for s in plan.steps]
     # a failed torch download must not leave the initramfs unbuilt
     assert kinds.index("run-command") < kinds.index("pip-install"), kinds
@@ -426,13 +435,24 @@ def test_commands_come_before_torch_and_owed_ones_are_planned_again(tmp_path: Pa
     (r / NOUVEAU.path.lstrip("/")).write_text(NOUVEAU.content)
     (r / NOUVEAU.path.lstrip("/")).chmod(NOUVEAU.mode)
     opts = PlanOptions(target="root", only=frozenset({"driver", "config"}))
-    done = build_plan(values.facts(), None, res, (NOUVEAU,), host, opts, None, (INITRAMFS,))
+    done = build_plan(
+        values.facts(), values.profile(), res, (NOUVEAU,), host, opts, None, (INITRAMFS,)
+    )
     assert done.steps == ()  # a manifest without the record: nothing owed
     again = build_plan(
-        values.facts(), None, res, (NOUVEAU,), host, opts, _owing(r, INITRAMFS.argv), (INITRAMFS,)
+        values.facts(),
+        values.profile(),
+        res,
+        (NOUVEAU,),
+        host,
+        opts,
+        _owing(r, INITRAMFS.argv),
+        (INITRAMFS,),
     )
     assert [s.kind for s in again.steps] == ["run-command"]
-    assert again.steps[0].owed and "owed by an earlier run" in again.steps[0].describe()
+    owed = again.steps[0]
+    assert isinstance(owed, RunCommand)
+    assert owed.owed and "owed by an earlier run" in owed.describe()
     assert not any(isinstance(s, WriteFile) for s in again.steps)
 
 
@@ -440,7 +460,7 @@ def test_boot_configuration_commands_are_marked_for_consent(tmp_path: Path) -> N
     host = RootHost(_config_root(tmp_path))
     opts = PlanOptions(target="root", only=frozenset({"config"}))
     res = values.resolution(action="keep")
-    plan = build_plan(values.facts(), None, res, (), host, opts, None, (GRUB,))
+    plan = build_plan(values.facts(), values.profile(), res, (), host, opts, None, (GRUB,))
     (step,) = plan.consent_steps
     assert step.argv == ("update-grub",) and step.to_json()["consent"] is True
     # honest: no "(asks first)" claim; it says consent is needed

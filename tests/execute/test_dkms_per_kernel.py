@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egpu_setup.execute.dkms import kernels_with_headers, missing_kernels, parse_dkms_status
+from egpu_setup.detect.kernels import parse_dkms_status
+from egpu_setup.execute.dkms import kernels_with_headers, missing_kernels
 from egpu_setup.host.machine import RootHost
 
 DKMS3 = "nvidia-current/535.261.03, 6.1.0-50-amd64, x86_64: installed\n"

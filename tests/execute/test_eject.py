@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from egpu_setup.detect.facts import Gpu, TbDevice
+from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice
 from egpu_setup.errors import BusyError, EgpuSetupError, UsageError
-from egpu_setup.execute.eject import EjectStep, plan_eject, run_eject
+from egpu_setup.execute.eject import EjectPlan, EjectStep, plan_eject, run_eject
 from egpu_setup.host.machine import RecordedHost, RootHost
 from helpers.render_cases import CORE_X_UUID, DEBIAN12_TB3_4090
 
@@ -260,7 +260,7 @@ DOCK = TbDevice(
 )
 
 
-def _with_devices(*devices: TbDevice, connection: str = "thunderbolt"):
+def _with_devices(*devices: TbDevice, connection: str = "thunderbolt") -> HostFacts:
     egpu = replace(EGPU, connection=connection)
     return replace(
         DEBIAN12_TB3_4090,
@@ -269,14 +269,14 @@ def _with_devices(*devices: TbDevice, connection: str = "thunderbolt"):
     )
 
 
-def _deauth_paths(plan) -> list[str]:
+def _deauth_paths(plan: EjectPlan) -> list[str]:
     return [s.path for s in plan.steps if s.path.endswith("/authorized")]
 
 
 def test_unknown_connection_never_deauthorizes_and_says_so(tmp_path: Path) -> None:
     """The review's failure: connection unknown, a dock is the only device -> it was cut off."""
     root = fake_root(tmp_path)
-    (root / "sys/bus/thunderbolt/devices/0-1/unique_id").write_text(DOCK.unique_id + "\n")
+    (root / "sys/bus/thunderbolt/devices/0-1/unique_id").write_text(f"{DOCK.unique_id}\n")
     dock_only = replace(DOCK, sysfs_name="0-1")
     plan = plan_eject(RootHost(root), _with_devices(dock_only, connection="unknown"))
     assert _deauth_paths(plan) == []

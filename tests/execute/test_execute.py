@@ -16,6 +16,7 @@ from egpu_setup.errors import BusyError, EgpuSetupError
 from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.execute.undo import apply_undo, plan_undo
 from egpu_setup.host.machine import RootHost
+from egpu_setup.plan.steps import WriteFile
 from egpu_setup.state.journal import Journal
 from egpu_setup.state.lock import RunLock
 from egpu_setup.state.manifest import Manifest
@@ -75,6 +76,7 @@ def test_a_users_edit_is_a_conflict_kept_by_rollback_and_replaced_only_with_forc
     _, _, plan = plan_for(root)
     conflicts = plan.conflicts
     assert [c.path for c in conflicts] == ["/etc/udev/rules.d/71-egpu-setup.rules"]
+    assert isinstance(conflicts[0], WriteFile)
     assert "-# my tweak" in conflicts[0].diff
     with pytest.raises(EgpuSetupError, match="changed by someone"):
         run(root)
@@ -131,7 +133,7 @@ def _env(state: Path) -> dict[str, str]:
     return {**os.environ, "EGPU_SETUP_STATE_DIR": str(state), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _child(root: Path, state: Path) -> subprocess.CompletedProcess:
+def _child(root: Path, state: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(_argv(root), env=_env(state), capture_output=True, text=True, check=False)
 
 
@@ -269,7 +271,7 @@ def test_the_dpkg_lock_held_by_another_process_is_busy_after_the_timeout(root: P
                 lambda _t: None,
             )
         assert 1 <= time.monotonic() - started < 5
-        assert exc.value.exit_code == 5 and "never delete the lock" in exc.value.hint
+        assert exc.value.exit_code == 5 and "never delete the lock" in (exc.value.hint or "")
         assert lock.exists()  # never deleted
     finally:
         holder.kill()

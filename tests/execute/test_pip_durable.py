@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.host.machine import LiveHost
 from egpu_setup.plan.installed import incomplete_distributions, venv_versions
+from egpu_setup.plan.steps import PipInstall
 from helpers import pypi_index as _pypi_index
 from helpers.loop_ext4 import loop_ext4
 from helpers.pip_install import install_torch, plan_torch
@@ -24,7 +26,7 @@ PROBE = ("egpu-probe==1.0",)
 
 
 @pytest.fixture
-def index(tmp_path: Path):
+def index(tmp_path: Path) -> Iterator[_pypi_index.LocalIndex]:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     whl = [_pypi_index.build_wheel(wheels, "egpu-probe", v, script=True) for v in ("1.0", "1.1")]
@@ -47,7 +49,9 @@ def _record_complete(venv: Path, version: str) -> None:
     assert out.stdout.strip() == version
 
 
-def test_a_power_cut_right_after_the_step_keeps_what_it_installed(tmp_path: Path, index) -> None:
+def test_a_power_cut_right_after_the_step_keeps_what_it_installed(
+    tmp_path: Path, index: _pypi_index.LocalIndex
+) -> None:
     """The cut comes the moment the run returns, well inside ext4's 5 s commit interval: only
     what the step made durable itself (syncfs) survives it."""
     with loop_ext4(tmp_path) as fs:
@@ -60,14 +64,16 @@ def test_a_power_cut_right_after_the_step_keeps_what_it_installed(tmp_path: Path
         assert plan_torch(venv, PROBE, index.url).steps == ()
 
 
-def test_a_power_cut_mid_install_converges_on_the_next_run(tmp_path: Path, index) -> None:
+def test_a_power_cut_mid_install_converges_on_the_next_run(
+    tmp_path: Path, index: _pypi_index.LocalIndex
+) -> None:
     """The venv's own pip upgrades to 1.1 behind egpu-setup's back (nothing syncs it) and the
     power goes at once: whatever the disk kept, the next run ends with 1.1 whole."""
     with loop_ext4(tmp_path) as fs:
         venv = fs.mount / "venv"
         install_torch(venv, PROBE, index.url)
         subprocess.run(
-            [venv / "bin/python", "-m", "pip", "install", "-q", "--index-url", index.url]
+            [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--index-url", index.url]
             + ["egpu-probe==1.1"],
             check=True,
             capture_output=True,
@@ -90,7 +96,9 @@ _LOST = {
 
 
 @pytest.mark.parametrize("lost", list(_LOST))
-def test_a_half_installed_distribution_is_rebuilt(tmp_path: Path, index, lost: str) -> None:
+def test_a_half_installed_distribution_is_rebuilt(
+    tmp_path: Path, index: _pypi_index.LocalIndex, lost: str
+) -> None:
     """METADATA there but RECORD, INSTALLER, a console script RECORD lists, or a file of the
     package whole (the size RECORD gives) gone: the distribution is not counted, egpu-setup's
     own venv is rebuilt, and the run after is a no-op."""
@@ -111,7 +119,7 @@ def test_a_half_installed_distribution_is_rebuilt(tmp_path: Path, index, lost: s
     assert list(broken) == ["egpu_probe-1.0.dist-info"]
     assert _LOST[lost] in broken["egpu_probe-1.0.dist-info"]
     plan, result = install_torch(venv, PROBE, index.url)
-    assert plan.steps[0].rebuild_venv
+    assert isinstance(plan.steps[0], PipInstall) and plan.steps[0].rebuild_venv
     assert any("egpu_probe-1.0.dist-info" in w for w in plan.warnings), plan.warnings
     assert [s.status for s in result.steps] == ["done"]
     _record_complete(venv, "1.0")

@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ _install = install_torch
 
 
 @pytest.fixture
-def small_index(tmp_path: Path):
+def small_index(tmp_path: Path) -> Iterator[_pypi_index.LocalIndex]:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     whl = [_pypi_index.build_wheel(wheels, "egpu-probe", v) for v in ("1.0", "1.1")]
@@ -52,13 +53,14 @@ def test_commands_use_one_index_and_never_break_system_packages() -> None:
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_small_wheel_from_the_local_index_then_no_installer(
-    tmp_path: Path, small_index, installer: str
+    tmp_path: Path, small_index: _pypi_index.LocalIndex, installer: str
 ) -> None:
     if installer == "uv" and shutil.which("uv") is None:
         pytest.skip("uv not on PATH")
     venv = tmp_path / "venv"
     plan, result = _install(venv, ("egpu-probe==1.0",), small_index.url, installer)
-    assert [s.kind for s in plan.steps] == ["pip-install"] and plan.steps[0].create_venv
+    assert [s.kind for s in plan.steps] == ["pip-install"]
+    assert isinstance(plan.steps[0], PipInstall) and plan.steps[0].create_venv
     assert result.steps[0].detail == f"with {installer}"
     assert any("/simple/egpu-probe/" in r for r in small_index.requests)
     # compiled at install time, before anything imported it (pip by default, uv as asked)
@@ -77,12 +79,15 @@ def test_small_wheel_from_the_local_index_then_no_installer(
     assert len(small_index.requests) == n
     # a changed pin is an upgrade in the same venv
     plan, _ = _install(venv, ("egpu-probe==1.1",), small_index.url, installer)
-    assert not plan.steps[0].create_venv
+    assert isinstance(plan.steps[0], PipInstall) and not plan.steps[0].create_venv
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_our_own_source_variables_never_reach_the_installer(
-    tmp_path: Path, small_index, installer: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    small_index: _pypi_index.LocalIndex,
+    installer: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """PIP_FIND_LINKS (and friends) in egpu-setup's own environment would mix a second source
     into the install: a newer egpu-probe sits there, and only the index's may be installed."""
@@ -106,7 +111,7 @@ def test_our_own_source_variables_never_reach_the_installer(
     assert out.stdout.strip() == "1.1"
 
 
-def test_a_non_venv_target_is_refused(tmp_path: Path, small_index) -> None:
+def test_a_non_venv_target_is_refused(tmp_path: Path, small_index: _pypi_index.LocalIndex) -> None:
     from egpu_setup.errors import EgpuSetupError
 
     fake = tmp_path / "sys"
@@ -142,7 +147,7 @@ def test_torch_cpu_from_a_loopback_index(tmp_path: Path, installer: str) -> None
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_a_second_root_venv_takes_the_wheel_from_the_state_cache_not_the_index(
-    tmp_path: Path, small_index, installer: str
+    tmp_path: Path, small_index: _pypi_index.LocalIndex, installer: str
 ) -> None:
     if installer == "uv" and shutil.which("uv") is None:
         pytest.skip("uv not on PATH")

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from egpu_setup.errors import EXIT_USAGE, UsageError
 from egpu_setup.execute.pip import commands, pinned_lines
 from egpu_setup.host.machine import LiveHost
 from egpu_setup.plan.installed import incomplete_distributions
+from egpu_setup.plan.steps import PipInstall
 from helpers import pypi_index as _pypi_index
 from helpers.pip_install import install_torch, plan_torch
 
@@ -43,14 +45,14 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_pypi_index.Loca
 
 
 @pytest.fixture(params=["root-by-hand", "user"])
-def owned(request: pytest.FixtureRequest) -> Iterator[tuple[Path, dict[str, object]]]:
+def owned(request: pytest.FixtureRequest) -> Iterator[tuple[Path, dict[str, Any]]]:
     """(venv, the PlanOptions for it): made and filled by its owner's own pip, never marked."""
     if os.geteuid() != 0 or shutil.which("runuser") is None or not Path(SYSTEM_PYTHON).exists():
         pytest.skip("needs root, runuser and the system python3 (.ci/run runs as root)")
     # under /tmp, not tmp_path: nobody cannot enter root's 0700 pytest directories
     base = Path(tempfile.mkdtemp(prefix="egpu-setup-repair-", dir="/tmp"))
     os.chmod(base, 0o755)
-    options: dict[str, object] = {}
+    options: dict[str, Any] = {}
     as_user: list[str] = []
     if request.param == "user":
         nobody = pwd.getpwnam("nobody")
@@ -65,7 +67,7 @@ def owned(request: pytest.FixtureRequest) -> Iterator[tuple[Path, dict[str, obje
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _fill(venv: Path, index: str, options: dict[str, object]) -> None:
+def _fill(venv: Path, index: str, options: dict[str, Any]) -> None:
     as_user = [str(shutil.which("runuser")), "-u", "nobody", "--"] if options else []
     subprocess.run(
         [*as_user, f"{venv}/bin/python", "-m", "pip", "install", "-q", "--no-cache-dir"]
@@ -82,7 +84,7 @@ def _module(venv: Path, name: str) -> Path:
 
 @pytest.mark.parametrize("damaged", ["egpu-probe", "egpu-dep"])
 def test_a_short_file_in_a_venv_not_ours_is_reinstalled_alone(
-    index: _pypi_index.LocalIndex, owned: tuple[Path, dict[str, object]], damaged: str
+    index: _pypi_index.LocalIndex, owned: tuple[Path, dict[str, Any]], damaged: str
 ) -> None:
     """egpu-probe itself, or egpu-dep it requires (torch and numpy): the damaged one alone is
     reinstalled, at its version, and the other keeps its very files (the same inode and
@@ -97,6 +99,7 @@ def test_a_short_file_in_a_venv_not_ours_is_reinstalled_alone(
         f.truncate(10)
     plan = plan_torch(venv, PROBE, index.url, **options)
     (step,) = plan.steps
+    assert isinstance(step, PipInstall)
     assert step.repair == (f"{damaged}==1.0",)
     assert not step.create_venv and not step.rebuild_venv
     assert step.run_as == ("nobody" if options else None)
@@ -121,7 +124,7 @@ def test_a_short_file_in_a_venv_not_ours_is_reinstalled_alone(
 
 
 def test_a_dist_info_without_record_is_said_and_nothing_changes(
-    index: _pypi_index.LocalIndex, owned: tuple[Path, dict[str, object]]
+    index: _pypi_index.LocalIndex, owned: tuple[Path, dict[str, Any]]
 ) -> None:
     """pip uninstalls by RECORD, so it can neither reinstall nor remove such a distribution:
     the plan stops with error/hint naming the folder (exit 2), before any change."""

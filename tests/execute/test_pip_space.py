@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ PROBE = ("egpu-probe==1.0",)
 
 
 @pytest.fixture
-def index(tmp_path: Path):
+def index(tmp_path: Path) -> Iterator[_pypi_index.LocalIndex]:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     # 4 MB of source (a 20 kB wheel): more than the blocks a filled filesystem still finds
@@ -50,7 +51,7 @@ def _fill(mount: Path) -> Path:
     return filler
 
 
-def _converged(venv: Path, index) -> None:
+def _converged(venv: Path, index: _pypi_index.LocalIndex) -> None:
     assert (venv_versions(LiveHost(), str(venv)) or {}).get("egpu-probe") == "1.0"
     out = subprocess.run([venv / "bin/egpu-probe"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1.0"
@@ -59,7 +60,7 @@ def _converged(venv: Path, index) -> None:
 
 @pytest.mark.parametrize("when", ["before-the-venv", "after-the-venv"])
 def test_a_full_venv_filesystem_is_said_and_the_next_run_converges(
-    tmp_path: Path, index, when: str
+    tmp_path: Path, index: _pypi_index.LocalIndex, when: str
 ) -> None:
     with loop_ext4(tmp_path, 96) as fs:
         venv = fs.mount / "venv"
@@ -79,7 +80,7 @@ def test_a_full_venv_filesystem_is_said_and_the_next_run_converges(
 
 
 def test_a_read_only_venv_filesystem_is_said_and_the_next_run_converges(
-    tmp_path: Path, index
+    tmp_path: Path, index: _pypi_index.LocalIndex
 ) -> None:
     with loop_ext4(tmp_path, 96) as fs:
         venv = fs.mount / "venv"
@@ -96,7 +97,7 @@ def test_a_read_only_venv_filesystem_is_said_and_the_next_run_converges(
 
 
 def test_a_read_only_state_directory_is_said_and_the_next_run_converges(
-    tmp_path: Path, index, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, index: _pypi_index.LocalIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """EGPU_SETUP_STATE_DIR on a read-only filesystem: the run stops at its lock, before any
     change, naming the lock and saying what to make writable; read-write again, it runs."""
