@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from egpu_setup.fleet.expected import Link
 from egpu_setup.fleet.html import COLUMNS as HTML_COLUMNS
 from egpu_setup.fleet.html import cells as html_cells
 from egpu_setup.fleet.html import render_html
@@ -42,6 +43,12 @@ def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
 # -- the recorded lab ------------------------------------------------------------------------------
 
 
+def _text(link: Link | None) -> str:
+    """A link the row is expected to have, as the table prints it."""
+    assert link is not None
+    return link.text()
+
+
 def test_sample_lab_rows() -> None:
     report = collect([LAB], now=NOW)
     rows = {r.machine: r for r in report.rows}
@@ -50,7 +57,7 @@ def test_sample_lab_rows() -> None:
     # lab-01 failed a verify before its reboot; the newer passing one wins.
     r1 = rows["lab-01"]
     assert (r1.status, r1.ok, r1.device) == ("ok", True, "cuda")
-    assert (r1.gpu, r1.connection, r1.link.text(), r1.driver, r1.torch) == (
+    assert (r1.gpu, r1.connection, _text(r1.link), r1.driver, r1.torch) == (
         "NVIDIA GeForce RTX 4090",
         "thunderbolt",
         "8 GT/s x4",
@@ -65,7 +72,7 @@ def test_sample_lab_rows() -> None:
 
     # lab-04 is stuck on an x1 link: the link against its ceiling, each failure with its message
     r4 = rows["lab-04"]
-    assert (r4.link.text(), r4.ceiling.text()) == ("2.5 GT/s x1", "8 GT/s x4")
+    assert (_text(r4.link), _text(r4.ceiling)) == ("2.5 GT/s x1", "8 GT/s x4")
     assert [p.text() for p in r4.failures] == [
         "verify:pcie-link: link trained at 2.5 GT/s x1, expected at least 8 GT/s x4",
         "verify:h2d-bandwidth: pinned host-to-device copy of 256 MiB: 0.19 GB/s",
@@ -79,7 +86,7 @@ def test_sample_lab_rows() -> None:
         "reboot required", "reboot required", None, None, (),
     )  # fmt: skip
     # ... and its GPU's own link is faster than the Thunderbolt tunnel behind it
-    assert (r5.link.text(), r5.ceiling.text()) == ("16 GT/s x4", "8 GT/s x4")
+    assert (_text(r5.link), _text(r5.ceiling)) == ("16 GT/s x4", "8 GT/s x4")
 
     (r6,) = rows["lab-06"].failures
     assert (
@@ -291,7 +298,7 @@ def test_h2d_expected_is_the_floor_not_the_links_own_rate(tmp_path: Path) -> Non
     write(tmp_path / "tb5" / "verify.json", tb5)
     rows = {r.machine: r for r in collect([tmp_path], now=NOW).rows}
     assert (rows["pc"].h2d.expected, rows["pc"].h2d.ceiling) == (None, 31.51)
-    assert rows["tb5"].ceiling.text() == "16 GT/s x4" and rows["tb5"].h2d.ceiling == 7.88
+    assert _text(rows["tb5"].ceiling) == "16 GT/s x4" and rows["tb5"].h2d.ceiling == 7.88
 
 
 def test_role_written_failed_install_says_why(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from egpu_setup.detect.facts import Link as FactLink
 from egpu_setup.fleet import svg
 from egpu_setup.fleet.html import render_html
 from egpu_setup.fleet.rows import collect
@@ -144,11 +145,11 @@ def test_the_box_degraded_on_every_laptop_stands_out_on_the_page(tmp_path: Path)
     failed = bytes((0xC6, 0x28, 0x28))  # tr.failed td:first-child (fleet/html.py)
     header = bytes((0xF0, 0xF0, 0xF0))  # th: the enclosure table's header is the page's last
 
-    def red_pixels(name: str, link: object) -> int:
+    def red_pixels(name: str, link: FactLink | None) -> int:
         """Pixels of the failed colour below the last table header: the enclosure rows."""
         dest = tmp_path / name / "reports"
         for laptop in ("lab-a", "lab-b"):
-            _machine(dest, laptop, "tb3-rtx3090-ubuntu2204", link)  # type: ignore[arg-type]
+            _machine(dest, laptop, "tb3-rtx3090-ubuntu2204", link)
         page = tmp_path / f"{name}.html"
         page.write_text(render_html(collect([dest], now=TERM_NOW)))
         img = decode(screenshot(page, tmp_path / f"{name}.png", tmp_path / name))

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 LAB = Path(__file__).parents[1] / "data" / "reports" / "lab"
 
 
-def report(hostname: str | None, machine_id: str | None, **kw: object) -> dict:
+def report(hostname: str | None, machine_id: str | None, **kw: Any) -> dict[str, Any]:
     data = verify_report(hostname, **kw)
     data["machine_id_sha256"] = machine_id
     return data

@@ -15,6 +15,7 @@ import sys
 from dataclasses import replace
 from datetime import date, datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from egpu_setup.detect.facts import Link as FactLink
 from egpu_setup.detect.health import GpuReading, HealthProbe, parse_health_csv, parse_xids
@@ -34,7 +35,7 @@ SONNET = "00e8d1a4-3c2b-0e01-ffff-ffffffffffff"  # tb4-rtx4090-ubuntu2404's 750e
 X1 = FactLink(speed_gts=2.5, width=1, max_speed_gts=16.0, max_width=16)
 
 
-def _host(recording: str, hostname: str, link: FactLink | None = None) -> dict:
+def _host(recording: str, hostname: str, link: FactLink | None = None) -> dict[str, Any]:
     facts = recorded(recording)
     gpu = facts.egpu
     assert gpu is not None
@@ -134,9 +135,10 @@ def test_the_terms_peak_throttle_and_xids_come_from_health_json(tmp_path: Path) 
     hot = replace(real[0], throttle=("HW Thermal Slowdown",))
     sept = datetime(2026, 9, 2, 12, tzinfo=timezone.utc).timestamp()
     dec = datetime(2026, 12, 1, 12, tzinfo=timezone.utc).timestamp()
+    before: list[tuple[float, tuple[GpuReading, ...], bool]] = [(sept, (hot,), True)]
     _health(
         folder,
-        [(sept, (hot,), True)]  # before the term: hot, throttled, three Xids
+        before  # before the term: hot, throttled, three Xids
         + [(dec + 60 * i, (r,), False) for i, r in enumerate(real[1:])],
     )
     whole = {r.machine: r for r in collect([tmp_path], now=NOW).rows}["lab-c"]
