@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RunCli
 from egpu_setup.errors import ExecutionError, UnsupportedHardware, UsageError
 from egpu_setup.host.machine import LiveHost, RecordedHost, check_platform
 
@@ -61,7 +62,7 @@ def test_binary_and_missing_files_are_none(tmp_path: Path) -> None:
 
 def test_recorded_commands_env_and_uname(tmp_path: Path) -> None:
     host = RecordedHost(make_bundle(tmp_path))
-    assert host.command("lspci", ["lspci"]).startswith("00:02.0 VGA")
+    assert (host.command("lspci", ["lspci"]) or "").startswith("00:02.0 VGA")
     assert host.command("dmesg", ["dmesg"]) is None
     assert host.getenv("XDG_SESSION_TYPE") == "wayland"
     assert host.uname() == ("6.8.0", "x86_64")
@@ -135,11 +136,11 @@ def test_macos_and_windows_are_refused_with_an_explanation(platform: str, hint_w
     with pytest.raises(UnsupportedHardware) as err:
         check_platform(platform)
     assert err.value.exit_code == 2
-    assert hint_word in err.value.hint
+    assert hint_word in (err.value.hint or "")
     check_platform("linux")  # and Linux passes
 
 
-def test_cli_missing_from_dir_exits_2(cli, tmp_path: Path) -> None:
+def test_cli_missing_from_dir_exits_2(cli: RunCli, tmp_path: Path) -> None:
     res = cli("detect", "--json", "--from", str(tmp_path / "missing"))
     assert res.returncode == 2
     assert res.stderr.startswith("error: recorded host not found")
@@ -147,7 +148,7 @@ def test_cli_missing_from_dir_exits_2(cli, tmp_path: Path) -> None:
     assert res.stdout == ""
 
 
-def test_cli_unknown_option_is_error_and_hint(cli) -> None:
+def test_cli_unknown_option_is_error_and_hint(cli: RunCli) -> None:
     res = cli("detect", "--bogus")
     assert res.returncode == 2
     assert res.stderr.startswith("error: ") and "hint: see `" in res.stderr

@@ -157,25 +157,27 @@ def violations(path: Path, rel: str | None = None) -> list[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
     for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)  # an import statement's, where names are imported
         for name in _imported(node):
             if name in FORBIDDEN_PROCESS_MODULES and not processes:
-                found.append(f"{rel}:{node.lineno} imports {name}")
+                found.append(f"{rel}:{line} imports {name}")
             if name in FORBIDDEN_NETWORK_MODULES and not network:
-                found.append(f"{rel}:{node.lineno} imports {name}")
+                found.append(f"{rel}:{line} imports {name}")
             if name in FILE_MODULES and not files:
-                found.append(f"{rel}:{node.lineno} imports {name}")
+                found.append(f"{rel}:{line} imports {name}")
         if not isinstance(node, ast.Call):
             continue
         f = node.func
         on_os = (
             isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "os"
         )
-        if on_os and f.attr in PROCESS_OS and not processes:
-            found.append(f"{rel}:{node.lineno} calls os.{f.attr}")
+        attr = f.attr if isinstance(f, ast.Attribute) else ""
+        if on_os and attr in PROCESS_OS and not processes:
+            found.append(f"{rel}:{node.lineno} calls os.{attr}")
         if files:
             continue
-        if on_os and f.attr in FILE_OS:
-            found.append(f"{rel}:{node.lineno} calls os.{f.attr}")
+        if on_os and attr in FILE_OS:
+            found.append(f"{rel}:{node.lineno} calls os.{attr}")
         if isinstance(f, ast.Name) and f.id == "open":
             found.append(f"{rel}:{node.lineno} calls open()")
         if (

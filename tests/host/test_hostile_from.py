@@ -14,14 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from helpers.sentinel import TB4, clean_error
+from conftest import RunCli
+from helpers.sentinel import TB4, Sentinel, clean_error
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
 
 
 @pytest.mark.parametrize("command", ["install", "rollback", "eject"])
 @pytest.mark.parametrize("spelling", ["slash", "link-to-slash", "dotdot"])
-def test_a_root_that_is_the_running_system_is_refused(cli, tmp_path: Path, command, spelling):
+def test_a_root_that_is_the_running_system_is_refused(
+    cli: RunCli, tmp_path: Path, command: str, spelling: str
+) -> None:
     """Was: `--root` resolving to / silently meant the live system."""
     root = {"slash": "/", "dotdot": str(tmp_path) + "/" + "../" * 12}.get(spelling)
     if root is None:
@@ -50,7 +53,9 @@ def bundle(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", ["centos-release", "redhat-release", "lsb-release"])
-def test_release_files_are_read_inside_the_bundle(cli, bundle, sentinel, name) -> None:
+def test_release_files_are_read_inside_the_bundle(
+    cli: RunCli, bundle: Path, sentinel: Sentinel, name: str
+) -> None:
     """Was: the `distro` fallback read etc/*-release through a link to a host file (detect
     printed the first line of a fake shadow file)."""
     for rel in ("etc/os-release", "usr/lib/os-release"):
@@ -65,7 +70,9 @@ def test_release_files_are_read_inside_the_bundle(cli, bundle, sentinel, name) -
 
 
 @pytest.mark.parametrize("name", ["centos-release", "lsb-release", "os-release"])
-def test_no_byte_sequence_in_a_release_file_crashes_a_command(cli, bundle, name) -> None:
+def test_no_byte_sequence_in_a_release_file_crashes_a_command(
+    cli: RunCli, bundle: Path, name: str
+) -> None:
     """Was: non-UTF-8 bytes in a release file crashed every command (exit 70)."""
     for rel in ("etc/os-release", "usr/lib/os-release"):
         if os.path.lexists(bundle / "root" / rel):
@@ -83,7 +90,9 @@ def test_no_byte_sequence_in_a_release_file_crashes_a_command(cli, bundle, name)
 @pytest.mark.parametrize(
     "rel", ["commands/dmesg.txt", "commands/lspci.txt", "meta.json", "commands/torch.json"]
 )
-def test_bundle_files_beside_root_are_read_inside_it(cli, bundle, sentinel, rel) -> None:
+def test_bundle_files_beside_root_are_read_inside_it(
+    cli: RunCli, bundle: Path, sentinel: Sentinel, rel: str
+) -> None:
     target = bundle / rel
     target.parent.mkdir(exist_ok=True)
     if os.path.lexists(target):
@@ -97,7 +106,7 @@ def test_bundle_files_beside_root_are_read_inside_it(cli, bundle, sentinel, rel)
 
 
 @pytest.mark.parametrize("part", ["root", "commands"])
-def test_a_bundle_whose_root_is_a_link_is_refused(cli, tmp_path: Path, part) -> None:
+def test_a_bundle_whose_root_is_a_link_is_refused(cli: RunCli, tmp_path: Path, part: str) -> None:
     b = tmp_path / "b"
     b.mkdir()
     (b / part).symlink_to("/")
@@ -108,7 +117,7 @@ def test_a_bundle_whose_root_is_a_link_is_refused(cli, tmp_path: Path, part) -> 
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device"])
-def test_a_fifo_or_a_device_in_a_bundle_is_not_read(cli, bundle, kind) -> None:
+def test_a_fifo_or_a_device_in_a_bundle_is_not_read(cli: RunCli, bundle: Path, kind: str) -> None:
     target = bundle / "root/proc/cmdline"
     if os.path.lexists(target):
         target.unlink()
@@ -121,7 +130,9 @@ def test_a_fifo_or_a_device_in_a_bundle_is_not_read(cli, bundle, kind) -> None:
     assert res.returncode in (0, 1), res.stderr
 
 
-def test_a_pci_address_with_a_newline_never_reaches_a_rule(cli, bundle, tmp_path: Path) -> None:
+def test_a_pci_address_with_a_newline_never_reaches_a_rule(
+    cli: RunCli, bundle: Path, tmp_path: Path
+) -> None:
     """A device directory named "0000:…0\\n" passed `^…$`: its address would split a udev rule."""
     devices = bundle / "root/sys/bus/pci/devices"
     for link in list(devices.iterdir()):
@@ -138,7 +149,7 @@ def test_a_pci_address_with_a_newline_never_reaches_a_rule(cli, bundle, tmp_path
 
 
 def test_a_recorded_kernel_log_over_the_cap_keeps_its_newest_part(
-    bundle, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    bundle: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Was: the cap kept the oldest 64 MiB of dmesg.txt, silently: the eGPU's errors, at the
     end, were never seen."""

@@ -39,7 +39,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return debroot.copy_or_skip("bookworm", tmp_path_factory.mktemp("caps") / "root")
 
 
-def _in(root: Path, *argv: str) -> subprocess.CompletedProcess:
+def _in(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     res = RootHost(root).run(list(argv), timeout=120)
     return subprocess.CompletedProcess(argv, res.rc, res.out, res.err)
 

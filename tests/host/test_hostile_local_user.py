@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RunCli
 from egpu_setup.host import process
 from egpu_setup.host.machine import RecordedHost, RootHost
 from egpu_setup.state.atomic import directory
@@ -335,7 +336,7 @@ def test_an_install_under_a_callers_low_limit_fails_cleanly_and_leaves_no_half_f
     assert full.returncode == 0, full.stderr
 
 
-def test_a_closed_stdout_ends_the_run_without_a_traceback(cli) -> None:
+def test_a_closed_stdout_ends_the_run_without_a_traceback(cli: RunCli) -> None:
     from helpers.sentinel import TB4
 
     r, w = os.pipe()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RunCli
 from helpers.sentinel import Sentinel
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks need root")
@@ -86,7 +87,7 @@ def _ran_as(record: Path) -> int | None:
     return int(spy.read_text()) if spy.exists() else None
 
 
-def _refused_by_doctor_and_verify(cli, venv: Path, record: Path, why: str) -> None:
+def _refused_by_doctor_and_verify(cli: RunCli, venv: Path, record: Path, why: str) -> None:
     """`doctor --venv` and `verify --venv` both refuse `venv` (exit 2, error:/hint: saying
     `why`) before any of its code runs."""
     for args in (
@@ -104,7 +105,9 @@ def _refused_by_doctor_and_verify(cli, venv: Path, record: Path, why: str) -> No
 
 
 @pytest.mark.parametrize("command", ["doctor", "record"])
-def test_doctor_and_record_run_a_users_venv_as_that_user(cli, shared: Path, command) -> None:
+def test_doctor_and_record_run_a_users_venv_as_that_user(
+    cli: RunCli, shared: Path, command: str
+) -> None:
     """Was: a .pth in a venv owned by nobody ran as uid 0 (no privilege drop at all)."""
     sentinel = Sentinel(shared / "outside")
     record = _record_dir(shared)
@@ -121,7 +124,7 @@ def test_doctor_and_record_run_a_users_venv_as_that_user(cli, shared: Path, comm
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_verify_sees_a_pyvenv_cfg_beside_the_executable(cli, shared: Path) -> None:
+def test_verify_sees_a_pyvenv_cfg_beside_the_executable(cli: RunCli, shared: Path) -> None:
     """Was: bin/pyvenv.cfg and bin/python -> /usr/bin/python3.11 in a nobody-owned venv ran as
     uid 0 (only ../pyvenv.cfg was looked at, and the interpreter stat()ed through its link)."""
     sentinel = Sentinel(shared / "outside")
@@ -137,7 +140,7 @@ def test_verify_sees_a_pyvenv_cfg_beside_the_executable(cli, shared: Path) -> No
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_verify_python_a_user_owns_runs_as_that_user(cli, shared: Path) -> None:
+def test_verify_python_a_user_owns_runs_as_that_user(cli: RunCli, shared: Path) -> None:
     record = _record_dir(shared)
     wrapper = shared / "userbin" / "python3"
     wrapper.parent.mkdir()
@@ -149,7 +152,7 @@ def test_verify_python_a_user_owns_runs_as_that_user(cli, shared: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
-def test_a_users_site_packages_in_a_roots_venv_makes_it_theirs(cli, shared: Path) -> None:
+def test_a_users_site_packages_in_a_roots_venv_makes_it_theirs(cli: RunCli, shared: Path) -> None:
     """Root owns the venv, but nobody owns a .pth in its site-packages: nobody runs it."""
     record = _record_dir(shared)
     venv = _venv(shared)
@@ -160,7 +163,7 @@ def test_a_users_site_packages_in_a_roots_venv_makes_it_theirs(cli, shared: Path
     assert _ran_as(record) == NOBODY, res.stderr
 
 
-def test_the_user_site_of_home_is_checked_too(cli, shared: Path) -> None:
+def test_the_user_site_of_home_is_checked_too(cli: RunCli, shared: Path) -> None:
     """`verify --python` keeps the user site (-E, not -I): under a sudo that kept $HOME, that is
     the user's ~/.local, and root would import it."""
     record = _record_dir(shared)
@@ -181,7 +184,9 @@ def test_the_user_site_of_home_is_checked_too(cli, shared: Path) -> None:
     "how",
     ["parent-world-writable", "site-packages-group-writable", "two-owners"],
 )
-def test_a_venv_others_can_change_is_refused_and_nothing_runs(cli, shared: Path, how) -> None:
+def test_a_venv_others_can_change_is_refused_and_nothing_runs(
+    cli: RunCli, shared: Path, how: str
+) -> None:
     sentinel = Sentinel(shared / "outside")
     record = _record_dir(shared)
     holder = shared / "holder"
@@ -200,7 +205,7 @@ def test_a_venv_others_can_change_is_refused_and_nothing_runs(cli, shared: Path,
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_a_venv_whose_home_is_gone_is_refused_and_nothing_runs(cli, shared: Path) -> None:
+def test_a_venv_whose_home_is_gone_is_refused_and_nothing_runs(cli: RunCli, shared: Path) -> None:
     """Was: a pyvenv.cfg `home` that does not exist passed; CPython then searched the folders
     above the executable for a standard library, and found one planted under a sticky /tmp."""
     sentinel = Sentinel(shared / "outside")
@@ -218,7 +223,7 @@ def test_a_venv_whose_home_is_gone_is_refused_and_nothing_runs(cli, shared: Path
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_root_does_not_run_pip_in_a_users_existing_venv(cli, shared: Path) -> None:
+def test_root_does_not_run_pip_in_a_users_existing_venv(cli: RunCli, shared: Path) -> None:
     """`sudo egpu-setup install --venv THEIRS` (not the sudo user's own): refused before pip,
     the venv's Python, runs as root."""
     record = _record_dir(shared)
@@ -234,7 +239,7 @@ def test_root_does_not_run_pip_in_a_users_existing_venv(cli, shared: Path) -> No
     assert _ran_as(record) is None
 
 
-def test_roots_own_venv_still_runs_as_root(cli, shared: Path) -> None:
+def test_roots_own_venv_still_runs_as_root(cli: RunCli, shared: Path) -> None:
     record = _record_dir(shared)
     venv = _venv(shared)
     _spy_pth(_site(venv), record / "uid")
@@ -280,7 +285,8 @@ def test_units_never_run_a_users_egpu_setup_or_a_build_hosts(shared: Path) -> No
     pipx/uv install in a home, and under --root the build host's path. Now they run the one
     that is running only when root owns all it runs, else root's own /opt/egpu-setup/tool."""
     from egpu_setup.host.machine import LiveHost, RootHost
-    from egpu_setup.image.tool import TOOL_BIN, choose_tool
+    from egpu_setup.image.tool import choose_tool
+    from egpu_setup.state.paths import TOOL_BIN
 
     live = LiveHost()
     roots = _console_script(shared / "opt", PY)
