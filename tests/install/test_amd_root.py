@@ -35,9 +35,10 @@ from egpu_setup.install.options import InstallOptions
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.installed import installed_packages
 from egpu_setup.plan.options import PlanOptions
-from egpu_setup.plan.steps import AptInstall, AptRepository
+from egpu_setup.plan.steps import AptInstall, AptRepository, Plan
 from egpu_setup.profile.load import load_profile
 from egpu_setup.render.amd import render_amd_set
+from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.resolve.resolver import resolve
 from egpu_setup.rollback.core import RollbackOptions, apply_rollback, plan_rollback
 from egpu_setup.state.lock import RunLock
@@ -93,7 +94,7 @@ def _standins(directory: Path) -> list[Path]:
     ]
 
 
-def _plan(root: Path, index_url: str):
+def _plan(root: Path, index_url: str) -> tuple[Resolution, RootHost, StatePaths, Plan]:
     facts = recorded("oculink-rx7900xtx-debian12")
     profile = load_profile("rx7900xtx")
     options = InstallOptions(profile="rx7900xtx", torch_spec="2.8.0")

@@ -12,19 +12,23 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from conftest import RunCli
 from helpers import kill_points
-from helpers.sentinel import STATE, UDEV, clean_error, install
+from helpers.sentinel import STATE, UDEV, Sentinel, clean_error, install
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
 
 
 def test_a_managed_directory_planted_as_an_absolute_link_stays_in_the_image(
-    cli, image, sentinel
+    cli: RunCli, image: Path, sentinel: Sentinel
 ) -> None:
     """etc/udev/rules.d -> (the sentinel's dir): resolved inside the image, never the host's."""
     (image / "etc/udev").mkdir(parents=True)
@@ -36,7 +40,9 @@ def test_a_managed_directory_planted_as_an_absolute_link_stays_in_the_image(
     assert inside.is_file()
 
 
-def test_a_link_loop_deeper_than_the_kernel_follows_is_refused(cli, image, sentinel) -> None:
+def test_a_link_loop_deeper_than_the_kernel_follows_is_refused(
+    cli: RunCli, image: Path, sentinel: Sentinel
+) -> None:
     """41 links: the raw path would be handed to the kernel, which follows them out."""
     etc = image / "etc"
     etc.mkdir()
@@ -51,7 +57,9 @@ def test_a_link_loop_deeper_than_the_kernel_follows_is_refused(cli, image, senti
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_a_managed_file_swapped_for_a_link_is_not_copied_into_backups(cli, image, sentinel) -> None:
+def test_a_managed_file_swapped_for_a_link_is_not_copied_into_backups(
+    cli: RunCli, image: Path, sentinel: Sentinel
+) -> None:
     """Was: after a first install, a managed path replaced by a link to a host file had that
     file's content copied into the image's backups/ as "your edited version" (--force)."""
     assert install(cli, image).returncode == 0
@@ -69,7 +77,9 @@ def test_a_managed_file_swapped_for_a_link_is_not_copied_into_backups(cli, image
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_a_managed_file_swapped_for_a_link_is_kept_by_rollback(cli, image, sentinel) -> None:
+def test_a_managed_file_swapped_for_a_link_is_kept_by_rollback(
+    cli: RunCli, image: Path, sentinel: Sentinel
+) -> None:
     assert install(cli, image).returncode == 0
     (image / UDEV).unlink()
     (image / UDEV).symlink_to(sentinel.shadow)
@@ -79,7 +89,7 @@ def test_a_managed_file_swapped_for_a_link_is_kept_by_rollback(cli, image, senti
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_a_fifo_at_a_managed_path_neither_blocks_nor_is_read(cli, image) -> None:
+def test_a_fifo_at_a_managed_path_neither_blocks_nor_is_read(cli: RunCli, image: Path) -> None:
     fifo = image / UDEV
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
@@ -90,7 +100,9 @@ def test_a_fifo_at_a_managed_path_neither_blocks_nor_is_read(cli, image) -> None
 
 
 @pytest.mark.parametrize("how", ["user-owned", "a-folder-open-to-all"])
-def test_an_image_a_user_can_change_is_never_entered(cli, image, sentinel, how) -> None:
+def test_an_image_a_user_can_change_is_never_entered(
+    cli: RunCli, image: Path, sentinel: Sentinel, how: str
+) -> None:
     """Was: --root never checked who owns the image and entered it as root; a user-owned image's
     sitecustomize.py, run by the tool install, escaped the chroot as uid 0."""
     (image / "usr/lib").mkdir(parents=True)
@@ -114,28 +126,28 @@ def test_an_image_a_user_can_change_is_never_entered(cli, image, sentinel, how) 
 ADMIN = "# the admin's own rule\n"
 
 
-def _installed_over_the_admins_rule(cli, image) -> None:
+def _installed_over_the_admins_rule(cli: RunCli, image: Path) -> None:
     (image / UDEV).parent.mkdir(parents=True)
     (image / UDEV).write_text(ADMIN)
     res = install(cli, image, "--force")  # the admin's bytes go to backups/
     assert res.returncode == 0, res.stderr
 
 
-def _rollback(cli, image, **env: str):
+def _rollback(cli: RunCli, image: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return cli("rollback", "--yes", "--root", str(image), env=env)
 
 
-def _rollback_argv(image) -> list[str]:
+def _rollback_argv(image: Path) -> list[str]:
     return [sys.executable, "-m", "egpu_setup", "rollback", "--yes", "--root", str(image)]
 
 
-def _temp_files(image) -> list[str]:
+def _temp_files(image: Path) -> list[str]:
     return [str(p) for p in image.rglob("*.egpu-setup-tmp-*")]
 
 
 @pytest.mark.parametrize("point", ["mid-write", "renamed"])
 def test_a_rollback_killed_while_restoring_finishes_on_the_next_run(
-    cli, image, point, tmp_path
+    cli: RunCli, image: Path, point: str, tmp_path: Path
 ) -> None:
     """Was: a SIGKILL left temp files only install cleaned, and after some kills every later
     rollback called the just-restored original "edited" and exited 1 for ever. Killed as it
@@ -166,7 +178,7 @@ def test_a_rollback_killed_while_restoring_finishes_on_the_next_run(
 
 
 @pytest.mark.parametrize("damage", ["missing", "corrupt"])
-def test_a_bad_backup_is_skipped_and_the_rest_undone(cli, image, damage) -> None:
+def test_a_bad_backup_is_skipped_and_the_rest_undone(cli: RunCli, image: Path, damage: str) -> None:
     """Was: one missing or corrupt backup stopped rollback; the files after it were never
     undone."""
     _installed_over_the_admins_rule(cli, image)
@@ -184,7 +196,9 @@ def test_a_bad_backup_is_skipped_and_the_rest_undone(cli, image, damage) -> None
     assert list(manifest["files"]) == [f"/{UDEV}"]  # kept for a later run, the rest gone
 
 
-def test_rollback_deletes_only_paths_egpu_setup_writes(cli, image, sentinel) -> None:
+def test_rollback_deletes_only_paths_egpu_setup_writes(
+    cli: RunCli, image: Path, sentinel: Sentinel
+) -> None:
     """Was: rollback deleted any path the manifest listed."""
     assert install(cli, image).returncode == 0
     path = image / STATE / "manifest.json"
@@ -211,7 +225,7 @@ def test_rollback_deletes_only_paths_egpu_setup_writes(cli, image, sentinel) -> 
 
 
 @pytest.fixture
-def small_image(tmp_path, monkeypatch: pytest.MonkeyPatch):
+def small_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An image root on a tmpfs of its own (4 MiB): it can be made read-only, or full."""
     import subprocess
 
@@ -231,7 +245,7 @@ def small_image(tmp_path, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.parametrize("trouble", ["read-only", "full"])
 def test_rollback_on_a_read_only_or_full_disk_is_an_error_and_resumes(
-    cli, small_image, trouble
+    cli: RunCli, small_image: Path, trouble: str
 ) -> None:
     """Was: EROFS or ENOSPC during rollback gave "internal error"."""
     import subprocess

@@ -16,9 +16,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import RunCli
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.installed import dpkg_interrupted, unfinished_packages
 from helpers import debroot as _debroot
@@ -44,20 +46,21 @@ def _set_state(root: Path, package: str, status: str) -> None:
     db.write_text(text)
 
 
-def _plan(cli, root: Path) -> list[dict]:
+def _plan(cli: RunCli, root: Path) -> list[dict[str, Any]]:
     res = cli(
         "install", "--profile", "rtx3080", "--only", "driver", "--root", str(root),
         "--dry-run", "--json",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
-    return json.loads(res.stdout)["steps"]
+    result: list[dict[str, Any]] = json.loads(res.stdout)["steps"]
+    return result
 
 
-def _first(steps: list[dict]) -> str:
+def _first(steps: list[dict[str, Any]]) -> str:
     return json.dumps(steps[0])
 
 
-def test_a_clean_image_plans_no_recovery(cli, image: Path) -> None:
+def test_a_clean_image_plans_no_recovery(cli: RunCli, image: Path) -> None:
     assert dpkg_interrupted(RootHost(image)) is None
     assert all("--configure" not in json.dumps(s) for s in _plan(cli, image))
 
@@ -71,7 +74,9 @@ def test_a_clean_image_plans_no_recovery(cli, image: Path) -> None:
         "install ok triggers-pending",  # installed, its triggers not run: configure finishes it
     ],
 )
-def test_a_package_a_failed_script_left_is_finished_first(cli, image: Path, status: str) -> None:
+def test_a_package_a_failed_script_left_is_finished_first(
+    cli: RunCli, image: Path, status: str
+) -> None:
     _set_state(image, "hostname", status)
     assert unfinished_packages(RootHost(image)) == ["hostname"]
     steps = _plan(cli, image)
@@ -80,7 +85,7 @@ def test_a_package_a_failed_script_left_is_finished_first(cli, image: Path, stat
     assert any("apt-get" in json.dumps(s) for s in steps[1:])  # the driver's packages after it
 
 
-def test_dpkgs_journal_left_by_a_kill_is_finished_first(cli, image: Path) -> None:
+def test_dpkgs_journal_left_by_a_kill_is_finished_first(cli: RunCli, image: Path) -> None:
     (image / "var/lib/dpkg/updates/0000").write_text("Package: hostname\n")
     steps = _plan(cli, image)
     assert '"dpkg", "--configure", "-a"' in _first(steps)
@@ -88,7 +93,7 @@ def test_dpkgs_journal_left_by_a_kill_is_finished_first(cli, image: Path) -> Non
 
 
 def test_a_running_package_manager_is_not_taken_for_an_interrupted_one(
-    cli, image: Path, tmp_path: Path
+    cli: RunCli, image: Path, tmp_path: Path
 ) -> None:
     """A dpkg at work leaves the same journal files; while a live process holds dpkg's lock
     (fcntl, as dpkg takes it) the plan names that process and plans no recovery."""

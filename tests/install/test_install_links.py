@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
-from conftest import FIXTURES
+from conftest import FIXTURES, RunCli
 
 TB4 = str(FIXTURES / "tb4-rtx4090-ubuntu2404")
 XORG = "etc/X11/xorg.conf.d/90-egpu-setup.conf"
 WANTS = "etc/systemd/system/multi-user.target.wants/egpu-setup-wait.service"
 
 
-def install(cli, img: Path, state: Path, *extra: str):
+def install(cli: RunCli, img: Path, state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return cli(
         "install", "--profile", "rtx4090", "--only", "config", "--root", str(img), "--from", TB4,
         "--yes", *extra, env={"EGPU_SETUP_STATE_DIR": str(state)},
     )  # fmt: skip
 
 
-def test_display_mode_links_xorg_to_the_runtime_snippet_and_rolls_back(cli, tmp_path: Path) -> None:
+def test_display_mode_links_xorg_to_the_runtime_snippet_and_rolls_back(
+    cli: RunCli, tmp_path: Path
+) -> None:
     img, state = tmp_path / "img", tmp_path / "state"
     img.mkdir()
     res = install(cli, img, state, "--mode", "display")
@@ -33,7 +36,7 @@ def test_display_mode_links_xorg_to_the_runtime_snippet_and_rolls_back(cli, tmp_
     assert not os.path.lexists(img / XORG) and not os.path.lexists(img / WANTS)
 
 
-def test_a_regular_file_where_a_unit_link_goes_is_a_conflict(cli, tmp_path: Path) -> None:
+def test_a_regular_file_where_a_unit_link_goes_is_a_conflict(cli: RunCli, tmp_path: Path) -> None:
     img, state = tmp_path / "img", tmp_path / "state"
     (img / WANTS).parent.mkdir(parents=True)
     (img / WANTS).write_text("# the admin's own unit copy\n")

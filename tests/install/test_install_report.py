@@ -6,18 +6,18 @@ import json
 import time
 from pathlib import Path
 
-from conftest import FIXTURES
+from conftest import FIXTURES, RunCli
 
 TB4 = str(FIXTURES / "tb4-rtx4090-ubuntu2404")
 
 
-def test_config_install_into_an_image_writes_a_report(cli, tmp_path: Path) -> None:
+def test_config_install_into_an_image_writes_a_report(cli: RunCli, tmp_path: Path) -> None:
     img = tmp_path / "img"
     img.mkdir()
     state = tmp_path / "state"
     env = {"EGPU_SETUP_STATE_DIR": str(state)}
-    args = ("install", "--profile", "rtx4090", "--only", "config", "--root", str(img))
-    args += ("--from", TB4, "--yes")
+    args: tuple[str, ...] = ("install", "--profile", "rtx4090", "--only", "config")
+    args += ("--root", str(img), "--from", TB4, "--yes")
     res = cli(*args, env=env)
     assert res.returncode == 0, res.stderr
     # an image's build report is not any machine's own: kept apart from reports/, which a
@@ -50,7 +50,7 @@ def test_config_install_into_an_image_writes_a_report(cli, tmp_path: Path) -> No
     assert newest["ok"] is True and newest["exit_code"] == 0 and newest["steps"] == []
 
 
-def test_a_failed_install_is_reported_too(cli, tmp_path: Path) -> None:
+def test_a_failed_install_is_reported_too(cli: RunCli, tmp_path: Path) -> None:
     img = tmp_path / "img"
     (img / "etc/udev/rules.d").mkdir(parents=True)
     # A file of the user's where ours goes: a conflict, so the run stops before changing anything.
@@ -78,7 +78,7 @@ def test_a_failed_install_is_reported_too(cli, tmp_path: Path) -> None:
     assert (img / "etc/udev/rules.d/71-egpu-setup.rules").read_text() == "# mine\n"
 
 
-def test_an_amd_egpu_behind_thunderbolt_is_refused_before_anything(cli) -> None:
+def test_an_amd_egpu_behind_thunderbolt_is_refused_before_anything(cli: RunCli) -> None:
     res = cli(
         "install",
         "--profile",
@@ -93,7 +93,7 @@ def test_an_amd_egpu_behind_thunderbolt_is_refused_before_anything(cli) -> None:
     assert "error: this link cannot run ROCm" in res.stderr and "hint: " in res.stderr
 
 
-def test_wsl2_plans_torch_only(cli) -> None:
+def test_wsl2_plans_torch_only(cli: RunCli) -> None:
     res = cli(
         "install", "--profile", "rtx4090", "--dry-run", "--json", "--from", str(FIXTURES / "wsl2")
     )
@@ -103,7 +103,7 @@ def test_wsl2_plans_torch_only(cli) -> None:
     assert data["driver"]["action"] == "host-managed"
 
 
-def test_index_urls_that_could_mislead_or_leak_are_refused(cli) -> None:
+def test_index_urls_that_could_mislead_or_leak_are_refused(cli: RunCli) -> None:
     for url, says in [
         ("https://m.lab/whl/cu126 --extra-index-url https://evil", "no spaces"),
         ("https://user:secret@m.lab/whl/cu126", "carries credentials"),
@@ -113,7 +113,7 @@ def test_index_urls_that_could_mislead_or_leak_are_refused(cli) -> None:
         assert res.returncode == 2 and says in res.stderr and "secret" not in res.stdout
 
 
-def test_two_identical_egpus_are_named_not_called_missing(cli) -> None:
+def test_two_identical_egpus_are_named_not_called_missing(cli: RunCli) -> None:
     res = cli(
         "install",
         "--profile",

@@ -17,7 +17,7 @@ from egpu_setup.execute.undo import apply_undo, plan_undo
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.options import PlanOptions
-from egpu_setup.plan.steps import AptInstall, AptRepository
+from egpu_setup.plan.steps import AptInstall, AptRepository, Plan
 from egpu_setup.state.lock import RunLock
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
@@ -41,12 +41,12 @@ def debroot(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path]:
     return request.param, root
 
 
-def _plan(suite: str, root: Path):
+def _plan(suite: str, root: Path) -> tuple[RootHost, StatePaths, Plan]:
     host = RootHost(root)
     paths = StatePaths.for_root(root)
     plan = build_plan(
         values.facts(codename=suite, version=RELEASES[suite][0]),
-        None,
+        values.profile(),
         values.resolution(),
         values.rendered(),
         host,

@@ -31,6 +31,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,11 +111,12 @@ def _installed_for(root: Path) -> set[str]:
     return {e.kernel for e in parse_dkms_status(out) if e.kernel and e.state == "installed"}
 
 
-def _kernels_json(root: Path) -> dict:
-    return json.loads((root / "var/lib/egpu-setup/kernels.json").read_text())
+def _kernels_json(root: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads((root / "var/lib/egpu-setup/kernels.json").read_text())
+    return result
 
 
-def _states(record: dict) -> dict[str, str]:
+def _states(record: dict[str, Any]) -> dict[str, str]:
     return {k["release"]: k["state"] for k in record["kernels"]}
 
 

@@ -8,6 +8,7 @@ import json
 import shutil
 from hashlib import sha256
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,8 @@ from egpu_setup.install.show import outcome_json, outcome_text, plan_json, plan_
 RECORDED = str(FIXTURES / "tb4-rtx4090-ubuntu2404")
 
 
-def _dry_run(**kw: object) -> InstallOptions:
-    return InstallOptions(profile="rtx4090", dry_run=True, from_dir=RECORDED, **kw)  # type: ignore[arg-type]
+def _dry_run(**kw: Any) -> InstallOptions:
+    return InstallOptions(profile="rtx4090", dry_run=True, from_dir=RECORDED, **kw)
 
 
 def test_prepare_plans_a_recorded_machine_and_show_says_it() -> None:
@@ -46,7 +47,7 @@ def test_prepare_plans_a_recorded_machine_and_show_says_it() -> None:
 
 def test_the_options_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        _dry_run().profile = "other"  # type: ignore[misc]
+        _dry_run().profile = "other"  # type: ignore[misc]  # the assignment the test expects to fail
 
 
 def test_flags_that_cannot_go_together_are_refused_before_anything_is_read() -> None:

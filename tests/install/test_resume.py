@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,16 +26,17 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _check(root: Path) -> tuple[int, dict]:
+def _check(root: Path) -> tuple[int, dict[str, Any]]:
     res = run_cli("resume-check", "--root", str(root), "--json")
     assert "Traceback" not in res.stderr, res.stderr
     return res.returncode, json.loads(res.stdout)
 
 
-def _before_sleep(root: Path) -> dict:
+def _before_sleep(root: Path) -> dict[str, Any]:
     res = run_cli("resume-check", "--root", str(root), "--before-sleep", "--json")
     assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+    result: dict[str, Any] = json.loads(res.stdout)
+    return result
 
 
 def test_before_sleep_records_the_egpu_and_its_enclosure(root: Path) -> None:

@@ -30,8 +30,16 @@ from egpu_setup.cli import main
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.execute.executor import ExecOptions, execute, undo_argv
 from egpu_setup.execute.undo import apply_undo, plan_undo
-from egpu_setup.host.machine import LiveHost, RootHost
-from egpu_setup.plan.steps import EnableUnit, PipInstall, Plan, RebootNeeded, RunCommand, WriteFile
+from egpu_setup.host.machine import Host, LiveHost, RootHost
+from egpu_setup.plan.steps import (
+    EnableUnit,
+    PipInstall,
+    Plan,
+    RebootNeeded,
+    RunCommand,
+    Step,
+    WriteFile,
+)
 from egpu_setup.state.journal import Journal
 from egpu_setup.state.lock import RunLock
 from egpu_setup.state.manifest import Manifest
@@ -39,6 +47,7 @@ from egpu_setup.state.paths import StateAccessError, StatePaths
 from egpu_setup.state.verify_marker import VERIFY_MARKER
 from helpers import debroot as _debroot
 from helpers import execute_root as te
+from helpers import install_values as values
 from helpers.debroot import snapshot
 from helpers.pypi_index import LocalIndex, build_wheel
 from helpers.render_cases import CASES
@@ -64,7 +73,7 @@ def root(tmp_path: Path) -> Path:
     return _make_root(tmp_path / "root")
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "egpu_setup", *args],
         capture_output=True,
@@ -75,10 +84,10 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def _write(path: str, content: str, mode: int = 0o644) -> WriteFile:
-    return WriteFile(path, te.values.HEADER + content, mode, "test", "create", "")
+    return WriteFile(path, values.HEADER + content, mode, "test", "create", "")
 
 
-def _execute(root: Path, *steps, host=None) -> None:
+def _execute(root: Path, *steps: Step, host: Host | None = None) -> None:
     host = host or RootHost(root)
     paths = StatePaths.for_root(host.root)
     with RunLock(paths.lock):
@@ -193,10 +202,13 @@ def shared_tmp() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str):
+def _main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[str | int | None, str, str]:
     """egpu_setup.cli.main in this process (errors print there), as the console script would."""
     monkeypatch.setattr(sys, "argv", ["egpu-setup", *args])
     capsys.readouterr()
+    code: str | int | None
     try:
         main()
         code = 0
@@ -215,7 +227,7 @@ def _no_traceback(err: str) -> None:
 def test_rollback_as_a_normal_user_on_roots_state_is_an_error_with_a_hint(
     shared_tmp: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
+    capsys: pytest.CaptureFixture[str],
     yes: bool,
 ) -> None:
     root = _make_root(shared_tmp / "root")
@@ -253,13 +265,13 @@ def test_a_run_as_a_normal_user_against_roots_state_changes_nothing(
     assert lock_err.value.message == f"{paths.lock} needs root to lock"
     assert run_err.value.message.endswith("needs root to write")
     for exc in (lock_err.value, run_err.value):
-        assert exc.exit_code == 1 and exc.hint.startswith("sudo egpu-setup")
+        assert exc.exit_code == 1 and (exc.hint or "").startswith("sudo egpu-setup")
     assert (snapshot(root, "etc"), snapshot(shared_tmp, "state")) == before
 
 
 @needs_root
 def test_a_user_only_plan_keeps_its_state_in_the_users_xdg_state_dir(
-    shared_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    shared_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """torch into the user's own venv (here a small wheel from a loopback index), as nobody."""
     home = shared_tmp / "home"
@@ -292,7 +304,8 @@ def test_a_user_only_plan_keeps_its_state_in_the_users_xdg_state_dir(
     assert paths.state_dir == home / ".local/state/egpu-setup"
     assert paths.lock.parent == paths.state_dir
     assert paths.journal.stat().st_uid == NOBODY
-    assert Journal(paths).last_run().status == "ok"
+    last = Journal(paths).last_run()
+    assert last is not None and last.status == "ok"
     assert system_state.exists() == existed  # root's state was never touched
     assert preview[0] == 0, preview[2]
     assert json.loads(preview[1])["venvs"] == [venv]
@@ -468,7 +481,7 @@ def test_a_bolt_enrollment_is_recorded_and_forgotten_on_rollback(
     for k, v in env.items():
         monkeypatch.setenv(k, v)
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", _CLI_WITH_PROGRAMS, str(bindir), *args],
             capture_output=True, text=True, env={**os.environ, **env}, check=False,

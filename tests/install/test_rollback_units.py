@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RunCli
 from helpers import install_values as values
 
 UNITS = "/etc/systemd/system"
@@ -72,7 +73,7 @@ main(["rollback", "--yes", "--json"])
 
 def _scenario(
     tmp_path: Path, booted: bool, stop_fails: bool = False
-) -> tuple[subprocess.CompletedProcess, Path, Path]:
+) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("a private mount namespace needs root and unshare(1)")
     units, run, bindir = tmp_path / "units", tmp_path / "run", tmp_path / "bin"
@@ -168,7 +169,7 @@ def test_a_stop_that_fails_is_said_the_files_still_go_and_rollback_exits_1(tmp_p
     assert disable["status"] == "done"
 
 
-def test_doctor_takes_one_of_root_from_and_venv(cli, tmp_path: Path) -> None:
+def test_doctor_takes_one_of_root_from_and_venv(cli: RunCli, tmp_path: Path) -> None:
     res = cli("doctor", "--root", str(tmp_path), "--from", str(tmp_path))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith("error: --root diagnoses an image") and "\nhint: " in res.stderr

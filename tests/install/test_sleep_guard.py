@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -93,7 +94,10 @@ def _guard(rig: dict[str, Path], *extra: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _wait(cond: Callable[[], object], what: str, timeout: float = 20.0) -> object:
+T = TypeVar("T")
+
+
+def _wait(cond: Callable[[], T], what: str, timeout: float = 20.0) -> T:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = cond()
@@ -156,7 +160,7 @@ def test_lock_names_the_holder_and_ends_with_it(rig: dict[str, Path]) -> None:
     job = _holder(rig["node"])
     guard = _guard(rig)
     try:
-        (lock,) = _wait(lambda: _locks(rig["logs"]), "the lock")  # type: ignore[misc]
+        (lock,) = _wait(lambda: _locks(rig["logs"]), "the lock")
         why = f"CUDA on the eGPU: pid {job.pid} {COMM} ({ME})"
         assert lock == _expected(rig, guard.pid, "block", why, [job.pid])
         job.kill()
@@ -180,11 +184,11 @@ def test_lock_is_taken_again_when_the_holders_change(rig: dict[str, Path]) -> No
         _wait(lambda: _locks(rig["logs"]), "the first lock")
         second = _holder(rig["node"])
         try:
-            locks = _wait(lambda: len(_locks(rig["logs"])) == 2 and _locks(rig["logs"]), "2")
+            locks = _wait(lambda: _locks(rig["logs"]) if len(_locks(rig["logs"])) == 2 else [], "2")
             pids = sorted([first.pid, second.pid])
             why = f"CUDA on the eGPU: pid {pids[0]} {COMM} ({ME}), pid {pids[1]} {COMM} ({ME})"
-            assert locks[0][-1] == "released 0"  # type: ignore[index]
-            assert locks[1] == _expected(rig, guard.pid, "delay", why, pids)  # type: ignore[index]
+            assert locks[0][-1] == "released 0"
+            assert locks[1] == _expected(rig, guard.pid, "delay", why, pids)
         finally:
             second.kill()
     finally:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
-from conftest import FIXTURES
+from conftest import FIXTURES, RunCli
 
 TB4 = str(FIXTURES / "tb4-rtx4090-ubuntu2404")
 UNITS = "lib/systemd/system"  # where Ubuntu's nvidia-kernel-common-N puts them
@@ -19,7 +20,7 @@ LINKS = {
 }
 
 
-def _install(cli, img: Path, state: Path, *extra: str):
+def _install(cli: RunCli, img: Path, state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return cli(
         "install", "--profile", "rtx4090", "--only", "config", "--root", str(img),
         "--from", TB4, "--yes", "--mode", "display", *extra,
@@ -27,7 +28,9 @@ def _install(cli, img: Path, state: Path, *extra: str):
     )  # fmt: skip
 
 
-def test_display_mode_enables_the_shipped_units_and_rolls_them_back(cli, tmp_path: Path) -> None:
+def test_display_mode_enables_the_shipped_units_and_rolls_them_back(
+    cli: RunCli, tmp_path: Path
+) -> None:
     img, state = tmp_path / "img", tmp_path / "state"
     (img / UNITS).mkdir(parents=True)
     for unit in ("suspend", "resume", "hibernate"):
