@@ -8,19 +8,20 @@ import json
 import shutil
 from pathlib import Path
 
+from conftest import RunCli
 from egpu_setup.plan.amd import group_members
 
 HOST = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "oculink-rx7900xtx-debian12"
 
 
-def _plan(cli, host: Path) -> list[str]:
+def _plan(cli: RunCli, host: Path) -> list[str]:
     done = cli("install", "--from", str(host), "--profile", "rx7900xtx", "--dry-run")
     assert done.returncode == 0, done.stderr
     plan = done.stdout.split("Plan (", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     return [line.split(". ", 1)[1] for line in plan]
 
 
-def test_oculink_rx7900xtx_plans_firmware_groups_and_rocm_torch_only(cli) -> None:
+def test_oculink_rx7900xtx_plans_firmware_groups_and_rocm_torch_only(cli: RunCli) -> None:
     steps = _plan(cli, HOST)
     assert steps == [
         "[driver] apt-get install firmware-amd-graphics (AMD GPU firmware (amdgpu itself is part "
@@ -39,7 +40,7 @@ def test_oculink_rx7900xtx_plans_firmware_groups_and_rocm_torch_only(cli) -> Non
     assert not [s for s in steps if "nvidia" in s.lower() or "nouveau" in s or "initramfs" in s]
 
 
-def test_the_amd_rule_turns_runtime_pm_off_for_the_radeon_only(cli, tmp_path: Path) -> None:
+def test_the_amd_rule_turns_runtime_pm_off_for_the_radeon_only(cli: RunCli, tmp_path: Path) -> None:
     """The rule as written (install --diff): vendor 1002 and the card's id, never an address,
     and `removable` only where detect saw the GPU behind an external-facing port (OCuLink: no)."""
     from egpu_setup.profile.load import load_profile
@@ -69,7 +70,7 @@ def test_the_amd_rule_turns_runtime_pm_off_for_the_radeon_only(cli, tmp_path: Pa
     assert "71-egpu-setup.rules" not in done.stdout
 
 
-def test_the_plan_says_why_there_is_no_driver_and_where_torch_comes_from(cli) -> None:
+def test_the_plan_says_why_there_is_no_driver_and_where_torch_comes_from(cli: RunCli) -> None:
     done = cli("install", "--from", str(HOST), "--profile", "rx7900xtx", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -80,7 +81,7 @@ def test_the_plan_says_why_there_is_no_driver_and_where_torch_comes_from(cli) ->
     assert any("render and video groups" in r for r in data["reasons"])
 
 
-def test_a_user_already_in_both_groups_gets_no_usermod(cli, tmp_path: Path) -> None:
+def test_a_user_already_in_both_groups_gets_no_usermod(cli: RunCli, tmp_path: Path) -> None:
     host = tmp_path / "host"
     shutil.copytree(HOST, host, symlinks=True)
     (host / "root" / "etc" / "group").write_text(
@@ -94,7 +95,9 @@ def test_a_user_already_in_both_groups_gets_no_usermod(cli, tmp_path: Path) -> N
     )
 
 
-def test_without_a_sudo_user_the_plan_says_who_needs_the_groups(cli, tmp_path: Path) -> None:
+def test_without_a_sudo_user_the_plan_says_who_needs_the_groups(
+    cli: RunCli, tmp_path: Path
+) -> None:
     host = tmp_path / "host"
     shutil.copytree(HOST, host, symlinks=True)
     meta = json.loads((host / "meta.json").read_text())

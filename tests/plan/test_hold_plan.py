@@ -13,7 +13,7 @@ from egpu_setup.detect.dpkg_status import HOLD_PIN
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.options import PlanOptions
-from egpu_setup.plan.steps import AptInstall, HoldDriver
+from egpu_setup.plan.steps import AptInstall, HoldDriver, Plan
 from egpu_setup.profile.load import load_profile
 from egpu_setup.render.hold import hold_files
 from helpers import install_values as values
@@ -31,7 +31,7 @@ def _root(tmp_path: Path, status: str) -> Path:
     return r
 
 
-def _plan(root: Path, action: str, options: PlanOptions = HOLD):
+def _plan(root: Path, action: str, options: PlanOptions = HOLD) -> Plan:
     profile = load_profile("rtx4090")
     return build_plan(
         values.facts(), profile, values.resolution(action=action), (), RootHost(root), options

@@ -13,6 +13,7 @@ from egpu_setup.execute.executor import ExecOptions, execute
 from egpu_setup.host.machine import RootHost
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.options import PlanOptions
+from egpu_setup.plan.steps import Plan, RunCommand
 from egpu_setup.render.files import HostCommand
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
@@ -46,11 +47,11 @@ execute(plan, host, paths, ExecOptions())
 """
 
 
-def plan_for(root: Path):
+def plan_for(root: Path) -> Plan:
     host = RootHost(root)
     manifest = Manifest.load(StatePaths.for_root(host.root))
     return build_plan(
-        values.facts(), None, values.resolution(action="keep"), (NOUVEAU,), host, OPTS, manifest,
+        values.facts(), values.profile(), values.resolution(action="keep"), (NOUVEAU,), host, OPTS, manifest,
         (INITRAMFS,),
     )  # fmt: skip
 
@@ -80,7 +81,8 @@ def test_a_command_owed_by_a_killed_run_is_run_by_the_next(tmp_path: Path) -> No
     assert Manifest.load(paths).pending_commands() == (INITRAMFS.argv,)
 
     again = plan_for(root)
-    assert [s.kind for s in again.steps] == ["run-command"] and again.steps[0].owed
+    assert [s.kind for s in again.steps] == ["run-command"]
+    assert isinstance(again.steps[0], RunCommand) and again.steps[0].owed
     # update-initramfs is not in this image: the step is skipped, and that settles the debt
     execute(again, RootHost(root), paths, ExecOptions())
     assert Manifest.load(paths).pending_commands() == ()

@@ -53,7 +53,7 @@ def test_components_drop_in_mirrors_the_hosts_own_source(tmp_path: Path) -> None
     host = RootHost(_root(tmp_path, MAIN_ONLY))
     plan = build_plan(
         values.facts(),
-        None,
+        values.profile(),
         values.resolution(),
         (),
         host,
@@ -73,7 +73,7 @@ def test_components_already_enabled_plan_no_source(tmp_path: Path) -> None:
     host = RootHost(_root(tmp_path, full, DPKG_STATUS))
     plan = build_plan(
         values.facts(),
-        None,
+        values.profile(),
         values.resolution(),
         (),
         host,
@@ -82,6 +82,7 @@ def test_components_already_enabled_plan_no_source(tmp_path: Path) -> None:
     assert [s.kind for s in plan.steps] == ["apt-install"]
     # installed packages are diffed away; a removed one (config-files) is still wanted; an image
     # (--root) has no running kernel: only the resolver's meta headers package
+    assert isinstance(plan.steps[0], AptInstall)
     assert plan.steps[0].packages == (
         "linux-headers-amd64",
         "nvidia-kernel-dkms",
@@ -97,7 +98,12 @@ def test_live_debian_gets_headers_for_the_running_kernel(tmp_path: Path) -> None
     assert "linux-headers-amd64" in res.driver.packages  # what the real resolver produces
     host = RootHost(_root(tmp_path, MAIN_ONLY.replace("bookworm", "trixie")))
     plan = build_plan(
-        facts, None, res, (), host, PlanOptions(target="live", only=frozenset({"driver"}))
+        facts,
+        values.profile(),
+        res,
+        (),
+        host,
+        PlanOptions(target="live", only=frozenset({"driver"})),
     )
     apt = next(s for s in plan.steps if isinstance(s, AptInstall))
     # apt cannot be asked in this bare directory: planned, apt says clearly if it is gone
@@ -107,7 +113,7 @@ def test_live_debian_gets_headers_for_the_running_kernel(tmp_path: Path) -> None
     # a release that is no Debian package name never reaches apt's argv
     odd = values.facts(codename="trixie", version="13", kernel="6.12.57-Custom;rm")
     plan = build_plan(
-        odd, None, res, (), host, PlanOptions(target="live", only=frozenset({"driver"}))
+        odd, values.profile(), res, (), host, PlanOptions(target="live", only=frozenset({"driver"}))
     )
     apt = next(s for s in plan.steps if isinstance(s, AptInstall))
     assert not [p for p in apt.packages if p.startswith("linux-headers-6")]
@@ -120,7 +126,7 @@ def test_nvidia_repo_uses_signed_by_keyring_and_the_pin_package(tmp_path: Path) 
     assert res.driver.source == "nvidia-repo"
     plan = build_plan(
         values.facts(),
-        None,
+        values.profile(),
         res,
         (),
         host,
@@ -129,9 +135,10 @@ def test_nvidia_repo_uses_signed_by_keyring_and_the_pin_package(tmp_path: Path) 
     step = plan.steps[0]
     assert isinstance(step, AptRepository)
     assert step.keyring_path == "/etc/apt/keyrings/egpu-setup-nvidia-cuda.gpg"
-    assert step.fingerprint == res.driver.repo.fingerprint
+    assert res.driver.repo is not None and step.fingerprint == res.driver.repo.fingerprint
     assert f"Signed-By: {step.keyring_path}" in step.content
     assert "trusted.gpg" not in step.content
+    assert isinstance(plan.steps[1], AptInstall)
     assert "nvidia-driver-pinning-590" in plan.steps[1].packages
 
 
@@ -140,7 +147,7 @@ def test_keep_and_host_managed_drivers_plan_no_apt(tmp_path: Path) -> None:
     for action in ("keep", "host-managed"):
         plan = build_plan(
             values.facts(),
-            None,
+            values.profile(),
             values.resolution(action=action),
             (),
             host,
@@ -251,7 +258,9 @@ egpu_setup.cli.main()
 """
 
 
-def _cli(*args: str, user: str | None = None, env: dict[str, str] | None = None):
+def _cli(
+    *args: str, user: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "egpu_setup", *args]
     if user:
         argv = [sys.executable, "-c", _AS_NOBODY, *args]
