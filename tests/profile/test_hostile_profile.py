@@ -17,7 +17,7 @@ from pathlib import Path
 from conftest import REPO
 from helpers.sentinel import Sentinel, clean_error
 
-Cli = Callable[..., subprocess.CompletedProcess]
+Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def test_a_huge_profile_is_refused_by_its_size(cli: Cli, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import multiprocessing
 import multiprocessing.queues
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,7 +115,7 @@ def test_as_root_a_custom_search_folder_follows_the_rule_too(tmp_path: Path) -> 
     assert f"{folder} is not root's" in res.stderr
 
 
-def _dirs_as_nobody(xdg: str, out: multiprocessing.queues.Queue) -> None:
+def _dirs_as_nobody(xdg: str, out: multiprocessing.queues.Queue[Any]) -> None:
     os.environ["XDG_CONFIG_HOME"] = xdg
     os.environ.pop(profile_search.ENV_PATH, None)
     os.setegid(NOBODY)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import RunCli
 from egpu_setup.errors import UsageError
 from egpu_setup.profile import load as P
 from egpu_setup.profile import schema as profile_schema
@@ -48,7 +49,7 @@ hotplug:
 
 
 @pytest.fixture(autouse=True)
-def _no_local_profiles(tmp_path, monkeypatch):
+def _no_local_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Only the package's profiles plus what a test puts in its own directory."""
     local = tmp_path / "local-profiles"
     local.mkdir()
@@ -71,7 +72,7 @@ def error_of(path: Path) -> UsageError:
 # -- the shipped profiles ---------------------------------------------------------------------------
 
 
-def test_every_required_profile_ships_and_loads():
+def test_every_required_profile_ships_and_loads() -> None:
     loaded = {e.name: p for e, p in P.iter_profiles()}
     assert set(loaded) >= SHIPPED
     bad = {n: p.message for n, p in loaded.items() if isinstance(p, UsageError)}
@@ -79,7 +80,7 @@ def test_every_required_profile_ships_and_loads():
     assert all(e.origin == "package" for e, _ in P.iter_profiles())
 
 
-def test_shipped_numbers_are_the_real_ones():
+def test_shipped_numbers_are_the_real_ones() -> None:
     r4090 = P.load_profile("rtx4090")
     assert r4090.gpu.device_ids == ("2684",) and r4090.gpu.compute_capability == "8.9"
     assert r4090.power.psu_watts == 850 and r4090.expect.max_power_w == 450
@@ -98,7 +99,7 @@ def test_shipped_numbers_are_the_real_ones():
     assert not r4090.gpu.matches("2b85") and r4090.gpu.matches("2684")
 
 
-def test_extends_merges_variants():
+def test_extends_merges_variants() -> None:
     ti = P.load_profile("rtx3090ti")
     assert ti.extends == "rtx3090"
     assert ti.gpu.device_ids == ("2203",) and ti.gpu.memory_gib == 24.0  # inherited
@@ -107,7 +108,7 @@ def test_extends_merges_variants():
     assert [Path(c).name for c in ti.chain] == ["rtx3090.yaml", "rtx3090ti.yaml"]
 
 
-def test_each_device_id_names_one_shipped_profile():
+def test_each_device_id_names_one_shipped_profile() -> None:
     """A card's PCI id leads to one profile (generic ones list none), so a lab can tell which."""
     owners: dict[str, list[str]] = {}
     for entry, loaded in P.iter_profiles():
@@ -120,7 +121,7 @@ def test_each_device_id_names_one_shipped_profile():
     assert {d: n for d, n in owners.items() if len(n) > 1} == {}
 
 
-def test_good_profile_defaults_and_uuid_normalised(tmp_path):
+def test_good_profile_defaults_and_uuid_normalised(tmp_path: Path) -> None:
     p = P.load_file(write(tmp_path, GOOD))
     assert p.hotplug.enclosure_unique_id == UUID
     assert p.mode == "compute" and p.driver.flavour == "auto"
@@ -150,7 +151,7 @@ BAD_DOCS = {
 }
 
 
-def test_json_schema_and_loader_agree(tmp_path):
+def test_json_schema_and_loader_agree(tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.Draft202012Validator.check_schema(profile_schema.load_schema())
     validator = jsonschema.Draft202012Validator(profile_schema.load_schema())
@@ -164,7 +165,7 @@ def test_json_schema_and_loader_agree(tmp_path):
             P.load_file(path)
 
 
-def test_schema_keywords_are_all_interpreted():
+def test_schema_keywords_are_all_interpreted() -> None:
     profile_schema.load_schema()  # vets the shipped file
     with pytest.raises(RuntimeError, match="not interpreted"):
         profile_schema._vet_schema({"properties": {"x": {"type": "string", "format": "uuid"}}}, "#")
@@ -173,58 +174,58 @@ def test_schema_keywords_are_all_interpreted():
 # -- one test per loader error class, with the exact position -----------------------------------------
 
 
-def test_duplicate_key(tmp_path):
+def test_duplicate_key(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD + "gpu:\n  name: again\n"))
     assert err.message.startswith(
         f"{tmp_path}/p.yaml:11:1: gpu: duplicate key (first defined at line 3)"
     )
-    assert "silently" in err.hint
+    assert "silently" in (err.hint or "")
 
 
-def test_unknown_key_did_you_mean(tmp_path):
+def test_unknown_key_did_you_mean(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD.replace("  memory_gib: 24", "  memory_gb: 24")))
     assert err.message == f"{tmp_path}/p.yaml:8:3: gpu.memory_gb: unknown key"
-    assert err.hint.startswith("did you mean `memory_gib`?")
+    assert (err.hint or "").startswith("did you mean `memory_gib`?")
 
 
-def test_wrong_type(tmp_path):
+def test_wrong_type(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD.replace("memory_gib: 24", "memory_gib: 24 GB")))
     assert (
         err.message
         == f'{tmp_path}/p.yaml:8:15: gpu.memory_gib: expected a number or null, got "24 GB"'
     )
-    assert "GiB" in err.hint
+    assert "GiB" in (err.hint or "")
 
 
-def test_yaml11_boolean(tmp_path):
+def test_yaml11_boolean(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD + "  runtime_pm_off: yes\n"))
     assert (
         err.message
         == f"{tmp_path}/p.yaml:11:19: hotplug.runtime_pm_off: `yes` is a YAML 1.1 boolean"
     )
-    assert "true or false" in err.hint
+    assert "true or false" in (err.hint or "")
 
 
-def test_yaml11_boolean_on_in_a_string_field(tmp_path):
+def test_yaml11_boolean_on_in_a_string_field(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD.replace("name: GeForce RTX 4090", "name: on")))
     assert err.message == f"{tmp_path}/p.yaml:4:9: gpu.name: `on` is a YAML 1.1 boolean"
 
 
-def test_tab(tmp_path):
+def test_tab(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD.replace("  memory_gib: 24", "\tmemory_gib: 24")))
     assert err.message == f"{tmp_path}/p.yaml:8:1: tab character"
-    assert "spaces" in err.hint
+    assert "spaces" in (err.hint or "")
 
 
-def test_non_uuid_unique_id(tmp_path):
+def test_non_uuid_unique_id(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD.replace("D6010000-0080-8E08-2362-A91CD1B06221", "0-1")))
     assert (
         err.message == f'{tmp_path}/p.yaml:10:24: hotplug.enclosure_unique_id: invalid value "0-1"'
     )
-    assert "boltctl" in err.hint
+    assert "boltctl" in (err.hint or "")
 
 
-def test_udev_metacharacters_in_unique_id(tmp_path):
+def test_udev_metacharacters_in_unique_id(tmp_path: Path) -> None:
     body = BAD_DOCS["udev-injection"]
     err = error_of(write(tmp_path, body))
     assert err.message.startswith(
@@ -232,13 +233,13 @@ def test_udev_metacharacters_in_unique_id(tmp_path):
     )
 
 
-def test_shell_metacharacters_in_text(tmp_path):
+def test_shell_metacharacters_in_text(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD.replace("Lab RTX 4090 boxes", "Lab boxes; reboot")))
     assert err.message == f'{tmp_path}/p.yaml:2:14: description: invalid value "Lab boxes; reboot"'
-    assert "no quotes, $, ;" in err.hint
+    assert "no quotes, $, ;" in (err.hint or "")
 
 
-def test_yaml_syntax_error(tmp_path):
+def test_yaml_syntax_error(tmp_path: Path) -> None:
     err = error_of(
         write(tmp_path, GOOD.replace("  architecture: Ada Lovelace", "  architecture: [Ada"))
     )
@@ -246,7 +247,7 @@ def test_yaml_syntax_error(tmp_path):
     assert "YAML syntax" in err.message
 
 
-def test_python_tag_is_refused(tmp_path):
+def test_python_tag_is_refused(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD + "mode: !!python/object/apply:os.system ['reboot']\n"))
     assert (
         err.message
@@ -254,7 +255,7 @@ def test_python_tag_is_refused(tmp_path):
     )
 
 
-def test_anchors_and_merge_keys_are_refused(tmp_path):
+def test_anchors_and_merge_keys_are_refused(tmp_path: Path) -> None:
     err = error_of(
         write(tmp_path, GOOD.replace('["2684"]', '&ids ["2684"]') + "torch:\n  extras: *ids\n")
     )
@@ -264,18 +265,18 @@ def test_anchors_and_merge_keys_are_refused(tmp_path):
     assert err.message == f"{tmp_path}/m.yaml:12:3: power: merge keys (<<) are not supported"
 
 
-def test_date_value(tmp_path):
+def test_date_value(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD.replace("Lab RTX 4090 boxes", "2024-11-25")))
     assert err.message == f"{tmp_path}/p.yaml:2:14: description: a date is not a valid value here"
 
 
-def test_missing_gpu_without_extends(tmp_path):
+def test_missing_gpu_without_extends(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, "name: lonely\ndescription: no gpu here\n"))
     assert err.message == f"{tmp_path}/p.yaml:1:1: missing required key `gpu`"
-    assert "extends" in err.hint
+    assert "extends" in (err.hint or "")
 
 
-def test_empty_and_non_mapping_and_non_utf8(tmp_path):
+def test_empty_and_non_mapping_and_non_utf8(tmp_path: Path) -> None:
     assert (
         error_of(write(tmp_path, "# nothing\n")).message
         == f"{tmp_path}/p.yaml: the profile is empty"
@@ -289,7 +290,7 @@ def test_empty_and_non_mapping_and_non_utf8(tmp_path):
         P.load_file(raw)
 
 
-def test_cross_field_rules(tmp_path):
+def test_cross_field_rules(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD + "driver:\n  min_branch: 580\n  preferred_branch: 550\n"))
     assert err.message == f"{tmp_path}/p.yaml:13:21: driver.preferred_branch: 550 is below 580"
     pascal = GOOD.replace("Ada Lovelace", "Pascal") + "driver:\n  flavour: open\n"
@@ -314,7 +315,7 @@ hotplug:
 """
 
 
-def test_amd_profiles_ship_with_their_gfx_target_and_no_driver():
+def test_amd_profiles_ship_with_their_gfx_target_and_no_driver() -> None:
     xtx = P.load_profile("rx7900xtx")
     assert (xtx.gpu.vendor, xtx.gpu.gfx, xtx.gpu.device_ids) == ("amd", "gfx1100", ("744c",))
     assert xtx.driver.min_branch is None and xtx.driver.preferred_branch is None
@@ -351,14 +352,16 @@ def test_amd_profiles_ship_with_their_gfx_target_and_no_driver():
         (("vendor: amd", "vendor: intel"), "gpu.vendor", "is not one of: nvidia, amd"),
     ],
 )
-def test_amd_profile_rules(tmp_path, change, where, message):
+def test_amd_profile_rules(
+    tmp_path: Path, change: tuple[str, str], where: str, message: str
+) -> None:
     body = AMD_GOOD.replace(*change)
     assert body != AMD_GOOD
     err = error_of(write(tmp_path, body))
     assert f": {where}: " in err.message and message in err.message, err.message
 
 
-def test_amd_profile_loads_and_nvidia_keys_stay_nvidias(tmp_path):
+def test_amd_profile_loads_and_nvidia_keys_stay_nvidias(tmp_path: Path) -> None:
     amd = P.load_file(write(tmp_path, AMD_GOOD))
     assert (amd.gpu.vendor, amd.gpu.gfx, amd.torch.cuda) == ("amd", "gfx1100", None)
     assert (
@@ -381,7 +384,7 @@ def test_amd_profile_loads_and_nvidia_keys_stay_nvidias(tmp_path):
     assert "gpu.architecture: RDNA 3 is an AMD family" in err.message
 
 
-def test_several_problems_reports_the_first_and_counts(tmp_path):
+def test_several_problems_reports_the_first_and_counts(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, GOOD + "colour: blue\nmode: gaming\n"))
     assert err.message == f"{tmp_path}/p.yaml:11:1: colour: unknown key (and 1 more problem)"
 
@@ -389,7 +392,7 @@ def test_several_problems_reports_the_first_and_counts(tmp_path):
 # -- extends ----------------------------------------------------------------------------------------
 
 
-def test_extends_a_shipped_profile(tmp_path):
+def test_extends_a_shipped_profile(tmp_path: Path) -> None:
     p = P.load_file(
         write(tmp_path, f"name: lab\nextends: rtx4090\nhotplug:\n  enclosure_unique_id: {UUID}\n")
     )
@@ -397,7 +400,7 @@ def test_extends_a_shipped_profile(tmp_path):
     assert p.description == P.load_profile("rtx4090").description
 
 
-def test_extends_cycle(tmp_path, _no_local_profiles):
+def test_extends_cycle(tmp_path: Path, _no_local_profiles: Path) -> None:
     local = _no_local_profiles
     write(local, "name: a\nextends: b\n", "a.yaml")
     write(local, "name: b\nextends: a\n", "b.yaml")
@@ -406,16 +409,16 @@ def test_extends_cycle(tmp_path, _no_local_profiles):
     assert info.value.message == f"{local}/b.yaml:2:10: extends: extends cycle: a -> b -> a"
 
 
-def test_extends_unknown(tmp_path):
+def test_extends_unknown(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, "name: x\nextends: rtx4091\n"))
     assert err.message == f"{tmp_path}/p.yaml:2:10: extends: unknown profile 'rtx4091'"
-    assert "rtx4090" in err.hint
+    assert "rtx4090" in (err.hint or "")
 
 
 # -- the search path --------------------------------------------------------------------------------
 
 
-def test_local_directory_overrides_the_package(_no_local_profiles):
+def test_local_directory_overrides_the_package(_no_local_profiles: Path) -> None:
     local = _no_local_profiles
     body = P.load_profile("rtx4090").path
     text = Path(body).read_text().replace("psu_watts: 850", "psu_watts: 1000")
@@ -426,7 +429,7 @@ def test_local_directory_overrides_the_package(_no_local_profiles):
     assert entry.shadows and entry.shadows[0].endswith("profiles/rtx4090.yaml")
 
 
-def test_name_must_match_file_name_in_search_dirs(_no_local_profiles):
+def test_name_must_match_file_name_in_search_dirs(_no_local_profiles: Path) -> None:
     write(_no_local_profiles, GOOD, "other.yaml")
     with pytest.raises(UsageError) as info:
         P.load_profile("other")
@@ -436,7 +439,7 @@ def test_name_must_match_file_name_in_search_dirs(_no_local_profiles):
     )
 
 
-def test_default_dirs(monkeypatch, tmp_path):
+def test_default_dirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(profile_search.ENV_PATH)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("SUDO_USER", "nobody")  # never consulted: root reads no user's folder
@@ -448,10 +451,12 @@ def test_default_dirs(monkeypatch, tmp_path):
         assert dirs[2] == ("user", tmp_path / "xdg" / "egpu-setup" / "profiles")
 
 
-def test_unknown_name_and_missing_path():
+def test_unknown_name_and_missing_path() -> None:
     with pytest.raises(UsageError) as info:
         P.load_profile("rtx4009")
-    assert info.value.message == "unknown profile 'rtx4009'" and "rtx4090" in info.value.hint
+    assert info.value.message == "unknown profile 'rtx4009'" and "rtx4090" in (
+        info.value.hint or ""
+    )
     with pytest.raises(UsageError, match=r"profile file not found: \./nope\.yaml"):
         P.load_profile("./nope.yaml")
 
@@ -459,7 +464,7 @@ def test_unknown_name_and_missing_path():
 # -- the commands -------------------------------------------------------------------------------------
 
 
-def test_cli_list_and_json(cli):
+def test_cli_list_and_json(cli: RunCli) -> None:
     res = cli("profiles", "list")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].split() == ["NAME", "GPU", "ARCH", "CC", "MEM", "PSU", "FROM"]
@@ -469,7 +474,7 @@ def test_cli_list_and_json(cli):
     assert {p["name"] for p in data["profiles"]} >= SHIPPED
 
 
-def test_cli_list_reports_an_invalid_local_profile(cli, tmp_path):
+def test_cli_list_reports_an_invalid_local_profile(cli: RunCli, tmp_path: Path) -> None:
     local = tmp_path / "more"
     local.mkdir()
     (local / "broken.yaml").write_text(
@@ -482,7 +487,7 @@ def test_cli_list_reports_an_invalid_local_profile(cli, tmp_path):
     assert f"error: {local}/broken.yaml:4:7: mode: `yes` is a YAML 1.1 boolean" in res.stderr
 
 
-def test_cli_show_output_is_a_valid_profile(cli, tmp_path):
+def test_cli_show_output_is_a_valid_profile(cli: RunCli, tmp_path: Path) -> None:
     res = cli("profiles", "show", "rtx3090ti")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("# rtx3090ti: ")
@@ -495,7 +500,7 @@ def test_cli_show_output_is_a_valid_profile(cli, tmp_path):
     )
 
 
-def test_cli_check(cli, tmp_path):
+def test_cli_check(cli: RunCli, tmp_path: Path) -> None:
     good = write(tmp_path, GOOD, "lab-4090.yaml")
     res = cli("profiles", "check", str(good))
     assert res.returncode == 0 and res.stdout == f"ok: {good} (lab-4090: GeForce RTX 4090)\n"
@@ -513,8 +518,8 @@ def test_cli_check(cli, tmp_path):
 
 
 def test_cli_check_refuses_a_name_that_differs_from_the_file_name(
-    cli, tmp_path, _no_local_profiles
-):
+    cli: RunCli, tmp_path: Path, _no_local_profiles: Path
+) -> None:
     """As install does when it finds the profile by name: `profiles check` says so first."""
     renamed = write(tmp_path, GOOD, "lab.yaml")
     res = cli("profiles", "check", str(renamed))
@@ -532,12 +537,12 @@ def test_cli_check_refuses_a_name_that_differs_from_the_file_name(
     assert res.returncode == 2 and "differs from the file name 'lab.yaml'" in res.stderr
 
 
-def test_cli_show_unknown(cli):
+def test_cli_show_unknown(cli: RunCli) -> None:
     res = cli("profiles", "show", "rtx9999")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown profile 'rtx9999'")
 
 
-def test_an_unknown_profile_name_points_at_the_generic_one(cli):
+def test_an_unknown_profile_name_points_at_the_generic_one(cli: RunCli) -> None:
     # an RTX 5070, which has no profile of its own: the refusal names generic-nvidia
     res = cli("install", "--profile", "rtx5070", "--dry-run")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown profile 'rtx5070'")
