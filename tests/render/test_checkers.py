@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -39,7 +41,7 @@ def _need(tool: str) -> str:
     return path
 
 
-def _shell_files(files):
+def _shell_files(files: Iterable[RenderedFile]) -> list[RenderedFile]:
     return [f for f in files if f.content.startswith("#!/bin/sh") or f.path.endswith(".cfg")]
 
 
@@ -114,7 +116,7 @@ def test_units_pass_systemd_analyze_verify(name: str, mode: str, tmp_path: Path)
         assert (res.returncode, res.stderr) == (0, ""), f"{unit}:\n{res.stderr}"
 
 
-@pytest.mark.parametrize(("name", "mode"), [r for r in RENDERS if "fedora" not in r.id])
+@pytest.mark.parametrize(("name", "mode"), [r for r in RENDERS if "fedora" not in str(r.id)])
 def test_apt_hook_parses_and_its_command_passes_shellcheck(
     name: str, mode: str, tmp_path: Path
 ) -> None:
@@ -176,8 +178,8 @@ def test_resume_unit_ordered_after_nvidia_resume_passes_verify(tmp_path: Path) -
         (root / ln.path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (root / ln.path.lstrip("/")).symlink_to(ln.target)
         assert (root / ln.target.lstrip("/")).is_file()
-    unit = next(f for f in result.files if f.path == UNIT_RESUME)
-    assert "After=nvidia-resume.service" in unit.content
+    resume = next(f for f in result.files if f.path == UNIT_RESUME)
+    assert "After=nvidia-resume.service" in resume.content
     res = subprocess.run(
         [analyze, "verify", f"--root={root}", UNIT_RESUME, "nvidia-resume.service"],
         capture_output=True,
@@ -330,7 +332,9 @@ def test_present_egpu_reaches_xorg_through_the_link(tmp_path: Path) -> None:
 
 
 def test_display_mode_writes_no_fixed_xorg_file() -> None:
-    for name, mode in [p.values for p in RENDERS if p.values[1] == "display"]:
+    for name, mode in [
+        cast(tuple[str, str], p.values) for p in RENDERS if p.values[1] == "display"
+    ]:
         assert not [f.path for f in _files(name, mode) if "xorg.conf.d" in f.path]
 
 

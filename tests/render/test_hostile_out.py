@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.sentinel import TB4, UDEV, clean_error
+from conftest import RunCli
+from helpers.sentinel import TB4, UDEV, Sentinel, clean_error
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as ro
 
 @pytest.mark.parametrize("planted", ["etc", "etc/udev", "etc/udev/rules.d"])
 def test_render_does_not_follow_a_directory_link_planted_in_out(
-    cli, tmp_path: Path, sentinel, planted
+    cli: RunCli, tmp_path: Path, sentinel: Sentinel, planted: str
 ) -> None:
     out = tmp_path / "out"
     link = out / planted
@@ -34,7 +35,9 @@ def test_render_does_not_follow_a_directory_link_planted_in_out(
     assert not (out / "usr/local/bin/egpu-hotplug").exists()  # nothing written at all
 
 
-def test_render_replaces_a_file_link_planted_in_out(cli, tmp_path: Path, sentinel) -> None:
+def test_render_replaces_a_file_link_planted_in_out(
+    cli: RunCli, tmp_path: Path, sentinel: Sentinel
+) -> None:
     out = tmp_path / "out"
     (out / UDEV).parent.mkdir(parents=True)
     (out / UDEV).symlink_to(sentinel.sudoers)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import run_cli
-from egpu_setup.detect.facts import NvidiaFacts, TbDevice, TbDomain, ThunderboltFacts
+from egpu_setup.detect.facts import HostFacts, NvidiaFacts, TbDevice, TbDomain, ThunderboltFacts
 from egpu_setup.errors import ActionRequired, UsageError
 from egpu_setup.render.checks import PciAddress
 from egpu_setup.render.context import XORG_RUNTIME
@@ -22,7 +24,9 @@ from egpu_setup.render.files import (
     UDEV_RULES,
     UDEV_TB_RULES,
     XORG_DROPIN,
+    RenderedFile,
     RenderedLink,
+    RenderSet,
     entry_point_path,
     render_set,
 )
@@ -45,7 +49,7 @@ GOLDEN = Path(__file__).parents[1] / "golden" / "render"
 UPDATE = os.environ.get("EGPU_SETUP_UPDATE_GOLDEN") == "1"
 
 
-def _by_path(files):
+def _by_path(files: Iterable[RenderedFile]) -> dict[str, RenderedFile]:
     return {f.path: f for f in files}
 
 
@@ -281,7 +285,12 @@ def test_unknown_kernel_params_are_refused(param: str) -> None:
 # -- Thunderbolt ----------------------------------------------------------------------------------
 
 
-def _tb(facts, security: str, iommu: bool | None, devices=None):
+def _tb(
+    facts: HostFacts,
+    security: str,
+    iommu: bool | None,
+    devices: tuple[TbDevice, ...] | None = None,
+) -> HostFacts:
     return replace(
         facts,
         thunderbolt=ThunderboltFacts(
@@ -306,7 +315,7 @@ def _tb(facts, security: str, iommu: bool | None, devices=None):
 def test_no_pcie_levels_need_a_firmware_change_and_render_nothing(security: str) -> None:
     with pytest.raises(ActionRequired) as exc:
         render_set(_tb(DEBIAN12_TB3_4090, security, True), profile(), None, "compute")
-    assert exc.value.exit_code == 4 and "firmware" in exc.value.hint
+    assert exc.value.exit_code == 4 and "firmware" in (exc.value.hint or "")
 
 
 @pytest.mark.parametrize(
@@ -321,7 +330,9 @@ def test_no_pcie_levels_need_a_firmware_change_and_render_nothing(security: str)
         ("none", False, True, False, None),
     ],
 )
-def test_thunderbolt_enrolment(security, iommu, bolt, accept, expected) -> None:
+def test_thunderbolt_enrolment(
+    security: str, iommu: bool, bolt: bool | None, accept: bool, expected: tuple[str, ...] | None
+) -> None:
     facts = _tb(DEBIAN12_TB3_4090, security, iommu)
     prof = profile(accept_no_iommu=accept)
     cmds = render_set(facts, prof, None, "compute", bolt_available=bolt).commands
@@ -380,7 +391,7 @@ DOCK = TbDevice(
 )
 
 
-def _nothing_enrolled(result) -> None:
+def _nothing_enrolled(result: RenderSet) -> None:
     assert not [c for c in result.commands if c.argv[0] == "boltctl"]
     assert UDEV_TB_RULES not in _by_path(result.files)
     assert "ENCLOSURE_UUID=''" in _by_path(result.files)[BIN_HOTPLUG].content
@@ -413,7 +424,7 @@ def test_several_authorized_devices_and_no_uuid_in_the_profile_enrol_nothing() -
     result = render_set(_tb(DEBIAN12_TB3_4090, "user", True, two), profile(), None, "compute")
     _nothing_enrolled(result)
     (note,) = [n for n in result.notes if "cannot tell" in n]
-    assert CORE_X_UUID in note and DOCK.unique_id in note
+    assert CORE_X_UUID in note and DOCK.unique_id is not None and DOCK.unique_id in note
     ok = render_set(
         _tb(DEBIAN12_TB3_4090, "user", True, two),
         profile(enclosure_unique_id=DOCK.unique_id),
@@ -491,7 +502,7 @@ def test_hostile_recorded_facts_are_rejected(value: str) -> None:
         {"wait_timeout": True},
     ],
 )
-def test_bad_render_options_are_rejected(opt: dict) -> None:
+def test_bad_render_options_are_rejected(opt: dict[str, Any]) -> None:
     with pytest.raises(UsageError):
         render_set(DEBIAN12_TB3_4090, profile(), None, "compute", **opt)
 
@@ -685,7 +696,7 @@ def test_render_command_display_writes_the_xorg_link(tmp_path: Path) -> None:
 # -- tool path ---------------------------------------------------------------------------------------
 
 
-def _eject_wrapper(**opts) -> str:
+def _eject_wrapper(**opts: Any) -> str:
     files = _by_path(render_set(DEBIAN12_TB3_4090, profile(), None, "compute", **opts).files)
     return files["/usr/local/bin/egpu-eject"].content
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from egpu_setup.execute.undo import owned_path
 from egpu_setup.host.machine import RootHost
-from egpu_setup.render.files import MODPROBE_NVIDIA, XORG_DROPIN, render_set
+from egpu_setup.render.files import MODPROBE_NVIDIA, XORG_DROPIN, RenderSet, render_set
 from egpu_setup.render.sleep import probe_sleep_units
 from helpers.install_values import resolution
 from helpers.render_cases import DEBIAN12_TB3_4090, UBUNTU2404_USB4_5090, profile
@@ -21,11 +21,11 @@ UBUNTU_NO_DRIVER = replace(
 PRESERVE = "NVreg_PreserveVideoMemoryAllocations=1 NVreg_TemporaryFilePath=/var/tmp"
 
 
-def _modprobe(result) -> str:  # type: ignore[no-untyped-def]
+def _modprobe(result: RenderSet) -> str:
     return next(f.content for f in result.files if f.path == MODPROBE_NVIDIA)
 
 
-def _sleep_links(result) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _sleep_links(result: RenderSet) -> dict[str, str]:
     return {ln.path: ln.target for ln in result.links if ln.path != XORG_DROPIN}
 
 
@@ -92,13 +92,13 @@ def test_units_already_on_the_target_are_enabled_where_they_lie(tmp_path: Path) 
 # -- the sleep guard (hotplug.sleep_inhibit) ----------------------------------------------------
 
 
-def _guard_unit(result) -> str | None:  # type: ignore[no-untyped-def]
+def _guard_unit(result: RenderSet) -> str | None:
     from egpu_setup.render.files import UNIT_SLEEP_GUARD
 
     return next((f.content for f in result.files if f.path == UNIT_SLEEP_GUARD), None)
 
 
-def _enabled(result) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+def _enabled(result: RenderSet) -> tuple[str, ...]:
     return next(c.argv for c in result.commands if c.argv[:2] == ("systemctl", "enable"))
 
 
