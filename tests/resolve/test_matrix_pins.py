@@ -15,23 +15,29 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from egpu_setup.compat.fetch import parse_index
-from egpu_setup.compat.matrix import apply_overlay, load_snapshot, select_matrix
+from egpu_setup.compat.matrix import Matrix, apply_overlay, load_snapshot, select_matrix
 from egpu_setup.errors import MatrixError, UsageError
 from egpu_setup.profile.load import load_file
 from egpu_setup.resolve.constraints import Constraints, constraints_from_profile
 from egpu_setup.resolve.drift import drift
+from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.resolve.resolver import resolve
 from helpers.torch_index import PAGES, IndexServer
 
-GPU = {"gpu": "2684", "distro": "ubuntu-24.04", "python": "3.12"}  # an RTX 4090 on noble
+GPU: dict[str, Any] = {
+    "gpu": "2684",
+    "distro": "ubuntu-24.04",
+    "python": "3.12",
+}  # an RTX 4090 on noble
 
 
 @pytest.fixture(scope="module")
-def updated():  # the snapshot plus the recorded index page, as `matrix update` caches it
+def updated() -> Matrix:  # the snapshot plus the recorded index page, as `matrix update` caches it
     releases = parse_index((PAGES / "good.html").read_text())
     overlay = {"fetched_at": "2026-12-01T09:00:00+00:00", "index_url": "http://127.0.0.1/whl/",
                "releases": releases}  # fmt: skip
@@ -54,9 +60,12 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 # -- which matrix decides --------------------------------------------------------------------------
 
 
-def test_the_shipped_snapshot_decides_unless_the_updated_one_is_asked_for(updated) -> None:
+def test_the_shipped_snapshot_decides_unless_the_updated_one_is_asked_for(
+    updated: Matrix,
+) -> None:
     c = Constraints(**GPU)
     shipped = resolve(None, None, c)  # no matrix given: the snapshot, whatever is cached
+    assert shipped.matrix is not None
     assert (
         shipped.matrix.source == "shipped" and shipped.matrix.snapshot == load_snapshot().snapshot
     )
@@ -65,6 +74,7 @@ def test_the_shipped_snapshot_decides_unless_the_updated_one_is_asked_for(update
         "index_url": None,
     }  # fmt: skip
     fresh = resolve(None, None, c, updated)
+    assert fresh.matrix is not None
     assert (fresh.torch.version, fresh.matrix.source) == ("2.15.1", "updated")
     assert fresh.matrix.fetched_at == "2026-12-01T09:00:00+00:00"
     assert shipped.torch.version != fresh.torch.version  # the drift a lab must choose to take
@@ -84,7 +94,7 @@ def test_matrix_updated_without_an_update_is_refused(tmp_path: Path) -> None:
 # -- pins ------------------------------------------------------------------------------------------
 
 
-def test_a_torch_pin_holds_in_both_matrices(tmp_path: Path, updated) -> None:
+def test_a_torch_pin_holds_in_both_matrices(tmp_path: Path, updated: Matrix) -> None:
     profile = load_file(lab_profile(tmp_path, 'torch:\n  pin: "2.9.1+cu128"\n'))
     assert profile.torch.pin == "2.9.1+cu128" and profile.to_json()["torch"]["pin"] == "2.9.1+cu128"
     c = constraints_from_profile(profile, **GPU)
@@ -100,7 +110,9 @@ def test_a_torch_pin_holds_in_both_matrices(tmp_path: Path, updated) -> None:
     )
 
 
-def test_a_pin_the_refreshed_index_no_longer_carries_is_said(tmp_path: Path, updated) -> None:
+def test_a_pin_the_refreshed_index_no_longer_carries_is_said(
+    tmp_path: Path, updated: Matrix
+) -> None:
     """The recorded index lacks 2.9.1+cu129: the pin stays what it is, the drift says the
     refreshed matrix refuses it, and nothing else is chosen instead."""
     profile = load_file(lab_profile(tmp_path, 'torch:\n  pin: "2.9.1+cu129"\n'))
@@ -109,7 +121,8 @@ def test_a_pin_the_refreshed_index_no_longer_carries_is_said(tmp_path: Path, upd
     with pytest.raises(MatrixError, match=r"the profile pins torch.pin 2.9.1\+cu129"):
         resolve(None, profile, c, updated)
     d = drift("lab", None, profile, c, load_snapshot(), updated)
-    assert d.changed and d.updated.torch is None and "torch.pin 2.9.1+cu129" in d.updated.error
+    assert d.changed and d.updated.torch is None and d.updated.error is not None
+    assert "torch.pin 2.9.1+cu129" in d.updated.error
 
 
 def test_a_pin_that_does_not_fit_is_refused_not_replaced(tmp_path: Path) -> None:
@@ -120,6 +133,7 @@ def test_a_pin_that_does_not_fit_is_refused_not_replaced(tmp_path: Path) -> None
     assert exc.value.message.startswith(
         "the profile pins torch.pin 2.9.1+cu128, which does not fit"
     )
+    assert exc.value.hint is not None
     assert exc.value.hint.endswith("or change the pin in the profile")
 
 
@@ -167,7 +181,7 @@ def test_a_driver_pin_is_exact(tmp_path: Path) -> None:
     )
 
 
-def _text(r) -> str:
+def _text(r: Resolution) -> str:
     from egpu_setup.resolve.resolution import format_resolution
 
     return format_resolution(r)

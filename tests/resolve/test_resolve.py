@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from conftest import RunCli
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.detect.facts import Gpu, HostFacts, NvidiaFacts, OsFacts, PythonFacts
-from egpu_setup.errors import MatrixError, UnsupportedHardware, UsageError
+from egpu_setup.errors import EgpuSetupError, MatrixError, UnsupportedHardware, UsageError
+from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.constraints import Constraints, constraints_from_profile
+from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.resolve.resolver import resolve
 
 OLD_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
@@ -78,18 +81,18 @@ class Case:
     source: str | None = None
     flavour: str | None = None
     packages: tuple[str, ...] | None = None
-    error: type[Exception] | None = None
+    error: type[EgpuSetupError] | None = None
     message: str | None = None  # substring of error, or of a reason/warning
     hint: str | None = None
     warning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-U24 = {"distro": "ubuntu-24.04", "python": "3.12"}
+U24: dict[str, Any] = {"distro": "ubuntu-24.04", "python": "3.12"}
 U22 = {"distro": "ubuntu-22.04", "python": "3.10"}
-D12 = {"distro": "debian-12", "python": "3.11"}
-D13 = {"distro": "debian-13", "python": "3.13"}
-WSL = {"platform": "wsl", "distro": "ubuntu-24.04", "python": "3.12"}
+D12: dict[str, Any] = {"distro": "debian-12", "python": "3.11"}
+D13: dict[str, Any] = {"distro": "debian-13", "python": "3.13"}
+WSL: dict[str, Any] = {"platform": "wsl", "distro": "ubuntu-24.04", "python": "3.12"}
 
 CASES: list[Case] = [
     # -- fresh installs: the distro's own branch when it drives the GPU ------------------------
@@ -631,7 +634,7 @@ CASES: list[Case] = [
 ]
 
 
-def run_case(case: Case):
+def run_case(case: Case) -> Resolution:
     return resolve(case.facts, None, Constraints(**case.c))
 
 
@@ -640,6 +643,7 @@ def test_resolution(case: Case) -> None:
     if case.error is not None:
         with pytest.raises(case.error) as info:
             run_case(case)
+        assert case.message is not None  # an error case names its message
         assert case.message in info.value.message, info.value.message
         if case.hint:
             assert case.hint in (info.value.hint or ""), info.value.hint
@@ -690,18 +694,19 @@ def test_wsl_cpu_wheel_names_no_driver_floor(c: dict[str, Any]) -> None:
 
 def test_host_managed_plans_name_a_flavour_or_none() -> None:
     """install prints the flavour next to the action: never an empty string."""
-    for c in (
+    what_ifs: tuple[dict[str, Any], ...] = (
         {"platform": "wsl", "python": "3.12"},
         {"platform": "wsl", "python": "3.12", "gpu": "2684", "driver": "572.60"},
         {"distro": "fedora-41", "python": "3.13", "gpu": "2684"},
         {"distro": "ubuntu-24.04", "python": "3.12"},
-    ):
+    )
+    for c in what_ifs:
         d = resolve(None, None, Constraints(**c)).driver
         assert d.action == "host-managed", c
         assert d.flavour in (None, "open", "proprietary"), (c, d.flavour)
 
 
-def test_cli_unmanaged_driver_conflict_exit_2(cli) -> None:
+def test_cli_unmanaged_driver_conflict_exit_2(cli: RunCli) -> None:
     done = cli(
         "resolve",
         "--gpu",
@@ -777,6 +782,7 @@ def test_python_and_distro_from_facts() -> None:
 def test_what_if_gpu_overrides_facts_and_keeps_others() -> None:
     facts = host("ubuntu", "24.04", GTX1050_INTERNAL)
     r = resolve(facts, None, Constraints(gpu="2b85"))
+    assert r.gpu is not None
     assert r.gpu.name == "GeForce RTX 5090"
     assert any("no single driver branch" in w for w in r.warnings)
 
@@ -785,6 +791,7 @@ def test_several_internal_gpus_picks_newest_with_warning() -> None:
     a = gpu("2684", "GeForce RTX 4090", "Ada Lovelace", "8.9", external=False, addr="0000:02:00.0")
     b = gpu("2503", "GeForce RTX 3060", "Ampere", "8.6", external=False, addr="0000:03:00.0")
     r = resolve(host("ubuntu", "24.04", b, a), None, Constraints())
+    assert r.gpu is not None
     assert r.gpu.name == "GeForce RTX 4090"
     assert any("2 NVIDIA GPUs" in w for w in r.warnings)
 
@@ -815,7 +822,7 @@ def test_no_torch_release_matches() -> None:
     with pytest.raises(MatrixError) as info:
         resolve(None, None, Constraints(gpu="2684", distro="ubuntu-24.04", torch_spec="9.0"))
     assert "no torch release matches" in info.value.message
-    assert "matrix update" in info.value.hint
+    assert info.value.hint is not None and "matrix update" in info.value.hint
 
 
 # -- profiles (duck-typed: the resolver never imports egpu_setup.profile.load) --------------------------
@@ -856,8 +863,13 @@ class _Profile:
     torch: _Torch = _Torch()
 
 
+def _profile(**parts: Any) -> Profile:
+    """A _Profile where the resolver takes a Profile: it reads only .gpu, .driver and .torch."""
+    return cast(Profile, _Profile(**parts))
+
+
 def test_constraints_from_profile_cli_wins() -> None:
-    p = _Profile(
+    p = _profile(
         driver=_Drv(min_branch=570, max_branch=580, flavour="open"),
         torch=_Torch(spec=">=2.7", cuda="cu128", extras=("torchvision",)),
     )
@@ -876,34 +888,35 @@ def test_constraints_from_profile_cli_wins() -> None:
 
 
 def test_profile_gpu_used_when_none_detected() -> None:
-    p = _Profile(gpu=_GpuSpec(("2b85",), "GeForce RTX 5090", "Blackwell", "12.0", 32.0))
+    p = _profile(gpu=_GpuSpec(("2b85",), "GeForce RTX 5090", "Blackwell", "12.0", 32.0))
     r = resolve(host("ubuntu", "24.04"), p, constraints_from_profile(p))
+    assert r.gpu is not None
     assert r.gpu.pci_id == "10de:2b85" and r.driver.flavour == "open"
     assert any("profile's GPU" in x for x in r.reasons)
 
 
 def test_profile_preferred_branch_and_limits() -> None:
-    p = _Profile(driver=_Drv(preferred_branch=595))
+    p = _profile(driver=_Drv(preferred_branch=595))
     r = resolve(None, p, constraints_from_profile(p, gpu="2684", distro="ubuntu-24.04"))
     assert r.driver.branch == 595
-    p = _Profile(driver=_Drv(max_branch=570))
+    p = _profile(driver=_Drv(max_branch=570))
     r = resolve(None, p, constraints_from_profile(p, gpu="2684", distro="ubuntu-24.04"))
     assert (r.driver.branch, f"{r.torch.version}+{r.torch.variant}") == (570, "2.14.1+cu126")
 
 
 def test_profile_flavour_conflicts() -> None:
-    p = _Profile(driver=_Drv(flavour="proprietary"))
+    p = _profile(driver=_Drv(flavour="proprietary"))
     with pytest.raises(MatrixError) as info:
         resolve(None, p, constraints_from_profile(p, gpu="2b85", distro="ubuntu-24.04"))
     assert "proprietary" in info.value.message
-    p = _Profile(driver=_Drv(min_branch=590))
+    p = _profile(driver=_Drv(min_branch=590))
     with pytest.raises(MatrixError) as info:
         resolve(None, p, constraints_from_profile(p, gpu="1b06", distro="ubuntu-24.04"))
     assert "ends at 580" in info.value.message
 
 
 def test_generic_profile_names_no_gpu() -> None:
-    p = _Profile()
+    p = _profile()
     r = resolve(host("ubuntu", "24.04"), p, constraints_from_profile(p))
     assert r.gpu is None and r.torch.variant == "cpu"
 
@@ -911,10 +924,11 @@ def test_generic_profile_names_no_gpu() -> None:
 def test_shipped_profiles_resolve() -> None:
     """Every shipped profile resolves for its own GPU on Ubuntu 24.04 (real load_profile)."""
     from egpu_setup.profile import load as profiles
+    from egpu_setup.profile.search import available
 
-    names = sorted(profiles.available())
+    names = sorted(available())
     assert "rtx5090" in names and "gtx1080ti" in names
-    seen = {}
+    seen: dict[str, tuple[str | None, str]] = {}
     for name in names:
         p = profiles.load_profile(name)
         r = resolve(host("ubuntu", "24.04"), p, constraints_from_profile(p))
@@ -934,7 +948,7 @@ def test_matrix_snapshot_is_the_default() -> None:
 FIXTURES = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "hosts"
 
 
-def test_cli_human_output(cli) -> None:
+def test_cli_human_output(cli: RunCli) -> None:
     done = cli(
         "resolve",
         "--gpu",
@@ -961,7 +975,7 @@ def test_cli_human_output(cli) -> None:
     assert "\nWhy\n" in out and done.stderr == ""
 
 
-def test_cli_json(cli) -> None:
+def test_cli_json(cli: RunCli) -> None:
     done = cli(
         "resolve", "--json", "--gpu", "GTX 1080 Ti", "--distro", "debian-12", "--python", "3.11"
     )
@@ -1017,7 +1031,7 @@ def test_cli_json(cli) -> None:
         ),
     ],
 )
-def test_cli_bad_input_exit_2(cli, args: list[str], error: str, hint: str) -> None:
+def test_cli_bad_input_exit_2(cli: RunCli, args: list[str], error: str, hint: str) -> None:
     done = cli("resolve", "--distro", "ubuntu-24.04", "--python", "3.12", *args)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
@@ -1026,7 +1040,7 @@ def test_cli_bad_input_exit_2(cli, args: list[str], error: str, hint: str) -> No
     assert done.stdout == "" and "Traceback" not in done.stderr
 
 
-def test_cli_unsupported_distro_still_resolves_torch(cli) -> None:
+def test_cli_unsupported_distro_still_resolves_torch(cli: RunCli) -> None:
     done = cli("resolve", "--json", "--gpu", "2684", "--distro", "arch", "--python", "3.13")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -1034,7 +1048,7 @@ def test_cli_unsupported_distro_still_resolves_torch(cli) -> None:
     assert any("by hand" in w for w in data["warnings"])
 
 
-def test_cli_profile(cli) -> None:
+def test_cli_profile(cli: RunCli) -> None:
     done = cli(
         "resolve", "--json", "--profile", "rtx5090", "--distro", "debian-12", "--python", "3.11"
     )
@@ -1057,7 +1071,7 @@ def test_cli_profile(cli) -> None:
         ("intel-igpu-only", {"gpu": None, "torch": "2.15.0+cpu"}),
     ],
 )
-def test_cli_from_recorded_hosts(cli, bundle: str, expect: dict[str, Any]) -> None:
+def test_cli_from_recorded_hosts(cli: RunCli, bundle: str, expect: dict[str, Any]) -> None:
     done = cli("resolve", "--json", "--from", str(FIXTURES / bundle))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -1074,7 +1088,7 @@ def test_cli_from_recorded_hosts(cli, bundle: str, expect: dict[str, Any]) -> No
     assert {k: got[k] for k in expect} == expect, data["reasons"] + data["warnings"]
 
 
-def test_cli_help_has_examples(cli) -> None:
+def test_cli_help_has_examples(cli: RunCli) -> None:
     assert "Examples:" in cli("resolve", "--help").stdout
 
 
@@ -1088,13 +1102,13 @@ def test_cli_help_has_examples(cli) -> None:
         ("a4000", "10de:24b0"),
     ],
 )
-def test_gpu_accepts_the_short_names_a_person_types(cli, typed: str, pci_id: str) -> None:
+def test_gpu_accepts_the_short_names_a_person_types(cli: RunCli, typed: str, pci_id: str) -> None:
     res = cli("resolve", "--gpu", typed, *WHAT_IF, "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["gpu"]["pci_id"] == pci_id
 
 
-def test_a_short_gpu_name_that_could_mean_several_cards_says_which(cli) -> None:
+def test_a_short_gpu_name_that_could_mean_several_cards_says_which(cli: RunCli) -> None:
     res = cli("resolve", "--gpu", "1060", *WHAT_IF)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith(

@@ -5,9 +5,11 @@ cards get a ROCm wheel with kernels for their gfx target, and every impossibilit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import RunCli
 from egpu_setup.detect.facts import Gpu, HostFacts, OsFacts, PythonFacts
 from egpu_setup.errors import MatrixError, UnsupportedHardware, UsageError
 from egpu_setup.resolve.constraints import Constraints
@@ -36,11 +38,11 @@ def amd_host(
     )
 
 
-def what_if(**kw: str) -> Constraints:
-    return Constraints(**{"distro": "ubuntu-24.04", "python": "3.12", **kw})  # type: ignore[arg-type]
+def what_if(**kw: Any) -> Constraints:
+    return Constraints(**{"distro": "ubuntu-24.04", "python": "3.12", **kw})
 
 
-def test_recorded_tb_radeon_egpu_is_told_the_link_cannot_run_rocm(cli) -> None:
+def test_recorded_tb_radeon_egpu_is_told_the_link_cannot_run_rocm(cli: RunCli) -> None:
     done = cli("resolve", "--from", str(AMD_HOST))
     assert done.returncode == 2 and done.stdout == "", done.stderr
     err, hint = done.stderr.splitlines()[:2]
@@ -51,7 +53,7 @@ def test_recorded_tb_radeon_egpu_is_told_the_link_cannot_run_rocm(cli) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_recorded_tb_radeon_egpu_still_gets_the_cpu_build_when_asked(cli) -> None:
+def test_recorded_tb_radeon_egpu_still_gets_the_cpu_build_when_asked(cli: RunCli) -> None:
     done = cli("resolve", "--from", str(AMD_HOST), "--cuda", "cpu", "--json")
     assert done.returncode == 0, done.stderr
     assert '"variant": "cpu"' in done.stdout
@@ -151,7 +153,7 @@ def test_errors(kw: dict[str, str], error: type[Exception], text: str) -> None:
         resolve(None, None, what_if(**kw))
 
 
-def test_cli_errors_have_hints_and_exit_2(cli) -> None:
+def test_cli_errors_have_hints_and_exit_2(cli: RunCli) -> None:
     done = cli("resolve", "--gpu", "RX 7900 XTX", "--distro", "ubuntu-24.04", "--python", "3.7")
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.splitlines()
@@ -159,7 +161,7 @@ def test_cli_errors_have_hints_and_exit_2(cli) -> None:
     assert lines[1].startswith("hint: ")
 
 
-def test_cli_what_if_prints_the_rocm_plan(cli) -> None:
+def test_cli_what_if_prints_the_rocm_plan(cli: RunCli) -> None:
     done = cli("resolve", "--gpu", "RX 9070 XT", "--distro", "ubuntu-24.04", "--python", "3.12")
     assert done.returncode == 0, done.stderr
     assert "amdgpu, in the kernel: no driver to install" in done.stdout
@@ -200,7 +202,7 @@ def test_every_shipped_amd_profile_agrees_with_the_rocm_table() -> None:
     ],
 )
 def test_an_amd_profile_the_rocm_table_contradicts_is_refused(
-    cli, tmp_path: Path, change: tuple[str, str], message: str
+    cli: RunCli, tmp_path: Path, change: tuple[str, str], message: str
 ) -> None:
     body = (Path(__file__).parents[2] / "profiles" / "rx7900xtx.yaml").read_text()
     (tmp_path / "lab.yaml").write_text(
