@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.sentinel import STATE, UDEV, clean_error, install
+from conftest import RunCli
+from helpers.sentinel import STATE, UDEV, Sentinel, clean_error, install
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks run as root")
 
@@ -30,7 +31,9 @@ STATE_LINKS = {
 
 
 @pytest.mark.parametrize("where", sorted(STATE_LINKS))
-def test_a_link_planted_in_the_state_is_refused(cli, image, sentinel, where) -> None:
+def test_a_link_planted_in_the_state_is_refused(
+    cli: RunCli, image: Path, sentinel: Sentinel, where: str
+) -> None:
     """Was: journal.jsonl -> /etc/sudoers made root append JSON to it; a linked state dir put
     the manifest, journal and backups outside the image."""
     rel, target = STATE_LINKS[where]
@@ -52,7 +55,9 @@ def test_a_link_planted_in_the_state_is_refused(cli, image, sentinel, where) -> 
     assert not sentinel.leaked(res.stdout, res.stderr)
 
 
-def test_reports_through_a_link_are_not_written(cli, image, sentinel) -> None:
+def test_reports_through_a_link_are_not_written(
+    cli: RunCli, image: Path, sentinel: Sentinel
+) -> None:
     (image / STATE).mkdir(parents=True)
     # under --root the report is the image's build report (build-reports/)
     (image / STATE / "build-reports").symlink_to(sentinel.directory)
@@ -62,7 +67,9 @@ def test_reports_through_a_link_are_not_written(cli, image, sentinel) -> None:
     assert sentinel.unchanged(), sentinel.changes()
 
 
-def test_an_image_whose_run_is_an_absolute_link_keeps_its_lock_inside(cli, image, sentinel) -> None:
+def test_an_image_whose_run_is_an_absolute_link_keeps_its_lock_inside(
+    cli: RunCli, image: Path, sentinel: Sentinel
+) -> None:
     """/run -> (the sentinel): the lock resolves inside the image, as after a chroot."""
     (image / "run").symlink_to(sentinel.directory)
     res = install(cli, image)
@@ -72,7 +79,9 @@ def test_an_image_whose_run_is_an_absolute_link_keeps_its_lock_inside(cli, image
     assert inside.is_file()
 
 
-def test_a_lock_planted_as_a_link_is_replaced_never_followed(cli, image, sentinel) -> None:
+def test_a_lock_planted_as_a_link_is_replaced_never_followed(
+    cli: RunCli, image: Path, sentinel: Sentinel
+) -> None:
     (image / "run/lock").mkdir(parents=True)
     (image / "run/lock/egpu-setup.lock").symlink_to(sentinel.sudoers)
     res = install(cli, image)
@@ -81,7 +90,7 @@ def test_a_lock_planted_as_a_link_is_replaced_never_followed(cli, image, sentine
     assert not (image / "run/lock/egpu-setup.lock").is_symlink()
 
 
-def test_a_lock_path_that_is_a_directory_is_an_error(cli, image) -> None:
+def test_a_lock_path_that_is_a_directory_is_an_error(cli: RunCli, image: Path) -> None:
     """Was: "internal error" (IsADirectoryError)."""
     lock = image / "run/lock/egpu-setup.lock"
     lock.mkdir(parents=True)
@@ -92,7 +101,7 @@ def test_a_lock_path_that_is_a_directory_is_an_error(cli, image) -> None:
     assert lock.is_dir() and not (image / UDEV).exists()
 
 
-def test_a_fifo_as_the_lock_is_replaced_never_opened(cli, image) -> None:
+def test_a_fifo_as_the_lock_is_replaced_never_opened(cli: RunCli, image: Path) -> None:
     lock = image / "run/lock/egpu-setup.lock"
     lock.parent.mkdir(parents=True)
     os.mkfifo(lock)  # opening it for writing would block until a reader came
@@ -102,7 +111,7 @@ def test_a_fifo_as_the_lock_is_replaced_never_opened(cli, image) -> None:
 
 
 def test_the_verify_marker_planted_as_a_link_is_replaced_not_written_through(
-    tmp_path: Path, sentinel
+    tmp_path: Path, sentinel: Sentinel
 ) -> None:
     from egpu_setup.host.machine import RootHost
     from egpu_setup.state.verify_marker import (
@@ -150,7 +159,9 @@ WRONG_SHAPES = {
 
 @pytest.mark.parametrize("case", sorted(WRONG_SHAPES))
 @pytest.mark.parametrize("command", ["install", "rollback"])
-def test_state_files_of_the_wrong_shape_are_an_error_not_a_crash(cli, image, case, command) -> None:
+def test_state_files_of_the_wrong_shape_are_an_error_not_a_crash(
+    cli: RunCli, image: Path, case: str, command: str
+) -> None:
     """Was: well-formed JSON of the wrong shape in the manifest or journal: "internal error"."""
     name, text = WRONG_SHAPES[case]
     (image / STATE).mkdir(parents=True)
@@ -166,7 +177,9 @@ def test_state_files_of_the_wrong_shape_are_an_error_not_a_crash(cli, image, cas
     assert (image / STATE / name).read_text() == text or name == "journal.jsonl"
 
 
-def test_a_recorded_package_that_is_an_apt_option_never_reaches_apt(cli, image) -> None:
+def test_a_recorded_package_that_is_an_apt_option_never_reaches_apt(
+    cli: RunCli, image: Path
+) -> None:
     """rollback --packages hands the manifest's package names to apt-get: one that starts with
     `-o` would be an option. The manifest is refused on load, before apt runs."""
     (image / STATE).mkdir(parents=True)

@@ -36,19 +36,25 @@ def swapped(tmp_path: Path) -> tuple[StatePaths, Path]:
     return paths, root / "var/lib"
 
 
-def test_the_manifest_is_not_read_through_a_swapped_directory(swapped) -> None:
+def test_the_manifest_is_not_read_through_a_swapped_directory(
+    swapped: tuple[StatePaths, Path],
+) -> None:
     paths, link = swapped
     with pytest.raises(LinkInPath) as refused:
         Manifest.load(paths)
     assert str(link) in refused.value.message
 
 
-def test_the_journal_is_not_read_through_a_swapped_directory(swapped) -> None:
+def test_the_journal_is_not_read_through_a_swapped_directory(
+    swapped: tuple[StatePaths, Path],
+) -> None:
     paths, _ = swapped
     with pytest.raises(LinkInPath):
         list(Journal(paths).events())
 
 
-def test_report_sequences_are_not_read_through_a_swapped_directory(swapped) -> None:
+def test_report_sequences_are_not_read_through_a_swapped_directory(
+    swapped: tuple[StatePaths, Path],
+) -> None:
     paths, _ = swapped
     assert highest_sequence(paths.state_dir / "reports", paths.anchor) == 0

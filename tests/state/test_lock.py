@@ -31,6 +31,7 @@ def test_a_users_lock_file_in_run_lock_is_replaced_not_obeyed(tmp_path: Path) ->
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
     )
+    assert holder.stdout is not None
     try:
         assert holder.stdout.readline().strip() == "held"  # ... and holds a flock on it
         lock = RunLock(path)
@@ -96,7 +97,8 @@ def test_the_next_run_ends_what_a_killed_run_left_and_names_that_run(
     )
     grandchild = 0
     try:
-        grandchild = int(run.stdout.readline())  # type: ignore[union-attr]
+        assert run.stdout is not None
+        grandchild = int(run.stdout.readline())
         assert _alive(grandchild)
         run.kill()  # kill -9: nothing of the run's own code runs after this
         run.wait(timeout=10)

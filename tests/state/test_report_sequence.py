@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,9 @@ from helpers.fleet_reports import verify_report
 WHEN = 1_764_580_800.0  # 2025-12-01T09:20:00Z
 
 
-def _read(path: Path) -> dict:
-    return json.loads(path.read_text())
+def _read(path: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result
 
 
 def test_each_report_takes_the_next_sequence_and_this_boots_id(tmp_path: Path) -> None:
@@ -120,7 +122,7 @@ def test_doctor_and_the_day_after_pick_the_newest_by_sequence(tmp_path: Path) ->
     _, failing = _clock_back_reports(state)
     host = RootHost(tmp_path / "root")
     data, path = latest_verify_report(host)
-    assert data is not None and data["ok"] is False and path.endswith(failing.name)
+    assert data is not None and data["ok"] is False and (path or "").endswith(failing.name)
     reports = "/var/lib/egpu-setup/reports"
     assert [d["sequence"] for d, _ in saved_reports(host, [reports])] == [1, 2]
     # an install saved after both: no verify since it, whatever the clocks say
@@ -128,10 +130,10 @@ def test_doctor_and_the_day_after_pick_the_newest_by_sequence(tmp_path: Path) ->
     assert newest_verify(host, reports, since=0.0) == (None, None)
     later = save_report(state, "verify", verify_report("lab-07"), WHEN - 9000)
     data, path = newest_verify(host, reports, since=WHEN)  # its clock is before `since`
-    assert data is not None and data["sequence"] == 4 and path.endswith(later.name)
+    assert data is not None and data["sequence"] == 4 and (path or "").endswith(later.name)
 
 
-def _with_arch(report: dict) -> dict:
+def _with_arch(report: dict[str, Any]) -> dict[str, Any]:
     """What doctor needs of a verify report to judge torch: its CUDA build and arch list."""
     check = {"id": "arch-list", "status": "info", "detail": "", "value": ["sm_89"]}
     device = {**report["device"], "torch_cuda": "12.8"}
