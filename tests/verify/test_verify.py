@@ -17,7 +17,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,12 +73,16 @@ def egpu_facts(**nvidia: object) -> HostFacts:
         connection="thunderbolt",
         link=Link(8.0, 4, 16.0, 16),
     )
-    nv = {"driver_version": "550.163.01", "cuda_version": "12.4", "module_loaded": True}
+    nv: dict[str, Any] = {
+        "driver_version": "550.163.01", "cuda_version": "12.4", "module_loaded": True
+    }  # fmt: skip
     nv.update(nvidia)
     return HostFacts(gpus=(gpu,), nvidia=NvidiaFacts(**nv), source="recorded")
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PY, "-m", "egpu_setup", "verify", *args],
         capture_output=True,
@@ -92,7 +98,7 @@ def state() -> Path:
 
 
 @pytest.fixture(scope="module")
-def faults_venv(tmp_path_factory) -> Path:
+def faults_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with this run's torch whose Pythons load tests/helpers/child_faults.py: the
     faults reach the child through its venv, as anything installed there would (the child
     inherits no variable of ours)."""
@@ -100,8 +106,11 @@ def faults_venv(tmp_path_factory) -> Path:
     return child_faults.plant(make_venv(root / "venv", with_torch=True))
 
 
+Arm = Callable[..., str]  # faulty(hang="matmul") -> the armed venv's python
+
+
 @pytest.fixture
-def faulty(faults_venv):
+def faulty(faults_venv: Path) -> Iterator[Arm]:
     """`faulty(hang="matmul")`: arms the venv with those faults, returns its python."""
 
     def arm(**faults: str) -> str:
@@ -112,7 +121,7 @@ def faulty(faults_venv):
     child_faults.arm(faults_venv)  # disarmed: the next test starts from a plain venv
 
 
-def ids(report: dict) -> dict[str, dict]:
+def ids(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in report["checks"]}
 
 
@@ -130,7 +139,7 @@ def ids(report: dict) -> dict[str, dict]:
         ("12.8", None, "skip"),
     ],
 )
-def test_compare_cuda(wheel, driver, status):
+def test_compare_cuda(wheel: str | None, driver: str | None, status: str) -> None:
     assert child.compare_cuda(wheel, driver)[0] == status
 
 
@@ -146,11 +155,11 @@ def test_compare_cuda(wheel, driver, status):
         ([], (8, 9), "fail"),
     ],
 )
-def test_arch_covers(archs, cc, status):
+def test_arch_covers(archs: list[Any], cc: tuple[int, int], status: str) -> None:
     assert child.arch_covers(archs, cc)[0] == status
 
 
-def test_pcie_rates_and_tunnels():
+def test_pcie_rates_and_tunnels() -> None:
     assert child.pcie_rate_gbs(8.0, 4) == pytest.approx(3.938, abs=0.001)  # PCIe 3.0 x4
     assert child.pcie_rate_gbs(2.5, 1) == pytest.approx(0.25)
     assert child.pcie_rate_gbs(None, 4) is None
@@ -159,7 +168,7 @@ def test_pcie_rates_and_tunnels():
     assert child.tunnel_cap("pcie", None) is None
 
 
-def test_judge_link():
+def test_judge_link() -> None:
     # a TB4 eGPU training at 8 GT/s x4 while its max is 16 GT/s x16: the tunnel explains it
     status, detail, limit = child.judge_link(
         {"speed_gts": 8.0, "width": 4, "max_speed_gts": 16.0, "max_width": 16},
@@ -180,7 +189,7 @@ def test_judge_link():
     assert child.judge_link({}, "thunderbolt", 3, {})[0] == "skip"
 
 
-def test_sampler_parsing_and_throttle_names():
+def test_sampler_parsing_and_throttle_names() -> None:
     assert child.parse_sample("64, 312.45, 0x0000000000000004") == {
         "temp": 64.0,
         "power": 312.45,
@@ -196,7 +205,7 @@ def test_sampler_parsing_and_throttle_names():
     assert child.throttle_names(0x48) == ["HW slowdown", "HW thermal slowdown"]
 
 
-def test_loss_drop_and_ratios():
+def test_loss_drop_and_ratios() -> None:
     assert child.loss_dropped([1.4, 1.3, 1.2, 1.0, 0.8, 0.5, 0.3, 0.2, 0.1, 0.05], 0.5)[0]
     assert not child.loss_dropped([1.4, 1.4, 1.39, 1.38, 1.4, 1.39, 1.38, 1.4], 0.5)[0]
     assert child.judge_ratio(40.0, 82.6, 0.25, 0.5) == "warn"
@@ -209,33 +218,36 @@ def test_loss_drop_and_ratios():
 # -- host checks over nvidia-smi text ------------------------------------------------------------
 
 
-def test_parse_smi_variants():
+def test_parse_smi_variants() -> None:
     csv = parse_smi(SMI_CSV)
+    assert csv is not None
     assert (csv.driver_version, csv.bus_ids, csv.error) == ("550.163.01", (EGPU,), None)
     table = parse_smi(SMI_TABLE)
+    assert table is not None
     assert (table.driver_version, table.bus_ids) == ("550.163.01", (EGPU,))
     mismatch = parse_smi(SMI_MISMATCH)
+    assert mismatch is not None
     assert mismatch.nvml_library == "570.124"
-    assert "version mismatch" in mismatch.error
+    assert "version mismatch" in (mismatch.error or "")
     assert parse_smi("") is None
 
 
-def test_versions_agree():
+def test_versions_agree() -> None:
     assert check_versions_agree("550.163.01", parse_smi(SMI_CSV)).status == "pass"
     bad = check_versions_agree("570.133.07", parse_smi(SMI_MISMATCH))
     assert bad.status == "fail"
     assert bad.value == {"kernel": "570.133.07", "userspace": "570.124"}
-    assert "reboot" in bad.hint
+    assert "reboot" in (bad.hint or "")
     assert check_versions_agree("550.120", parse_smi(SMI_CSV)).status == "fail"
     assert check_versions_agree(None, None).status == "skip"
 
 
-def test_host_checks_without_gpu_stop_at_presence():
+def test_host_checks_without_gpu_stop_at_presence() -> None:
     checks = host_checks(HostFacts(), None, None, smi_found=False)
     assert [(c.id, c.status) for c in checks] == [("gpu-present", "fail")]
 
 
-def test_host_checks_from_a_recorded_host(tmp_path):
+def test_host_checks_from_a_recorded_host(tmp_path: Path) -> None:
     """The same probe code a live host runs, fed from a bundle (docs/design.md bundle format)."""
     (tmp_path / "root/sys/module/nvidia").mkdir(parents=True)
     (tmp_path / "root/sys/module/nvidia/version").write_text("570.133.07\n")
@@ -252,18 +264,19 @@ def test_host_checks_from_a_recorded_host(tmp_path):
     assert {c.status for c in checks.values()} == {"pass"}
 
 
-def test_progress_parsing():
+def test_progress_parsing() -> None:
     start = json.dumps({"event": "start", "time": 1.0, "python": "/v/bin/python"})
     step = json.dumps({"event": "step", "step": "amp", "time": 2.0, "pid": 42})
     end = json.dumps({"event": "end", "outcome": "finished"})
     hung = parse_progress("\n".join([start, step]) + '\n{"event": "st')  # cut by power loss
+    assert hung is not None
     assert (hung.step, hung.pid, hung.python) == ("amp", 42, "/v/bin/python")
     assert "at step `amp`" in hung.describe()
     assert parse_progress("\n".join([start, step, end])) is None
     assert parse_progress("") is None
 
 
-def test_malformed_child_record_is_a_failure():
+def test_malformed_child_record_is_a_failure() -> None:
     assert Check.from_record({"kind": "check", "id": "x", "status": "great"}).status == "fail"
     assert Check.from_record({"id": "x", "status": "skip", "detail": "d"}).ok is None
 
@@ -285,7 +298,7 @@ def test_malformed_child_record_is_a_failure():
         (["--python", PY, "--burn-in", "-1"], "--burn-in -1 is out of range"),
     ],
 )
-def test_bad_input_exits_2(args, message):
+def test_bad_input_exits_2(args: list[Any], message: str) -> None:
     res = run_cli(*args, timeout=30)
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith(f"error: {message}")
@@ -295,7 +308,7 @@ def test_bad_input_exits_2(args, message):
     assert not (state() / "reports").exists()  # nothing written
 
 
-def test_a_relative_python_path_works(tmp_path):
+def test_a_relative_python_path_works(tmp_path: Path) -> None:
     """The child starts in its scratch directory: a relative --python must still name the
     interpreter it named in the caller's directory."""
     rel = os.path.relpath(PY)
@@ -304,7 +317,7 @@ def test_a_relative_python_path_works(tmp_path):
     assert os.path.abspath(rel) in res.stdout.splitlines()[0]
 
 
-def test_python_bare_name_is_looked_up():
+def test_python_bare_name_is_looked_up() -> None:
     import shutil
 
     assert target_python(VerifyOptions(python=Path(PY).name)) == (
@@ -316,7 +329,7 @@ def test_python_bare_name_is_looked_up():
 # -- the real child ------------------------------------------------------------------------------
 
 
-def test_cpu_quick_end_to_end():
+def test_cpu_quick_end_to_end() -> None:
     res = run_cli("--python", PY, "--device", "cpu", "--quick", "--json")
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
@@ -358,7 +371,7 @@ def test_cpu_quick_end_to_end():
     ]
 
 
-def test_cpu_table_and_burn_in():
+def test_cpu_table_and_burn_in() -> None:
     res = run_cli(
         "--python", PY, "--device", "cpu", "--quick", "--burn-in", "0.05", "--skip", "matmul"
     )
@@ -372,7 +385,7 @@ def test_cpu_table_and_burn_in():
     assert res.stderr.strip().splitlines()[-1].startswith("report: ")
 
 
-def test_auto_without_a_cuda_device_fails():
+def test_auto_without_a_cuda_device_fails() -> None:
     """This machine has no GPU and a CPU-only torch: exit 1, saying what is missing."""
     res = run_cli("--python", PY)
     assert res.returncode == 1
@@ -381,7 +394,7 @@ def test_auto_without_a_cuda_device_fails():
     assert "FAILED" in res.stdout
 
 
-def test_cpu_only_torch_while_the_host_has_an_nvidia_gpu(tmp_path):
+def test_cpu_only_torch_while_the_host_has_an_nvidia_gpu(tmp_path: Path) -> None:
     (tmp_path / "root/sys/module/nvidia").mkdir(parents=True)
     (tmp_path / "root/sys/module/nvidia/version").write_text("550.163.01\n")
     (tmp_path / "commands").mkdir()
@@ -400,7 +413,7 @@ def test_cpu_only_torch_while_the_host_has_an_nvidia_gpu(tmp_path):
     assert report.host["connection"] == "thunderbolt"
 
 
-def test_torch_missing_in_the_target_venv(tmp_path):
+def test_torch_missing_in_the_target_venv(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     res = run_cli("--venv", str(venv), "--device", "cpu", "--json")
@@ -414,7 +427,7 @@ def test_torch_missing_in_the_target_venv(tmp_path):
     assert "hint: install torch into this venv" in res.stderr
 
 
-def test_isolated_child_ignores_pythonpath(tmp_path):
+def test_isolated_child_ignores_pythonpath(tmp_path: Path) -> None:
     """A venv child runs with -I: a `torch` shadow on PYTHONPATH must not be picked up."""
     venv = make_venv(tmp_path / "venv", with_torch=True)
     shadow = tmp_path / "shadow"
@@ -434,7 +447,7 @@ def test_isolated_child_ignores_pythonpath(tmp_path):
     assert "PASS  torch-import" in res.stdout
 
 
-def test_the_child_inherits_only_what_chooses_its_device(faulty, tmp_path):
+def test_the_child_inherits_only_what_chooses_its_device(faulty: Arm, tmp_path: Path) -> None:
     """The child's environment as the child itself sees it (written from inside it by
     tests/helpers/child_faults.py): the caller's PATH, PYTHONPATH, LD_PRELOAD,
     COVERAGE_PROCESS_START and our own EGPU_SETUP_* variables stay behind; what chooses and
@@ -467,7 +480,7 @@ def test_the_child_inherits_only_what_chooses_its_device(faulty, tmp_path):
         assert name not in seen
 
 
-def test_a_child_that_floods_its_output_is_stopped_within_the_cap(faulty):
+def test_a_child_that_floods_its_output_is_stopped_within_the_cap(faulty: Arm) -> None:
     """Was: every line of a flooding child was kept (1.6 GiB in 25 s). Now the reader stops it
     at MAX_OUTPUT_BYTES, ends its session and says so; what it wrote on stderr keeps its tail
     only."""
@@ -493,7 +506,7 @@ def test_a_child_that_floods_its_output_is_stopped_within_the_cap(faulty):
     assert peak_kib < 1024 * 1024, peak_kib
 
 
-def test_hanging_child_is_killed_and_reported(faulty):
+def test_hanging_child_is_killed_and_reported(faulty: Arm) -> None:
     python = faulty(hang="matmul")
     t0 = time.monotonic()
     res = run_cli("--python", python, "--device", "cpu", "--quick", "--timeout", "8", "--json")
@@ -523,7 +536,7 @@ def child_state(pid: int) -> str | None:
         return None
 
 
-def test_lockup_is_reported_on_the_next_run(faulty):
+def test_lockup_is_reported_on_the_next_run(faulty: Arm) -> None:
     """The tool itself dies mid-step (what a hard lock-up looks like after the reboot)."""
     python = faulty(hang="amp")
     proc = subprocess.Popen(
@@ -559,7 +572,7 @@ def test_lockup_is_reported_on_the_next_run(faulty):
     assert (state() / "verify/progress.prev.jsonl").exists()
 
 
-def test_crashing_child_is_reported(faulty):
+def test_crashing_child_is_reported(faulty: Arm) -> None:
     python = faulty(crash="amp")
     res = run_cli("--python", python, "--device", "cpu", "--quick", "--json")
     assert res.returncode == 1
@@ -573,7 +586,7 @@ def test_crashing_child_is_reported(faulty):
     assert ids(report)["matmul-fp32"]["ok"] is True
 
 
-def test_another_verify_running_exits_5():
+def test_another_verify_running_exits_5() -> None:
     from egpu_setup.state.lock import RunLock
 
     (state() / "verify").mkdir(parents=True, exist_ok=True)
@@ -583,7 +596,7 @@ def test_another_verify_running_exits_5():
     assert res.stderr.startswith("error: another egpu-setup run holds")
 
 
-def test_cpu_full_runs_a_two_rank_ddp_smoke():
+def test_cpu_full_runs_a_two_rank_ddp_smoke() -> None:
     """Without --quick the CPU path runs the DDP step too (gloo, 2 ranks): the same code that
     runs NCCL between two GPUs."""
     res = run_cli("--python", PY, "--device", "cpu", "--skip", "matmul,amp", "--json")
@@ -595,7 +608,7 @@ def test_cpu_full_runs_a_two_rank_ddp_smoke():
     assert ddp["detail"].startswith("2 ranks, gloo: all-reduce correct, DDP step ran"), ddp
 
 
-def test_a_rank_aborted_after_its_result_still_passes_and_says_so(faulty):
+def test_a_rank_aborted_after_its_result_still_passes_and_says_so(faulty: Arm) -> None:
     """gloo can abort a rank while the group is torn down (seen as a SIGABRT under load, after
     every rank wrote its result): the all-reduce and the DDP step ran, so the check passes and
     its detail says what happened after."""

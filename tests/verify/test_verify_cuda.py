@@ -18,14 +18,16 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from conftest import REPO
+from egpu_setup.detect.facts import HostFacts
 from egpu_setup.detect.probe import detect_host
 from egpu_setup.host import process
 from egpu_setup.host.machine import RecordedHost
+from egpu_setup.profile.types import Profile
 from egpu_setup.verify import _child as child
 from egpu_setup.verify import session
 from egpu_setup.verify.references import ThroughputReference
@@ -56,7 +58,7 @@ class Run:
     name: str
     outcome: ChildOutcome
     report: Any = None  # the VerifyReport, for runs through run_verify
-    events: tuple = ()
+    events: tuple[Any, ...] = ()
 
     @property
     def checks(self) -> dict[str, dict[str, Any]]:
@@ -70,7 +72,7 @@ class Run:
 class Scenarios:
     """Runs each scenario once per module, on first use, with coverage measuring the child."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path) -> None:
         self.root = root
         self.runs: dict[str, Run] = {}
         self.cov_dir = root / "coverage"
@@ -113,9 +115,9 @@ class Scenarios:
         scenario: rec.Scenario | None,
         options: VerifyOptions,
         *,
-        facts=None,
-        host=None,
-        profile=None,
+        facts: HostFacts | None = None,
+        host: RecordedHost | None = None,
+        profile: Profile | None = None,
         overrides: dict[str, Any] | None = None,
         python: str | None = None,
         timeout: float = 240,
@@ -149,7 +151,9 @@ class Scenarios:
             outcome = run_child(python or self.python, True, config, work, timeout)
         return Run(directory.name, outcome)
 
-    def verify(self, directory: Path, scenario: rec.Scenario, options: VerifyOptions, **kw) -> Run:
+    def verify(
+        self, directory: Path, scenario: rec.Scenario, options: VerifyOptions, **kw: Any
+    ) -> Run:
         """The whole run_verify, the way the command runs it, events recorded."""
         events: list[tuple[str, Any]] = []
         env = self.env(scenario, directory)
@@ -163,9 +167,9 @@ class Scenarios:
             ]
             if smi:
                 mp.setattr(process, "SYSTEM_PATH", f"{smi[0]}:{process.SYSTEM_PATH}")
-            for key in list(session.TRAIN_SHAPES):
-                if key[0] == "cuda":
-                    mp.setitem(session.TRAIN_SHAPES, key, dict(SHAPE))
+            for shape in list(session.TRAIN_SHAPES):
+                if shape[0] == "cuda":
+                    mp.setitem(session.TRAIN_SHAPES, shape, dict(SHAPE))
             report = run_verify(
                 options, on_event=lambda kind, payload: events.append((kind, payload)), **kw
             )
@@ -188,16 +192,19 @@ def measure(venv: Path, rc: Path) -> None:
 # -- the recorded machines --------------------------------------------------------------------
 
 
-def recorded(host: str):
+def recorded(host: str) -> tuple[RecordedHost, HostFacts]:
     h = RecordedHost(HOSTS / host)
     return h, detect_host(h, run_smi=True)
 
 
-def in_enclosure(host_name: str, card: str, driver_cuda: int, branch: int, samples: list):
+def in_enclosure(
+    host_name: str, card: str, driver_cuda: int, branch: int, samples: list[Any]
+) -> tuple[RecordedHost, HostFacts, rec.Scenario]:
     """A recorded card in the eGPU slot of a recorded laptop: (host, facts, scenario). No CUDA
     bandwidthTest over Thunderbolt/USB4 exists, so data moves at the tunnel's link rate."""
     host, facts = recorded(host_name)
     egpu = facts.egpu
+    assert egpu is not None
     tb_gen = min((d.generation for d in facts.thunderbolt.devices if d.generation), default=None)
     rate = rec.link_rate(egpu.connection, tb_gen, egpu.link.speed_gts, egpu.link.width)
     sc = rec.Scenario(
@@ -366,7 +373,12 @@ def unavailable(ctx: Scenarios, d: Path) -> Run:
 
 
 def failing(
-    ctx: Scenarios, d: Path, title: str, faults: dict, options: VerifyOptions, **overrides: Any
+    ctx: Scenarios,
+    d: Path,
+    title: str,
+    faults: dict[str, Any],
+    options: VerifyOptions,
+    **overrides: Any,
 ) -> Run:
     """The recorded RTX 3090 (two of them for DDP) with scripted faults; its link moves a round
     10 GB/s, a rate none of these runs judges."""
@@ -525,7 +537,9 @@ def hung(ctx: Scenarios, d: Path) -> Run:
     )
 
 
-def _radeon_scenario(title: str, arch_list: list[str]):
+def _radeon_scenario(
+    title: str, arch_list: list[str]
+) -> tuple[RecordedHost, HostFacts, rec.Scenario]:
     """(host, facts, scenario) of the RX 7900 XTX in the recorded OCuLink laptop."""
     host, facts = recorded("oculink-rx7900xtx-debian12")
     (egpu,) = [g for g in facts.gpus if g.vendor == "amd" and g.external]  # facts.egpu: NVIDIA's
@@ -999,7 +1013,7 @@ def test_pure_judges() -> None:
         "reasons": 0x48,
     }
     assert child.parse_sample("[N/A], [N/A], [N/A]") is None
-    assert child.parse_sample("1, 2, 0xZZ")["reasons"] is None
+    assert (child.parse_sample("1, 2, 0xZZ") or {})["reasons"] is None
     assert child.parse_sample("") is None
     assert child.matmul_size_for(0.7e9, 0.1) == 320  # a CPU emulating bf16: a small product
     # the parent's progress log as the child reads it: a line that is not JSON (torn by a
@@ -1037,7 +1051,8 @@ def test_pure_judges() -> None:
     assert child.judge_ratio(10.0, 82.6, 0.25, 0.5) == "fail"
     assert child.judge_ratio(40.0, 82.6, 0.25, 0.5) == "warn"
     assert child.read_link(None) == {}
-    assert child.cpu_native_bf16(object()) in (True, False, None)  # no probes: /proc/cpuinfo
+    no_probes = cast(child.Torch, object())  # a torch without the probes: /proc/cpuinfo
+    assert child.cpu_native_bf16(no_probes) in (True, False, None)
 
 
 REPORTS = sorted((REPO / "docs" / "reports").glob("verify-*.json"))
@@ -1083,14 +1098,14 @@ def test_from_report_makes_a_scenario() -> None:
     sc = rec.from_report(report, "shape")
     assert sc.gpus[0]["pci"] == {"domain": 0, "bus": 0x18, "device": 0}
     assert (sc.driver_cuda, sc.tflops) == (12080, {"4096": {"fp32": 51.0}})
-    assert sc.smi["samples"][0]["temperature_c"] == 40.0
+    assert sc.smi is not None and sc.smi["samples"][0]["temperature_c"] == 40.0
 
 
 # -- the gate ------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_every_line_of_the_child_runs(runs: Scenarios, capsys: pytest.CaptureFixture) -> None:
+def test_every_line_of_the_child_runs(runs: Scenarios, capsys: pytest.CaptureFixture[str]) -> None:
     """Every scenario together executes every line of _child.py but those in UNEXECUTED; a
     typo in a CUDA-only line therefore fails a test above, and an unexecuted new line fails
     here."""

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RunCli
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
 NOBODY = 65534
 
 
 @needs_root
-def test_a_users_venv_is_verified_as_that_user(cli) -> None:
+def test_a_users_venv_is_verified_as_that_user(cli: RunCli) -> None:
     # pytest's own tmp dirs are 0700 root: nobody could not even reach the venv there
     tmp_path = Path(tempfile.mkdtemp(prefix="egpu-setup-owner-"))
     tmp_path.chmod(0o755)
@@ -24,7 +26,7 @@ def test_a_users_venv_is_verified_as_that_user(cli) -> None:
         shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def _run_as_nobody(cli, tmp_path: Path) -> None:
+def _run_as_nobody(cli: RunCli, tmp_path: Path) -> None:
     venv = tmp_path / "alice-venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,7 @@ def test_stderr_is_kept_and_a_missing_interpreter_raises(tmp_path: Path) -> None
 # -- what the command prints ---------------------------------------------------------------------
 
 
-def report(checks: tuple[Check, ...], device: dict) -> VerifyReport:
+def report(checks: tuple[Check, ...], device: dict[str, Any]) -> VerifyReport:
     return VerifyReport(
         checks=checks,
         device=device,
@@ -163,6 +164,7 @@ def test_the_command_prints_while_the_child_works() -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None
     try:
         first = proc.stdout.readline()
         while first and "torch-import" not in first:
