@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 import yaml
@@ -94,7 +96,7 @@ def test_ansible_lint_clean(tmp_path: Path) -> None:
 # -- the argument spec: complete, validated by ansible, the README generated from it ---------------
 
 
-def _readme_renderer():
+def _readme_renderer() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "render_role_readme", ANSIBLE / "render_role_readme.py"
     )
@@ -154,13 +156,14 @@ def test_ansible_doc_reads_the_spec(tmp_path: Path) -> None:
     assert doc["options"]["egpu_setup_reboot_method"]["choices"] == ["module", "tasks"]
 
 
-def _only_validation_ran(out: dict) -> dict:
+def _only_validation_ran(out: dict[str, Any]) -> dict[str, Any]:
     """The spec's failure, and proof that no role task ran before or after it."""
     tasks = [t for t in out["tasks"] if t["task"] != "Gathering Facts"]
     assert len(tasks) == 1, [t["task"] for t in tasks]
     assert tasks[0]["task"].startswith("egpu_setup : Validating arguments against arg spec 'main'")
     assert tasks[0]["result"]["failed"]
-    return tasks[0]["result"]
+    loaded: dict[str, Any] = tasks[0]["result"]
+    return loaded
 
 
 def test_bad_source_is_refused(tmp_path: Path) -> None:
@@ -210,7 +213,9 @@ def test_wrong_type_in_the_inventory_fails_before_anything_runs(tmp_path: Path) 
     ],
     ids=["wheel-without-wheel", "tasks-without-file", "args-as-string"],
 )
-def test_what_the_spec_cannot_check_is_refused(tmp_path: Path, role_vars: dict, needs: str) -> None:
+def test_what_the_spec_cannot_check_is_refused(
+    tmp_path: Path, role_vars: dict[str, Any], needs: str
+) -> None:
     play = write_playbook(tmp_path, egpu_setup_tool_venv=str(tmp_path / "v"),
                           egpu_setup_manage_python_venv=False, **role_vars)  # fmt: skip
     out, proc = run_play(tmp_path, play)

@@ -20,6 +20,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ pytestmark = [needs_ansible, pytest.mark.ansible]
 MACHINE_ID = Path("/etc/machine-id")
 
 
-def _installs(calls: list[dict]) -> list[dict]:
+def _installs(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [c for c in calls if "install" in c["argv"]]
 
 
@@ -120,7 +121,7 @@ def test_reboot_then_the_same_install_again_converges(tmp_path: Path) -> None:
     ids=["reboot-disabled", "module-over-local-connection", "asks-again-after-the-reboot"],
 )
 def test_a_host_still_needing_a_reboot_fails_the_play(
-    tmp_path: Path, setting: dict, reason: str
+    tmp_path: Path, setting: dict[str, Any], reason: str
 ) -> None:
     reboots_needed = setting.pop("reboots_needed", 1)
     role_vars = standin_host(tmp_path, "laptop", reboots_needed=reboots_needed)

@@ -24,7 +24,7 @@ SLOW = {"torch_uv_vs_pip.py", "bundle_fetch.py", "verify_cpu.py", "ansible_forks
     [pytest.param(p, marks=[pytest.mark.slow] if p.name in SLOW else []) for p in BENCHMARKS],
     ids=lambda p: p.name,
 )
-def test_the_benchmark_runs_from_the_repo_root(script) -> None:
+def test_the_benchmark_runs_from_the_repo_root(script: Path) -> None:
     res = subprocess.run(
         [sys.executable, str(script.relative_to(REPO)), "--smoke"],
         cwd=REPO,  # where `python -m egpu_setup` would import the source tree: they must not

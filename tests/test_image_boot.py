@@ -44,11 +44,13 @@ import pytest
 
 from egpu_setup.host.image_root import clean_leftovers
 from egpu_setup.image.additions import DEBIAN_PERSISTENCED
-from egpu_setup.image.tool import TOOL_BIN, TOOL_LINK, TOOL_VENV
+from egpu_setup.image.tool import TOOL_LINK
 from egpu_setup.install.mok_key import DEFAULT_NAME, IMAGE_CERT
+from egpu_setup.state.paths import TOOL_BIN, TOOL_VENV
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 from helpers import debroot as _debroot
 from helpers import image, pypi_index, vm
+from helpers.image import Phases, Ran
 
 pytestmark = [pytest.mark.debootstrap, pytest.mark.qemu]
 
@@ -167,9 +169,9 @@ def test_mounts_a_killed_run_left_in_the_hosts_namespace_are_removed_before_the_
 @dataclass(frozen=True)
 class LabImage:
     image: image.Image
-    phases: image.Phases
+    phases: Phases
     log: Path
-    installed: image.Ran
+    installed: Ran
     index_requests: tuple[str, ...]
     before: dict[str, tuple[object, ...]]  # the base image, before egpu-setup touched it
     packages_before: frozenset[str]

@@ -1,5 +1,6 @@
 """ruff and mypy are part of the suite: style or type drift fails the same command as a broken
-test (mypy's settings live in pyproject.toml: egpu_setup, scripts and benchmarks, every function typed)."""
+test (mypy's settings live in pyproject.toml: the package, scripts, benchmarks and these tests,
+every function typed)."""
 
 from __future__ import annotations
 

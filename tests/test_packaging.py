@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, RunCli
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_the_man_page_is_generated_from_the_current_help() -> None:
     assert "\\-\\-profile" in page or "--profile" in page
 
 
-def test_version_from_the_command_and_from_python_m(cli) -> None:
+def test_version_from_the_command_and_from_python_m(cli: RunCli) -> None:
     from egpu_setup import __version__
 
     res = cli("--version")

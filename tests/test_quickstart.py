@@ -33,7 +33,9 @@ def readme_commands() -> list[str]:
     return [line.split("  #")[0].strip() for line in block.group(1).splitlines() if line.strip()]
 
 
-def chroot(root: Path, script: str, env: dict[str, str] | None = None, timeout: float = 600):
+def chroot(
+    root: Path, script: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["chroot", str(root), "bash", "-c", script],
         capture_output=True,
@@ -116,6 +118,12 @@ def test_install_script_refuses_a_non_root_user(stock_debian12: Path) -> None:
 
 
 def _dependencies() -> list[str]:
-    import tomllib
+    if sys.version_info < (3, 11):  # mypy checks as the oldest Python the package supports
+        pytest.skip("reading pyproject.toml needs Python 3.11's tomllib")
+    else:
+        import tomllib
 
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+        project: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text())[
+            "project"
+        ]
+        return project["dependencies"]

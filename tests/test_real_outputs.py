@@ -90,7 +90,7 @@ def same_product(a: Any, b: Any) -> bool:
     """Two spellings of one product name: case, an "NVIDIA" prefix (nvidia-smi adds it), and
     NVIDIA's laptop markers ("Mobile / Max-Q" in pci.ids, "Laptop GPU" in nvidia-smi) aside."""
     if not isinstance(a, str) or not isinstance(b, str):
-        return a == b
+        return bool(a == b)
 
     def key(text: str) -> tuple[str, ...]:
         t = _LAPTOP.sub(" laptop ", text.casefold())
@@ -109,7 +109,9 @@ def _fact(label: str, want: Any, got: Any, same: Callable[[Any, Any], bool] | No
     return (label, want, got, bool(ok))
 
 
-def _by_address(want: list[dict], got: list[dict]) -> Iterator[tuple[int, dict, dict | None]]:
+def _by_address(
+    want: list[dict[str, Any]], got: list[dict[str, Any]]
+) -> Iterator[tuple[int, dict[str, Any], dict[str, Any] | None]]:
     """Pair each expected entry with the observed one at the same PCI address (the n-th of that
     address for the n-th expected one); entries without an address pair up in order."""
     used: set[int] = set()
@@ -127,7 +129,9 @@ def _by_address(want: list[dict], got: list[dict]) -> Iterator[tuple[int, dict, 
         yield i, w, (got[match] if match is not None else None)
 
 
-def compare_gpus(want: list[dict], got: list[dict], prefix: str = "gpus") -> list[Fact]:
+def compare_gpus(
+    want: list[dict[str, Any]], got: list[dict[str, Any]], prefix: str = "gpus"
+) -> list[Fact]:
     facts = [_fact(f"{prefix}.count", len(want), len(got))]
     for i, w, g in _by_address(want, got):
         for key, value in w.items():
@@ -172,7 +176,7 @@ def doctor_ids(tmp: Path, **files: str) -> list[str]:
     return sorted({f.id for f in diagnose(facts, collect(host, facts))})
 
 
-def check_gpus(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_gpus(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     entries = want.get("gpus") or []
     addresses = [_address(e.get("pci_address")) for e in entries]
     if all(addresses) and len(set(addresses)) == len(addresses):
@@ -185,7 +189,7 @@ def check_gpus(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
     return compare_gpus(entries, got)
 
 
-def check_nvidia_smi(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_nvidia_smi(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.detect.nvidia_smi import parse_nvidia_smi
 
     report = parse_nvidia_smi(text)
@@ -248,7 +252,7 @@ def _rx_speed(dev: Any) -> str | None:
     return text
 
 
-def check_boltctl(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_boltctl(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.detect.boltctl import parse_boltctl_list
 
     devices = parse_boltctl_list(text)
@@ -288,7 +292,7 @@ def _looks_like_lspci(text: str) -> bool:
     return bool(parse_lspci(text))
 
 
-def check_kernel_log(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_kernel_log(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.detect.lspci import parse_lspci
     from egpu_setup.doctor.dmesg import scan_dmesg
 
@@ -307,14 +311,14 @@ def check_kernel_log(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
     return facts
 
 
-def check_connection(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_connection(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.detect.pci import connection_in_text
 
     info = connection_in_text(text)
     return [_fact(key, value, getattr(info, key)) for key, value in want.items()]
 
 
-def check_glibc(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_glibc(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.compat.glibc import parse_glibc_report
 
     report = parse_glibc_report(text)
@@ -335,7 +339,7 @@ def check_glibc(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
     return facts
 
 
-def check_rocminfo(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_rocminfo(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.detect.rocm import parse_rocminfo
 
     report = parse_rocminfo(text)
@@ -354,7 +358,7 @@ def check_rocminfo(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
     return facts
 
 
-def _check_readings(want: dict, got: Any) -> list[Fact]:
+def _check_readings(want: dict[str, Any], got: Any) -> list[Fact]:
     readings = [asdict(g) for g in got]
     facts = [_fact("gpus.count", len(want["gpus"]), len(readings))]
     for i, w in enumerate(want["gpus"]):
@@ -363,19 +367,19 @@ def _check_readings(want: dict, got: Any) -> list[Fact]:
     return facts
 
 
-def check_rocm_smi(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_rocm_smi(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.detect.rocm import parse_rocm_smi
 
     return _check_readings(want, parse_rocm_smi(text))
 
 
-def check_amd_smi(name: str, text: str, want: dict, tmp: Path) -> list[Fact]:
+def check_amd_smi(name: str, text: str, want: dict[str, Any], tmp: Path) -> list[Fact]:
     from egpu_setup.detect.rocm import parse_amd_smi
 
     return _check_readings(want, parse_amd_smi(text))
 
 
-CHECKS: dict[str, Callable[[str, str, dict, Path], list[Fact]]] = {
+CHECKS: dict[str, Callable[[str, str, dict[str, Any], Path], list[Fact]]] = {
     "lspci-names": check_gpus,
     "lspci-wrapped": check_gpus,
     "lspci-tree": check_gpus,

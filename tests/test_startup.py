@@ -9,6 +9,7 @@ import importlib
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -135,8 +136,9 @@ print("AUDIT=" + json.dumps({{"opened": opened, "yaml": "yaml" in sys.modules}})
 """
 
 
-def _audit(*args: str) -> dict:
-    return json.loads(_in_child(AUDIT, "AUDIT=", args))
+def _audit(*args: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(_in_child(AUDIT, "AUDIT=", args))
+    return result
 
 
 WHAT_IF = ("resolve", "--gpu", "10de:2684", "--driver", "550.54.14", "--distro", "ubuntu-22.04")
