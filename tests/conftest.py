@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pytest
-from pluggy import Result
 
 from helpers.tiers import HEAVY, running
 
-if TYPE_CHECKING:  # helpers.sentinel imports this module: the fixture imports it when it runs
+if TYPE_CHECKING:
+    from pluggy import Result  # pluggy 1.1's name (pytest 7.4 allows older)
+
+    # helpers.sentinel imports this module: the fixture imports it when it runs
     from helpers.sentinel import Sentinel
 
 REPO = Path(__file__).resolve().parent.parent
