@@ -428,7 +428,7 @@ def assemble(
     if not outcome.finished:
         checks.append(child_check(outcome, step, timeout, device["type"]))
     verified = any(c.id == "cuda-available" and c.status == "pass" for c in checks)
-    # never success without the GPU it is meant to verify (issue #7)
+    # never success without the GPU it is meant to verify (docs/design.md, verify's exit codes)
     if options.device != "cpu" and not verified and not any(c.status == "fail" for c in checks):
         checks.append(Check("cuda-device", "fail", "no CUDA device was verified"))
     target = _target_gpu(facts)
