@@ -145,7 +145,7 @@ def compare() -> int:
     return len(differ)
 
 
-RESOLVE_GOAL_S = 0.1
+RESOLVE_GOAL_S = 0.15  # the budget in docs/testing.md: resolve with every fact given, idle
 ALL_GIVEN = ["--gpu", "10de:2684", "--driver", "550.54.14", "--distro", "ubuntu-22.04"]
 ALL_GIVEN += ["--python", "3.11"]
 

@@ -18,6 +18,7 @@ import click
 
 from egpu_setup import __version__
 from egpu_setup.errors import EXIT_INTERRUPTED, EXIT_USAGE, Aborted, EgpuSetupError, UsageError
+from egpu_setup.host.umask import take_safe_umask
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -206,9 +207,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point. Click runs with standalone_mode=False so that every failure, Click's
     own usage errors included, is printed as `error:` + `hint:` with the exit codes of
     docs/design.md; `_EGPU_SETUP_COMPLETE` (shell completion) is answered by Click before that."""
-    # a caller's umask 000 never makes what a run creates writable by all (host/process.py:
-    # safe_umask, the children's; not imported here, `--help` loads no more than it needs)
-    os.umask(os.umask(0o022) | 0o022)
+    take_safe_umask()  # a caller's umask 000 never makes what a run creates writable by all
     request = os.environ.get("_EGPU_SETUP_COMPLETE")
     if request:
         _check_completion_request(request)

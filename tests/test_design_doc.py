@@ -82,3 +82,18 @@ def test_the_hostile_count_docs_testing_quotes_is_the_suites() -> None:
     collected = re.search(r"^(\d+) tests? collected", out, re.M)
     assert collected, out[-2000:]
     assert int(quoted[1]) == int(collected[1])
+
+
+def test_every_environment_variable_the_package_names_is_in_the_table() -> None:
+    """A variable that shipped code reads and the contracts do not name is a seam nobody can
+    find (or one only a test sets): each is a row of design.md's environment table."""
+    named = re.compile(r"(?<![\w$])_?EGPU_SETUP_[A-Z][A-Z0-9_]*")
+    found = {
+        m.group(0): path.relative_to(REPO).as_posix()
+        for path in sorted((REPO / "egpu_setup").rglob("*.py"))
+        for m in named.finditer(path.read_text(encoding="utf-8"))
+    }
+    assert found, "the pattern found no variable: it tests nothing"
+    table = DESIGN.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    missing = {name: where for name, where in found.items() if f"| `{name}` |" not in table}
+    assert missing == {}

@@ -6,6 +6,7 @@ with every fact given reads nothing of this machine."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import subprocess
 import sys
@@ -94,7 +95,13 @@ def _ours_after(*args: str) -> list[str]:
 
 
 def test_help_imports_the_command_table_and_no_command() -> None:
-    assert _ours_after("--help") == ["egpu_setup", "egpu_setup.cli", "egpu_setup.errors"]
+    assert _ours_after("--help") == [
+        "egpu_setup",
+        "egpu_setup.cli",
+        "egpu_setup.errors",
+        "egpu_setup.host",
+        "egpu_setup.host.umask",
+    ]
 
 
 def test_detect_imports_no_other_command() -> None:
@@ -144,8 +151,15 @@ def _audit(*args: str) -> dict[str, Any]:
 WHAT_IF = ("resolve", "--gpu", "10de:2684", "--driver", "550.54.14", "--distro", "ubuntu-22.04")
 
 
+_MACHINE = ("sys", "proc", "etc", "dev")
+
+
 def _host_reads(opened: list[str]) -> list[str]:
-    return [p for p in opened if p.startswith(("/sys", "/proc", "/etc/os-release", "/dev"))]
+    """This machine's files among `opened`: by path, or by the Host's descriptor walk, which
+    opens "/" and then each name beneath it (host/machine.py: no link followed)."""
+    by_path = [p for p in opened if p.startswith(tuple(f"/{top}" for top in _MACHINE))]
+    walked = [f"/{b}" for a, b in itertools.pairwise(opened) if a == "/" and b in _MACHINE]
+    return by_path + walked
 
 
 def test_resolve_with_every_fact_given_reads_nothing_of_this_machine() -> None:

@@ -14,6 +14,7 @@ from egpu_setup.commands._options import (
     root_option,
     venv_option,
 )
+from egpu_setup.state.paths import TORCH_VENV
 
 EPILOG = """\b
 Examples:
@@ -28,7 +29,7 @@ Exit codes: 0 done, or nothing to do yet (no eGPU: it runs again at the next boo
 
 @click.command(epilog=EPILOG)
 @profile_option("Profile name or file.", "profile", required=True)
-@venv_option("The torch venv verify runs.", default="/opt/egpu-setup/venv")
+@venv_option("The torch venv verify runs.", default=TORCH_VENV)
 @enclosure_option(
     "A Thunderbolt unique_id that may be enrolled (besides the profile's; repeatable).",
     "enclosures",

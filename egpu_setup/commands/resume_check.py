@@ -9,6 +9,7 @@ import click
 
 from egpu_setup.commands._options import echo_json, json_option, root_option, venv_option
 from egpu_setup.errors import EXIT_FAILED
+from egpu_setup.state.paths import TORCH_VENV
 from egpu_setup.text import plain
 
 
@@ -31,7 +32,7 @@ Examples:
 )
 @venv_option(
     "The torch venv `verify --quick` runs in when a CUDA process used the eGPU.",
-    default="/opt/egpu-setup/venv",
+    default=TORCH_VENV,
 )
 def command(as_json: bool, root: str | None, before_sleep: bool, venv: str) -> None:
     """After a resume: check the enclosure is still authorized and the eGPU is on the bus with

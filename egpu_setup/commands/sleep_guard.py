@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from egpu_setup.install.sleep_guard import DEFAULT_INTERVAL_S
+
 
 @click.command(
     "sleep-guard",
@@ -37,7 +39,7 @@ Examples:
 @click.option(
     "--interval",
     type=float,
-    default=5.0,
+    default=DEFAULT_INTERVAL_S,
     show_default=True,
     help="Seconds between looks at the processes holding the node.",
 )

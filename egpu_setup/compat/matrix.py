@@ -614,7 +614,7 @@ def apply_overlay(matrix: Matrix, overlay: dict[str, Any]) -> Matrix:
                 continue
             mine = base.variant(name) if base else None
             if mine is None:
-                mine = _inherit_variant(out, matrix.torch, version, name)
+                mine = _inherit_variant(matrix.torch, version, name)
                 if mine is None:
                     notes.append(f"torch {version}+{name}: arch list unknown; skipped")
                     continue
@@ -645,7 +645,7 @@ def apply_overlay(matrix: Matrix, overlay: dict[str, Any]) -> Matrix:
 
 
 def _inherit_variant(
-    newer_done: list[TorchVersion], snapshot: tuple[TorchVersion, ...], version: str, name: str
+    snapshot: tuple[TorchVersion, ...], version: str, name: str
 ) -> TorchVariant | None:
     key = version_key(version)
     for row in snapshot:  # newest first: the first older release with this variant

@@ -12,5 +12,6 @@ tree and which GPU is external), `pciids`, `sysfs` (attribute parsers), `lspci`,
 (one nvidia-smi reading of temperature, power, throttling and link; the kernel log's Xids),
 `dpkg_status` (dpkg's database and apt pins: the driver's packages and the versions a hold
 keeps), `rocm` (AMD's `rocminfo`, `rocm-smi`, `amd-smi`), `amdgpu_log` (amdgpu's hung rings,
-resets, failed init and SMU lines).
+resets, failed init and SMU lines), `processes` (which process holds which file: /proc's fd
+links and maps, what `fuser -v` prints).
 """

@@ -66,10 +66,6 @@ class ManagerHit:
     def tool(self) -> str:
         return self.manager.id
 
-    @property
-    def disables_nvidia(self) -> bool:
-        return self.effect == "disables-nvidia"
-
 
 @dataclass(frozen=True)
 class ManagerState:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice
+from egpu_setup.detect.processes import probe_procs
 from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError, UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.log import get_logger
@@ -142,27 +143,15 @@ def gpu_users(
             for p in host.glob(f"/sys/bus/pci/devices/{fn}/drm", "renderD*")
         }
     users = []
-    for pid in host.listdir("/proc"):
-        if not pid.isdigit():
+    for proc in probe_procs(host):
+        nodes = sorted(p for p in proc.paths if _node_belongs(p, minor, only_gpu, dri_nodes))
+        if not nodes or (proc.comm == _PERSISTENCED_COMM and _is_persistenced(host, proc.pid)):
             continue
-        comm = host.read_attr(f"/proc/{pid}/comm") or "?"
-        if comm == _PERSISTENCED_COMM and _is_persistenced(host, pid):
-            continue
-        nodes = set()
-        for fd in host.listdir(f"/proc/{pid}/fd"):
-            target = host.readlink(f"/proc/{pid}/fd/{fd}")
-            if target and _node_belongs(target, minor, only_gpu, dri_nodes):
-                nodes.add(target)
-        for line in (host.read(f"/proc/{pid}/maps") or "").splitlines():
-            path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
-            if path and _node_belongs(path, minor, only_gpu, dri_nodes):
-                nodes.add(path)
-        if nodes:
-            users.append(f"pid {pid} ({comm}): {', '.join(sorted(nodes))}")
+        users.append(f"pid {proc.pid} ({proc.comm}): {', '.join(nodes)}")
     return tuple(users)
 
 
-def _is_persistenced(host: Host, pid: str) -> bool:
+def _is_persistenced(host: Host, pid: int | str) -> bool:
     """Whether `pid` runs NVIDIA's daemon: a name is not enough, any process sets its own
     (prctl(2) PR_SET_NAME, or a write to /proc/self/comm: proc(5)), so its program (exe) must
     be the daemon's binary too, which only root installs."""

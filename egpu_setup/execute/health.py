@@ -27,7 +27,6 @@ MAX_DAYS = 400  # a year of terms, one summary a day
 MAX_RECENT = 360  # six hours of readings at the timer's 60 s
 MAX_XID_LINES = 100
 MAX_HEALTH_BYTES = 256 * 1024
-DEFAULT_INTERVAL_S = 60  # egpu-setup-health.timer's OnUnitActiveSec
 
 
 def fold_sample(

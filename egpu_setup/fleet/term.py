@@ -36,10 +36,6 @@ class HealthTerm:
     def too_hot(self) -> bool:
         return self.peak_c is not None and self.limit_c is not None and self.peak_c >= self.limit_c
 
-    @property
-    def xid_count(self) -> int:
-        return sum(n for _, n in self.xids)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "days": self.days,

@@ -8,5 +8,6 @@ or refuse),
 `tracked_session` (verify's child: every descendant, setsid() ones too, ended afterwards),
 `identity` (the hash of /etc/machine-id every report records),
 `libc` (syncfs(2), prctl(2) and capset(2), which the os module lacks),
-`dpkg_lock` (who holds dpkg's lock, from /proc/locks).
+`dpkg_lock` (who holds dpkg's lock, from /proc/locks),
+`umask` (the floor every run and child takes: no group or world write bits).
 """

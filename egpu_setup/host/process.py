@@ -25,7 +25,7 @@ a recording; this module does the spawning for all of them:
 - Every child dies with egpu-setup: the kernel sends it SIGKILL when its parent dies
   (PR_SET_PDEATHSIG, prctl(2)), and its session is told to the recorders of `recording()` (the
   run lock, state/lock.py, keeps them) so the next run ends a grandchild a kill -9 orphaned.
-- Every child starts with at least the umask 022 (`safe_umask`), whatever the caller's shell
+- Every child starts with at least the umask 022 (`host/umask.py`), whatever the caller's shell
   had: a root run from a `umask 000` shell must not leave pip's venv files, or anything else a
   child creates without naming a mode, writable by everyone (umask(2)). egpu-setup itself takes
   the same mask at its start (cli.main), for what it creates without naming a mode.
@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from egpu_setup.errors import ExecutionError
+from egpu_setup.host.umask import safe_umask
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the oldest go first
 DRAIN_S = 2.0  # after the child exited: how long output still arriving is read
@@ -80,7 +81,6 @@ _BY_NAME_LAUNCHERS = frozenset(
     {"env", "nice", "ionice", "nohup", "stdbuf", "timeout", "xargs", "sudo", "doas", "chrt"}
 )
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_UMASK_FLOOR = 0o022  # no group or world write bits on anything a child creates
 
 
 @dataclass(frozen=True)
@@ -214,14 +214,6 @@ def spawn(
         stuck=stuck,
         seconds=time.monotonic() - started,
     )
-
-
-def safe_umask() -> int:
-    """This process's umask with the group and world write bits added (a stricter one, 077,
-    stays as it is): the mask every child starts with."""
-    current = os.umask(_UMASK_FLOOR)
-    os.umask(current)
-    return current | _UMASK_FLOOR
 
 
 def search_dirs() -> list[str]:

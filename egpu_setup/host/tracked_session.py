@@ -33,10 +33,10 @@ from pathlib import Path
 from egpu_setup.host.process import (
     die_with_parent,
     prepare,
-    safe_umask,
     started_session,
     stat_fields,
 )
+from egpu_setup.host.umask import safe_umask
 from egpu_setup.log import get_logger
 
 log = get_logger("egpu_setup.verify")
@@ -86,7 +86,7 @@ def spawn(
         user=owner[0] if owner else None,
         group=owner[1] if owner else None,
         extra_groups=[] if owner else None,
-        umask=safe_umask(),  # host/process.py: never a caller's 000
+        umask=safe_umask(),  # host/umask.py: never a caller's 000
         preexec_fn=die_with_parent(),  # no threads start children here
     )
     started_session(proc.pid)

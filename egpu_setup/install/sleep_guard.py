@@ -23,9 +23,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from egpu_setup.detect.processes import ProcEntry, probe_procs
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import Host
 from egpu_setup.host.process import start_time
@@ -39,16 +40,6 @@ WHY_MAX = 400  # logind shows the reason in one line (systemd-inhibit --list)
 # seconds between looks at /proc: a job that starts is covered within this time
 DEFAULT_INTERVAL_S = 5.0
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.2, 300.0
-
-
-@dataclass(frozen=True)
-class ProcEntry:
-    """What /proc shows of one process: what it has open (fd links) or mapped (maps)."""
-
-    pid: int
-    comm: str
-    uid: int | None
-    paths: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -162,34 +153,6 @@ def lock_for(
 
 
 # -- probes -------------------------------------------------------------------------------------
-
-
-def probe_procs(host: Host) -> Iterator[ProcEntry]:
-    """Every process /proc shows, with the paths its fds link to and its mapped files."""
-    for name in host.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        paths = set()
-        for fd in host.listdir(f"/proc/{name}/fd"):
-            target = host.readlink(f"/proc/{name}/fd/{fd}")
-            if target:
-                paths.add(target)
-        for line in (host.read(f"/proc/{name}/maps") or "").splitlines():
-            fields = line.split(None, 5)
-            if len(fields) == 6:
-                paths.add(fields[5].strip())
-        if paths:
-            comm = host.read_attr(f"/proc/{name}/comm") or "?"
-            yield ProcEntry(int(name), comm, _uid(host, name), tuple(sorted(paths)))
-
-
-def _uid(host: Host, pid: str) -> int | None:
-    """The real uid in /proc/PID/status (proc(5): `Uid:` real, effective, saved, fs)."""
-    for line in (host.read(f"/proc/{pid}/status") or "").splitlines():
-        if line.startswith("Uid:"):
-            fields = line.split()
-            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
-    return None
 
 
 def _user_names(uids: Iterable[int | None]) -> dict[int, str]:

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from egpu_setup.errors import UsageError
 from egpu_setup.plan.apt_sources import SOURCES_DIR
 from egpu_setup.plan.steps import DEFAULT_APT_LOCK_TIMEOUT, DEFAULT_DOWNLOAD_TIMEOUT
+from egpu_setup.state.paths import TORCH_VENV
 
 PARTS = ("driver", "torch", "config")
 
 
-DEFAULT_VENV = "/opt/egpu-setup/venv"
+DEFAULT_VENV = TORCH_VENV
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from egpu_setup.render.checks import (
 from egpu_setup.render.sleep import SleepGuard, SleepSetup, plan_sleep, plan_sleep_guard
 from egpu_setup.render.thunderbolt import ThunderboltPlan, plan_thunderbolt
 from egpu_setup.resolve.resolution import Resolution
-from egpu_setup.state.paths import TOOL_BIN
+from egpu_setup.state.paths import TOOL_BIN, TORCH_VENV
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
 
 MODES = ("compute", "display")
@@ -284,7 +284,7 @@ def build_context(
     kernel_params: Iterable[str] = (),
     tool_path: str = DEFAULT_TOOL_PATH,
     tool_exposed: bool | None = None,
-    venv: str = "/opt/egpu-setup/venv",
+    venv: str = TORCH_VENV,
     wait_timeout: int = 30,
     firstboot: FirstBoot | None = None,
     sleep_units_dir: str | None = None,

@@ -23,6 +23,7 @@ from egpu_setup.profile.types import Profile
 from egpu_setup.render.context import DEFAULT_TOOL_PATH, FirstBoot, RenderContext, build_context
 from egpu_setup.render.headers import add_header
 from egpu_setup.resolve.resolution import Resolution
+from egpu_setup.state.paths import TORCH_VENV
 
 if TYPE_CHECKING:
     import jinja2
@@ -442,7 +443,7 @@ def render_set(
     kernel_params: Iterable[str] = (),
     tool_path: str | None = None,
     tool_exposed: bool | None = None,
-    venv: str = "/opt/egpu-setup/venv",
+    venv: str = TORCH_VENV,
     wait_timeout: int = 30,
     firstboot: FirstBoot | None = None,
     sleep_units_dir: str | None = None,

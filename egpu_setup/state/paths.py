@@ -35,6 +35,9 @@ TOOL_VENV = "/opt/egpu-setup/tool"
 
 
 TOOL_BIN = f"{TOOL_VENV}/bin/egpu-setup"
+# The torch venv install makes and verify checks by default (docs/design.md, "Files on a
+# provisioned machine").
+TORCH_VENV = "/opt/egpu-setup/venv"
 # written into each venv egpu-setup creates (execute/undo.py mark_venv): the venv is root's own
 MARK_VENV = ".egpu-setup-venv"
 

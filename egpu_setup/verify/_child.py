@@ -482,7 +482,8 @@ def peak_check(
 
 
 def sampler_checks(out: Out, sampler: Sampler, expect: dict[str, Any]) -> None:
-    """Temperature, power and throttle checks from the samples (warnings only: issue #7)."""
+    """Temperature, power and throttle checks from the samples: warnings only (docs/design.md,
+    verify's exit codes)."""
     if not sampler.samples:
         reason = sampler.error or "no samples"
         for cid in ("gpu-temperature", "gpu-power", "gpu-throttle"):

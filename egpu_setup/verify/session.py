@@ -25,6 +25,7 @@ from egpu_setup.errors import EgpuSetupError, UsageError
 from egpu_setup.host.identity import machine_id_sha256
 from egpu_setup.host.machine import Host, LiveHost
 from egpu_setup.log import get_logger
+from egpu_setup.state.paths import TORCH_VENV
 from egpu_setup.verify.checks import Check
 from egpu_setup.verify.progress import PreviousRun, ProgressLog
 from egpu_setup.verify.report import VerifyReport
@@ -32,7 +33,7 @@ from egpu_setup.verify.runner import ChildOutcome, run_child
 
 log = get_logger("egpu_setup.verify")
 
-DEFAULT_VENV = "/opt/egpu-setup/venv"  # docs/design.md, "Files on a provisioned machine"
+DEFAULT_VENV = TORCH_VENV
 SKIPPABLE = ("allocation", "bandwidth", "matmul", "amp", "throughput", "burn-in", "ddp")
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
 
@@ -428,7 +429,7 @@ def assemble(
     if not outcome.finished:
         checks.append(child_check(outcome, step, timeout, device["type"]))
     verified = any(c.id == "cuda-available" and c.status == "pass" for c in checks)
-    # never success without the GPU it is meant to verify (issue #7)
+    # never success without the GPU it is meant to verify (docs/design.md, verify's exit codes)
     if options.device != "cpu" and not verified and not any(c.status == "fail" for c in checks):
         checks.append(Check("cuda-device", "fail", "no CUDA device was verified"))
     target = _target_gpu(facts)

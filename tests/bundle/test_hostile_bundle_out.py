@@ -20,7 +20,8 @@ from pathlib import Path
 
 from conftest import RunCli
 from helpers import pypi_index
-from helpers.sentinel import AS_NOBODY, NOBODY, SYSTEM_PYTHON, Sentinel, clean_error, drop_to_nobody
+from helpers import racer as racers
+from helpers.sentinel import AS_NOBODY, NOBODY, Sentinel, clean_error
 
 REPO = Path(__file__).resolve().parents[2]
 SWAP = """
@@ -91,19 +92,7 @@ def test_a_wheels_folder_swapped_for_a_link_mid_download_is_refused(
     def swap() -> None:
         if swapped:
             return
-        dfd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            done = subprocess.run(
-                [str(SYSTEM_PYTHON), "-c", SWAP, str(dfd), str(sentinel.directory)],
-                pass_fds=(dfd,),
-                preexec_fn=drop_to_nobody,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-        finally:
-            os.close(dfd)
-        swapped.append(done.stdout.strip())
+        swapped.append(racers.run(SWAP, out, str(sentinel.directory)))
 
     res = _bundle(cli, tmp_path, out, swap)
     assert swapped == ["swapped"], res.stderr

@@ -23,6 +23,7 @@ from egpu_setup.host.machine import RecordedHost, RootHost
 from egpu_setup.state.atomic import directory
 from egpu_setup.state.lock import RunLock
 from egpu_setup.state.output import OutputTree
+from helpers import racer as racers
 from helpers.sentinel import (
     AS_NOBODY,
     NOBODY,
@@ -52,34 +53,6 @@ print(flips)
 """
 
 
-def _racer(script: str, folder: Path, *args: str) -> subprocess.Popen[str]:
-    """`script` as nobody, given a descriptor of `folder` (nobody cannot walk root's tmp_path)."""
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        proc = subprocess.Popen(
-            [str(SYSTEM_PYTHON), "-c", script, str(dfd), *args],
-            pass_fds=(dfd,),
-            preexec_fn=drop_to_nobody,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-    finally:
-        os.close(dfd)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
-
-
-def _finish(proc: subprocess.Popen[str]) -> str:
-    try:
-        out, _ = proc.communicate(timeout=SECONDS + 10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return out
-
-
 def _image(tmp_path: Path) -> tuple[Path, Path]:
     """An image root of root's, with a home folder nobody owns (a user's folder in it)."""
     img = tmp_path / "img"
@@ -99,7 +72,7 @@ def test_a_link_swapped_between_lookup_and_stat_never_sends_the_answer_out_of_th
     host = RootHost(img)
     mine = os.stat(img).st_dev
     free = os.statvfs(img)
-    racer = _racer(FLIPPER, home, str(time.monotonic() + SECONDS))
+    racer = racers.start(FLIPPER, home, str(time.monotonic() + SECONDS))
     answers: set[object] = set()
     calls = 0
     try:
@@ -114,7 +87,7 @@ def test_a_link_swapped_between_lookup_and_stat_never_sends_the_answer_out_of_th
                 answers.add(host.resolve("/home/a/b/venv"))
             calls += 1
     finally:
-        flips = int(_finish(racer).split()[-1])
+        flips = racers.finish(racer, SECONDS + 10)
     assert flips > 0 and calls > 0, "the racer raced nothing"
     if ask == "filesystem_of":
         assert answers <= {mine}, f"{answers - {mine}} is not the image's filesystem ({mine})"

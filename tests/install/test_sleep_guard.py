@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import signal
 import subprocess
 import sys
@@ -20,12 +21,13 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+import yaml
 
+from egpu_setup.detect.processes import ProcEntry, probe_procs
 from egpu_setup.host.process import start_time
 from egpu_setup.install.sleep_guard import (
     GuardConfig,
     Holder,
-    ProcEntry,
     cuda_holders,
     inhibit_why,
     lock_for,
@@ -264,13 +266,68 @@ def test_bad_options_exit_2_and_start_nothing(
 CONFIG = GuardConfig("/usr/bin/systemd-inhibit", "/dev/nvidia-uvm", "block", 5.0)
 
 
-def test_display_server_alone_takes_no_lock() -> None:
-    procs = [
-        ProcEntry(1025, "Xorg", 0, ("/dev/nvidia0", "/dev/nvidia-modeset", "/dev/nvidiactl")),
-        ProcEntry(1839, "compiz", 1000, ("/dev/nvidia0", "/dev/nvidiactl")),
-    ]
-    assert cuda_holders(procs, "/dev/nvidia-uvm", {0: "root", 1000: "ray"}) == ()
-    assert lock_for(CONFIG, (), ("hold",)) is None
+FUSER = Path(__file__).parents[1] / "data/real/fuser/desktop-gtx1080-python-holds-uvm.txt"
+# one row of `fuser -v`: NODE: (first row of a node only), USER, PID, ACCESS, COMMAND
+_FUSER_ROW = re.compile(r"^(?:(/dev/\S+):)?\s+(\S+)\s+(\d+) ([F.][R.][e.][f.][m.]) (\S+)$")
+UIDS = {"root": 0, "raytroop": 1000}  # the paste names users, not uids
+
+
+def _fuser_listings(text: str) -> list[list[tuple[str, str, int, str, str]]]:
+    """Each `fuser -v` listing in a pasted terminal session: (node, user, pid, access, command)."""
+    listings: list[list[tuple[str, str, int, str, str]]] = []
+    node = ""
+    for line in text.splitlines():
+        if "$ sudo fuser -v" in line:
+            listings.append([])
+        elif (m := _FUSER_ROW.match(line)) and listings:
+            node = m.group(1) or node
+            listings[-1].append((node, m.group(2), int(m.group(3)), m.group(4), m.group(5)))
+    return listings
+
+
+def _proc_tree(root: Path, rows: list[tuple[str, str, int, str, str]]) -> None:
+    """The /proc a listing was read from: an `F` is an fd linking to the node, an `m` a line of
+    maps naming it (fuser(1) ACCESS), comm and the owner's uid in status (proc(5))."""
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    for node, user, pid, access, command in rows:
+        (root / node.lstrip("/")).touch()
+        proc = root / "proc" / str(pid)
+        (proc / "fd").mkdir(parents=True, exist_ok=True)
+        (proc / "comm").write_text(command + "\n")
+        (proc / "status").write_text(f"Name:\t{command}\nUid:\t{UIDS[user]}\t{UIDS[user]}\n")
+        if access.startswith("F"):
+            (proc / "fd" / str(len(list((proc / "fd").iterdir())) + 3)).symlink_to(node)
+        if access.endswith("m"):
+            with (proc / "maps").open("a") as maps:
+                maps.write(f"7f3c5a000000-7f3c5a100000 rw-s 00000000 00:06 446 {node}\n")
+
+
+def test_a_real_fuser_listing_is_read_as_fuser_read_it(tmp_path: Path) -> None:
+    """A user's `fuser -v /dev/nvidia*`, before and after killing the CUDA job, rebuilt as the
+    /proc it came from and read through the guard's own probe and eject's: the display server,
+    compositor and browsers hold the card and never the CUDA node, python alone holds it."""
+    from egpu_setup.execute.eject import gpu_users
+    from egpu_setup.host.machine import RootHost
+
+    listings = _fuser_listings(FUSER.read_text(encoding="utf-8").split("\n", 1)[1])
+    want = yaml.safe_load((FUSER.parent / "expected.yaml").read_text())[FUSER.name]
+    assert len(listings) == len(want) == 2
+    names = {uid: user for user, uid in UIDS.items()}
+    for n, (rows, expect) in enumerate(zip(listings, want, strict=True)):
+        root = tmp_path / f"listing-{n}"
+        _proc_tree(root, rows)
+        host = RootHost(root)
+        procs = list(probe_procs(host))
+        holders = cuda_holders(procs, "/dev/nvidia-uvm", names)
+        assert [h.describe() for h in holders] == expect["cuda"]
+        lock = lock_for(CONFIG, holders, ("hold",))
+        if expect["cuda"]:
+            assert lock is not None and lock.pids == (6943,)
+            assert "--why=CUDA on the eGPU: pid 6943 python (raytroop)" in lock.argv
+        else:
+            assert lock is None  # the display stack alone takes no lock
+        users = gpu_users(host, (), None, only_gpu=True)
+        assert [int(u.split()[1]) for u in users] == sorted(expect["any_node"])
 
 
 def test_reason_is_cut_with_a_count_and_printable() -> None:

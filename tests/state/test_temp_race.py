@@ -12,13 +12,13 @@ refuses the rename when the temp name no longer holds its file.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 
 from egpu_setup.errors import UsageError
 from egpu_setup.state.atomic import TMP_MARK, atomic_write
-from helpers.sentinel import AS_NOBODY, NOBODY, SYSTEM_PYTHON, drop_to_nobody
+from helpers import racer as racers
+from helpers.sentinel import AS_NOBODY, NOBODY
 
 SWAPS = 200  # the racer stops after this many renames ...
 SECONDS = 20  # ... or this long, whichever comes first
@@ -61,28 +61,8 @@ def test_a_link_renamed_over_the_temp_file_never_reaches_a_file_outside(tmp_path
     data = os.urandom(2 * 1024 * 1024)  # a temp file that lives long enough to be seen
     before = sentinel.stat()
 
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    racer = racers.start(RACER, folder, str(sentinel), str(SWAPS), str(time.monotonic() + SECONDS))
     try:
-        racer = subprocess.Popen(
-            [
-                str(SYSTEM_PYTHON),
-                "-c",
-                RACER,
-                str(dfd),
-                str(sentinel),
-                str(SWAPS),
-                str(time.monotonic() + SECONDS),
-            ],
-            pass_fds=(dfd,),
-            preexec_fn=drop_to_nobody,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-    finally:
-        os.close(dfd)
-    try:
-        assert racer.stdout is not None
-        assert racer.stdout.readline().strip() == "ready"
         written = refused = 0
         deadline = time.monotonic() + SECONDS
         while racer.poll() is None and time.monotonic() < deadline:
@@ -97,12 +77,8 @@ def test_a_link_renamed_over_the_temp_file_never_reaches_a_file_outside(tmp_path
                 st = target.lstat()
                 if target.is_file() and not target.is_symlink():
                     assert (st.st_uid, st.st_mode & 0o7777) == (NOBODY, 0o666)
-        out, _ = racer.communicate(timeout=SECONDS)
     finally:
-        if racer.poll() is None:
-            racer.kill()
-            racer.wait()
-    swaps = int(out.split()[-1])
+        swaps = racers.finish(racer, SECONDS)
     assert swaps > 0, "the racer never caught a temp file: the test raced nothing"
     assert refused > 0  # at least one swap was caught before the rename
     after = sentinel.stat()
