@@ -297,6 +297,28 @@ CATALOG: tuple[Spec, ...] = (
         ),
     ),
     Spec(
+        "amd-gpu-no-compute-agent",
+        "error",
+        "amd-smi (or rocm-smi) lists an AMD GPU that rocminfo does not: amdgpu drives it, but "
+        "ROCm's runtime (the kernel's KFD) did not add it, so torch cannot use it.",
+        (
+            "https://github.com/ROCm/rocminfo docs/how-to/use-rocminfo.rst (an agent per GPU "
+            "KFD added)",
+            "https://github.com/ROCm/legacy-rocm-build/issues/3072, "
+            "https://github.com/ROCm/hip/issues/3465 (a CPU agent only: torch finds no GPU)",
+        ),
+    ),
+    Spec(
+        "amd-vram-mostly-used",
+        "warning",
+        "amd-smi (or rocm-smi) reads most of the AMD GPU's memory as in use already: torch gets "
+        "only what is left.",
+        (
+            "https://github.com/ROCm/amdsmi docs/how-to/amdsmi-cli-tool.md (`amd-smi process`)",
+            "https://github.com/sebhildebrandt/systeminformation/pull/960 (VRAM% 87 on a 780M)",
+        ),
+    ),
+    Spec(
         "externally-managed-python",
         "info",
         "The system Python is externally managed (PEP 668): packages go into a venv, never the "
