@@ -304,8 +304,9 @@ CATALOG: tuple[Spec, ...] = (
         (
             "https://github.com/ROCm/rocminfo docs/how-to/use-rocminfo.rst (an agent per GPU "
             "KFD added)",
-            "https://github.com/ROCm/legacy-rocm-build/issues/3072, "
-            "https://github.com/ROCm/hip/issues/3465 (a CPU agent only: torch finds no GPU)",
+            "https://github.com/ollama/ollama/issues/11420 (rocminfo with a CPU agent only)",
+            "kfd_device.c (Linux drivers/gpu/drm/amd/amdkfd): the 'skipped device' and 'not "
+            "supported in kfd' lines",
         ),
     ),
     Spec(
