@@ -82,6 +82,24 @@ def test_the_plan_says_why_there_is_no_driver_and_where_torch_comes_from(cli) ->
     assert any("render and video groups" in r for r in data["reasons"])
 
 
+def test_install_rocm_flag_picks_the_variant_and_a_bad_one_is_refused(cli) -> None:
+    done = cli(
+        "install", "--from", str(HOST), "--profile", "rx7900xtx", "--rocm", "rocm6.4",
+        "--dry-run", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    torch = json.loads(done.stdout)["torch"]
+    assert torch["variant"] == "rocm6.4"
+    assert torch["index_url"] == "https://download.pytorch.org/whl/rocm6.4"
+    bad = cli(
+        "install", "--from", str(HOST), "--profile", "rx7900xtx", "--rocm", "banana", "--dry-run"
+    )
+    assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+    err, hint = bad.stderr.splitlines()[:2]
+    assert err.startswith("error: ") and "not a ROCm variant" in err, err
+    assert hint.startswith("hint: ") and "Traceback" not in bad.stderr
+
+
 def test_a_user_already_in_both_groups_gets_no_gpasswd(cli, tmp_path: Path) -> None:
     host = tmp_path / "host"
     shutil.copytree(HOST, host, symlinks=True)
