@@ -22,6 +22,7 @@ from egpu_setup.commands._options import (
     mode_option,
     only_option,
     profile_option,
+    rocm_option,
     root_option,
     torch_option,
     venv_option,
@@ -40,6 +41,7 @@ Examples:
   egpu-setup install --profile rtx4090 --dry-run --diff # and every file's diff
   sudo egpu-setup install --profile rtx4090 --yes       # provision this laptop
   egpu-setup install --profile rtx4090 --only torch --cuda cpu --venv ~/torch-venv
+  egpu-setup install --profile rx7900xtx --rocm rocm6.4 --dry-run  # an AMD GPU's variant
   sudo egpu-setup install --profile lab.yaml --root /srv/image --from host-bundle/ --yes
   sudo egpu-setup install --profile lab.yaml --root /srv/image --mok-key /root/lab-mok --yes
   egpu-setup install --profile rtx4090 --dry-run --json | jq '.steps[].description'
@@ -67,6 +69,7 @@ Exit codes: 0 done, 1 a step failed, 2 bad input, 3 done but reboot (run again a
 @venv_option("torch venv (default /opt/egpu-setup/venv).")
 @torch_option("torch version, e.g. 2.9.1 or '>=2.8'.")
 @cuda_option("torch variant: cu128, cu126, ... or cpu.")
+@rocm_option("An AMD GPU's torch ROCm variant: rocm7.1, rocm7.2, ...")
 @driver_branch_option("NVIDIA driver branch, e.g. 550.")
 @mode_option("Override the profile's mode.")
 @index_url_option("Lab mirror of the torch variant index (replaces it).")
@@ -144,6 +147,7 @@ def command(
     venv: str | None,
     torch_spec: str | None,
     cuda: str | None,
+    rocm: str | None,
     driver_branch: int | None,
     mode: str | None,
     index_url: str | None,
@@ -178,6 +182,7 @@ def command(
         venv=venv,
         torch_spec=torch_spec,
         cuda=cuda,
+        rocm=rocm,
         driver_branch=driver_branch,
         mode=mode,
         index_url=index_url,

@@ -69,6 +69,19 @@ class AmdGpuReading:
     power_w: float | None = None
     vram_percent: float | None = None
     gpu_percent: float | None = None
+    temperature_junction_c: float | None = None  # "junction" (rocm-smi) / "hotspot" (amd-smi)
+    temperature_memory_c: float | None = None  # the VRAM sensor: "mem" / "MEM"
+    # the slowdown limits amd-smi static prints under LIMIT (the card's own, from its firmware)
+    temperature_limit_c: float | None = None  # SLOWDOWN_EDGE_TEMPERATURE
+    temperature_junction_limit_c: float | None = None  # SLOWDOWN_HOTSPOT_TEMPERATURE
+    temperature_memory_limit_c: float | None = None  # SLOWDOWN_VRAM / _MEM_TEMPERATURE
+    power_cap_w: float | None = None  # rocm-smi PwrCap; amd-smi LIMIT SOCKET_POWER
+    link_width: int | None = None  # the PCIe link as trained now
+    link_speed_gts: float | None = None
+    max_link_width: int | None = None  # amd-smi static BUS MAX_PCIE_WIDTH / _SPEED
+    max_link_speed_gts: float | None = None
+    vram_total_mib: float | None = None
+    vram_used_mib: float | None = None
 
 
 _KV = re.compile(r"^\s*([^:]+?):\s*(.*?)\s*$")
@@ -150,7 +163,7 @@ def _agent(block: dict[str, str]) -> RocmAgent:
 # rocm-smi's concise table: header words -> field (older versions name the columns without the
 # sensor, newer ones "Temp (DieEdge)"; the power column is AvgPwr or, from ROCm 6, "Power").
 _TABLE_COLUMNS = {"AvgPwr": "power_w", "Power": "power_w", "VRAM%": "vram_percent"}
-_TABLE_COLUMNS |= {"GPU%": "gpu_percent"}
+_TABLE_COLUMNS |= {"GPU%": "gpu_percent", "PwrCap": "power_cap_w"}
 # `-a` / --showallinfo and --json keys -> field
 _SMI_KEYS = {
     "Device Name": "name",
@@ -164,6 +177,16 @@ _SMI_KEYS = {
     "Current Socket Graphics Package Power (W)": "power_w",
     "GPU Memory Allocated (VRAM%)": "vram_percent",
     "GPU use (%)": "gpu_percent",
+    "Temperature (Sensor junction) (C)": "temperature_junction_c",
+    "Temperature (Sensor mem) (C)": "temperature_memory_c",
+    "Max Graphics Package Power (W)": "power_cap_w",
+    # --showmetrics (the GPU's metrics table, amdgpu's gpu_metrics): speed in units of 0.1 GT/s
+    "temperature_edge (C)": "temperature_c",
+    "temperature_hotspot (C)": "temperature_junction_c",
+    "temperature_mem (C)": "temperature_memory_c",
+    "average_socket_power (W)": "power_w",
+    "pcie_link_width (Lanes)": "link_width",
+    "pcie_link_speed (0.1 GT/s)": "link_speed_gts",
 }
 
 
@@ -223,8 +246,9 @@ def _row_cells(header: list[str], cells: list[str]) -> dict[str, str]:
     return out
 
 
-def _with(reading: AmdGpuReading, field: str, value: str) -> AmdGpuReading:
-    """`reading` with one field set from a cell's text (N/A: None)."""
+def _with(reading: AmdGpuReading, field: str, value: str, unit: str = "") -> AmdGpuReading:
+    """`reading` with one field set from a cell's text (N/A: None); `unit` is the key's own
+    ("0.1 GT/s" in rocm-smi's `pcie_link_speed (0.1 GT/s)`)."""
     clean = value.strip()
     parsed: str | int | float | None
     if clean in ("", "N/A"):
@@ -235,10 +259,14 @@ def _with(reading: AmdGpuReading, field: str, value: str) -> AmdGpuReading:
         parsed = clean.lower()
     elif field == "device_id":
         parsed = _device_id(clean)
-    elif field == "compute_units":
+    elif field in ("compute_units", "link_width", "max_link_width"):
         parsed = _int(clean)
     else:
         parsed = _number(clean)
+        if parsed is not None and "0.1 GT/s" in unit:
+            parsed = parsed / 10
+        elif parsed is not None and field.startswith("vram_") and re.search(r"\bGB\b", clean):
+            parsed = parsed * 1024
     return replace(reading, **{field: parsed})  # type: ignore[arg-type]
 
 
@@ -247,7 +275,7 @@ def _set(gpus: dict[int, AmdGpuReading], index: int, key: str, value: str) -> No
     if field is None:
         return
     reading = gpus.get(index, AmdGpuReading(index))
-    gpus[index] = _with(reading, field, value)
+    gpus[index] = _with(reading, field, value, key)
 
 
 # amd-smi: (section, key) -> field; a key read wherever it stands when the section is None.
@@ -259,13 +287,36 @@ _AMD_SMI_KEYS = {
     (None, "BDF"): "pci_address",
     ("POWER", "SOCKET_POWER"): "power_w",
     ("TEMPERATURE", "EDGE"): "temperature_c",
+    ("TEMPERATURE", "HOTSPOT"): "temperature_junction_c",
+    ("TEMPERATURE", "MEM"): "temperature_memory_c",
     ("USAGE", "GFX_ACTIVITY"): "gpu_percent",
+    ("BUS", "MAX_PCIE_WIDTH"): "max_link_width",
+    ("BUS", "MAX_PCIE_SPEED"): "max_link_speed_gts",
+    ("PCIE", "WIDTH"): "link_width",
+    ("PCIE", "SPEED"): "link_speed_gts",
+    ("LIMIT", "SOCKET_POWER"): "power_cap_w",
+    ("LIMIT", "SLOWDOWN_EDGE_TEMPERATURE"): "temperature_limit_c",
+    ("LIMIT", "SLOWDOWN_HOTSPOT_TEMPERATURE"): "temperature_junction_limit_c",
+    ("LIMIT", "SLOWDOWN_VRAM_TEMPERATURE"): "temperature_memory_limit_c",
+    ("LIMIT", "SLOWDOWN_MEM_TEMPERATURE"): "temperature_memory_limit_c",
+    ("VRAM", "SIZE"): "vram_total_mib",
+    ("MEM_USAGE", "TOTAL_VRAM"): "vram_total_mib",
+    ("MEM_USAGE", "USED_VRAM"): "vram_used_mib",
 }
+# amd-smi with no subcommand: a box-drawn table, two lines per GPU (its BDF, name, temperature
+# and power, then its index, activity and VRAM used/total), as https://github.com/ROCm/amdsmi
+# prints it since 26.x (tests/data/real/amd-smi/).
+_AMD_SMI_ROW1 = re.compile(
+    r"^\|\s*(?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)\s+(?P<name>.*?)\s*\|"
+    r"\s*\S+\s+(?P<temp>N/A|\d+(?:\.\d+)?\s*°C)\s+\S+\s+(?P<power>N/A|\d+(?:\.\d+)?\s*W)\s*\|"
+)
+_AMD_SMI_ROW2 = re.compile(r"^\|\s*(?P<index>\d+)\s.*\|.*?(?P<used>\d+)/(?P<total>\d+)\s*MB\s*\|")
 
 
 def parse_amd_smi(text: str) -> tuple[AmdGpuReading, ...]:
     """Pure: the GPUs of `amd-smi static`, `list` or `metric` (their plain-text form)."""
     gpus: dict[int, AmdGpuReading] = {}
+    _amd_smi_table(text, gpus)
     index: int | None = None
     sections: list[tuple[int, str]] = []  # (indent, name) of the open sections
     for line in text.splitlines():
@@ -290,6 +341,45 @@ def parse_amd_smi(text: str) -> tuple[AmdGpuReading, ...]:
         if field:
             gpus[index] = _with(gpus[index], field, value)
     return tuple(gpus[i] for i in sorted(gpus))
+
+
+def _amd_smi_table(text: str, gpus: dict[int, AmdGpuReading]) -> None:
+    pending: dict[str, str] | None = None
+    for line in text.splitlines():
+        first = _AMD_SMI_ROW1.match(line.strip())
+        if first:
+            pending = first.groupdict()
+            continue
+        second = _AMD_SMI_ROW2.match(line.strip())
+        if second and pending is not None:
+            index = int(second.group("index"))
+            reading = AmdGpuReading(index)
+            for field, value in (
+                ("pci_address", pending["bdf"]),
+                ("name", pending["name"]),
+                ("temperature_c", pending["temp"]),
+                ("power_w", pending["power"]),
+                ("vram_used_mib", second.group("used")),
+                ("vram_total_mib", second.group("total")),
+            ):
+                reading = _with(reading, field, value)
+            gpus[index] = reading
+        pending = None
+
+
+def merge_readings(*groups: tuple[AmdGpuReading, ...]) -> tuple[AmdGpuReading, ...]:
+    """Pure: one reading per GPU from several outputs of the same machine (amd-smi static and
+    metric, rocm-smi), joined by index; a field the first does not show is taken from the next."""
+    out: dict[int, AmdGpuReading] = {}
+    for group in groups:
+        for r in group:
+            have = out.get(r.index)
+            if have is None:
+                out[r.index] = r
+                continue
+            fill = {k: v for k, v in vars(r).items() if v is not None and getattr(have, k) is None}
+            out[r.index] = replace(have, **fill)
+    return tuple(out[i] for i in sorted(out))
 
 
 def probe_rocminfo(host: Host) -> RocminfoReport | None:

@@ -297,6 +297,29 @@ CATALOG: tuple[Spec, ...] = (
         ),
     ),
     Spec(
+        "amd-gpu-no-compute-agent",
+        "error",
+        "amd-smi (or rocm-smi) lists an AMD GPU that rocminfo does not: amdgpu drives it, but "
+        "ROCm's runtime (the kernel's KFD) did not add it, so torch cannot use it.",
+        (
+            "https://github.com/ROCm/rocminfo docs/how-to/use-rocminfo.rst (an agent per GPU "
+            "KFD added)",
+            "https://github.com/ollama/ollama/issues/11420 (rocminfo with a CPU agent only)",
+            "kfd_device.c (Linux drivers/gpu/drm/amd/amdkfd): the 'skipped device' and 'not "
+            "supported in kfd' lines",
+        ),
+    ),
+    Spec(
+        "amd-vram-mostly-used",
+        "warning",
+        "amd-smi (or rocm-smi) reads most of the AMD GPU's memory as in use already: torch gets "
+        "only what is left.",
+        (
+            "https://github.com/ROCm/amdsmi docs/how-to/amdsmi-cli-tool.md (`amd-smi process`)",
+            "https://github.com/sebhildebrandt/systeminformation/pull/960 (VRAM% 87 on a 780M)",
+        ),
+    ),
+    Spec(
         "externally-managed-python",
         "info",
         "The system Python is externally managed (PEP 668): packages go into a venv, never the "

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, TypeGuard
 from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.detect.lspci import LspciEntry
 from egpu_setup.detect.rocm import parse_rocminfo
-from egpu_setup.doctor.amd import amd_log_findings, kfd_findings
+from egpu_setup.doctor.amd import (
+    amd_log_findings,
+    compute_agent_findings,
+    kfd_findings,
+    smi_link_lines,
+    smi_readings,
+    vram_findings,
+)
 from egpu_setup.doctor.dmesg import BarFailure, DmesgScan, Hit, nvrm_address, scan_dmesg
 from egpu_setup.doctor.findings import MAX_EVIDENCE, DoctorInput, Finding
 from egpu_setup.doctor.hold import HoldVerdict, hold_findings, judge_hold, split_lines
@@ -277,6 +284,10 @@ def check_link(ctx: _Context) -> list[Finding]:
                 f"x{link.max_width}"
                 + (f", current_link_speed {link.speed_gts:g} GT/s" if link.speed_gts else "")
             )
+    readings = smi_readings(ctx.inputs.amd_smi, ctx.inputs.rocm_smi)
+    for level, line in smi_link_lines(ctx.facts, readings, bool(ctx.inputs.amd_smi)):
+        bump(level)
+        lines.append(line)
     internal = {g.pci_address for g in ctx.facts.nvidia_gpus if g.external is False}
     for e in ctx.lspci:
         if e.address not in ctx.nvidia_addrs or e.link_width is None or e.max_link_width is None:
@@ -1122,7 +1133,11 @@ def run_checks(
     out += check_xorg(ctx)
     out += check_atomics(ctx)
     out += amd_log_findings(ctx.facts, ctx.dmesg)
-    out += kfd_findings(parse_rocminfo(inputs.rocminfo) if inputs.rocminfo else None)
+    rocminfo = parse_rocminfo(inputs.rocminfo) if inputs.rocminfo else None
+    out += kfd_findings(rocminfo)
+    readings = smi_readings(inputs.amd_smi, inputs.rocm_smi)
+    out += compute_agent_findings(rocminfo, readings, bool(inputs.amd_smi))
+    out += vram_findings(readings, bool(inputs.amd_smi))
     out += check_pep668(ctx)
     out += check_runtime_pm(ctx)
     out += check_known_issues(ctx)

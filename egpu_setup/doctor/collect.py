@@ -126,8 +126,25 @@ def collect(host: Host, facts: HostFacts) -> DoctorInput:
         driver_pin=host.read(HOLD_PIN, limit=1024 * 1024),
         hold_recorded=hold_recorded(host),
         rocminfo=host.command("rocminfo", ["rocminfo"], timeout=ROCM_TOOL_TIMEOUT_S),
+        amd_smi=_outputs(host, "amd-smi", "amd-smi-metric"),
+        rocm_smi=_outputs(host, "rocm-smi", "rocm-smi-metrics"),
         timed_out=tuple(host.timed_out),  # detection's and the commands' above
     )
+
+
+def _outputs(host: Host, *slugs: str) -> tuple[str, ...]:
+    """What an AMD SMI prints in the views record.COMMANDS names for it (its static one first);
+    () when the first does not answer (the tool is not installed)."""
+    from egpu_setup.doctor.record import COMMANDS
+
+    out: list[str] = []
+    for slug in slugs:
+        text = host.command(slug, COMMANDS[slug], timeout=ROCM_TOOL_TIMEOUT_S)
+        if not text and not out:
+            return ()
+        if text:
+            out.append(text)
+    return tuple(out)
 
 
 def hold_recorded(host: Host) -> bool:

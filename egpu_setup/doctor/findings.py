@@ -71,6 +71,10 @@ class DoctorInput:
     driver_pin: str | None = None
     hold_recorded: bool = False
     rocminfo: str | None = None  # rocminfo's text (detect/rocm.py)
+    # AMD's SMIs (detect/rocm.py): `amd-smi static` and `amd-smi metric`, else `rocm-smi` and
+    # `rocm-smi --showmetrics`, the tools ROCm replaced by amd-smi
+    amd_smi: tuple[str, ...] = ()
+    rocm_smi: tuple[str, ...] = ()
 
     def sources(self) -> dict[str, bool]:
         """Which sources were available (shown with the findings so a clean result is honest)."""
@@ -82,4 +86,6 @@ class DoctorInput:
             "udev-rules": bool(self.udev_rules),
             "xorg": bool(self.xorg),
             "rocminfo": bool(self.rocminfo),
+            "amd-smi": bool(self.amd_smi),
+            "rocm-smi": bool(self.rocm_smi),
         }

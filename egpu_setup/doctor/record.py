@@ -98,6 +98,10 @@ COMMANDS = {
     "rocminfo": ["rocminfo"],
     "amd-smi": ["amd-smi", "static"],
     "rocm-smi": ["rocm-smi"],
+    # their live readings (temperatures, the PCIe link as trained, VRAM in use), which doctor
+    # judges (doctor/amd.py)
+    "amd-smi-metric": ["amd-smi", "metric"],
+    "rocm-smi-metrics": ["rocm-smi", "--showmetrics"],
 }
 # root-only inputs: the kernel log (dmesg_restrict, Documentation/admin-guide/sysctl/kernel.rst)
 # stays readable by the bundle's owner alone

@@ -270,11 +270,20 @@ def _apply(
         argv = list(step.argv)
         if argv[0] == "dpkg":
             argv[1:1] = ["--force-confdef", "--force-confold"]
-        host.run_checked(argv, timeout=1800, on_line=show_line, env=env)
         undo = undo_argv(step.argv)
-        if undo is not None:  # rollback takes it back (`boltctl forget`, `grubby --remove-args`)
+        if undo is not None:
+            # rollback takes it back (`boltctl forget`, `grubby --remove-args`, `gpasswd -d`):
+            # recorded before it runs, so a run killed while it ran still owes the undo (an
+            # undo whose change is not there is a no-op, rollback/core.py)
             ctx.manifest.add_command(list(step.argv), undo, ctx.run_id)
             ctx.manifest.save()
+        try:
+            host.run_checked(argv, timeout=1800, on_line=show_line, env=env)
+        except ExecutionError:
+            if undo is not None:  # it said it failed: nothing of it to take back
+                ctx.manifest.forget_command(undo)
+                ctx.manifest.save()
+            raise
         return "done", ""
     if isinstance(step, RebootNeeded):
         write_verify_marker(host, ctx.run_id, step.reason)
@@ -288,9 +297,12 @@ def undo_argv(argv: tuple[str, ...] | list[str]) -> list[str] | None:
     `boltctl enroll [--policy P] UUID` stores the device in boltd's database (it is authorized
     at every connect from then on): `boltctl forget UUID` removes it (boltctl(1)).
     `grubby --update-kernel=ALL --args=A` edits every boot entry: `--remove-args=A` undoes it
-    (grubby(8)).
+    (grubby(8)). `gpasswd -a USER GROUP` adds USER to GROUP: `gpasswd -d USER GROUP` removes
+    that one membership (gpasswd(1)).
     """
     argv = list(argv)
+    if argv[:2] == ["gpasswd", "-a"] and len(argv) == 4:
+        return ["gpasswd", "-d", argv[2], argv[3]]
     if argv[:2] == ["boltctl", "enroll"] and len(argv) > 2:
         return ["boltctl", "forget", argv[-1]]
     if argv and argv[0] == "grubby":

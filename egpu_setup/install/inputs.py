@@ -115,6 +115,7 @@ def constraints(options: InstallOptions, profile: Profile) -> Constraints:
         profile,
         torch_spec=options.torch_spec,
         cuda=options.cuda,
+        rocm=options.rocm,
         driver_branch=options.driver_branch,
     )
 

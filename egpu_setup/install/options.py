@@ -25,6 +25,7 @@ class InstallOptions:
     venv: str | None = None
     torch_spec: str | None = None
     cuda: str | None = None
+    rocm: str | None = None  # an AMD GPU's torch ROCm variant, as resolve's --rocm
     driver_branch: int | None = None
     mode: str | None = None
     index_url: str | None = None

@@ -61,14 +61,16 @@ def amd_steps(host: Host, options: PlanOptions, notes: list[str]) -> list[Step]:
             "gives it (`ls -l /dev/kfd`); add the user to that one"
         )
     need = [g for g in GROUPS if g in members and user not in members[g]]
-    if not need:
-        return []
+    # One gpasswd per group (shadow-utils: it edits /etc/group and /etc/gshadow under their
+    # locks), so the undo executor.undo_argv derives for each, `gpasswd -d USER GROUP`, takes
+    # back exactly the membership this step added: a group the user was in already gets no step.
     return [
         RunCommand(
-            ("usermod", "-aG", ",".join(need), user),
+            ("gpasswd", "-a", user, group),
             f"ROCm: {user} may open /dev/kfd and the render nodes from the next login; rollback "
-            "leaves the membership",
+            f"takes {user} out of {group} again",
             skip_if_missing=False,
             for_part="driver",
         )
+        for group in need
     ]

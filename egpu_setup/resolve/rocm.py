@@ -2,7 +2,7 @@
 
 Pure. Keys on the GPU's gfx target, the link it sits behind, the distribution, the Python and the
 glibc (egpu_setup/data/rocm.yaml). The first answer for most Radeon eGPUs is that the link cannot
-run ROCm: RDNA 2/3/4 compute needs PCIe atomics on every bridge to the root port
+run ROCm: RDNA 1-4 compute needs PCIe atomics on every bridge to the root port
 (drivers/gpu/drm/amd/amdkfd/kfd_device.c, needs_pci_atomics; drivers/pci/pci.c
 pci_enable_atomic_ops_to_root), which a Thunderbolt/USB4 tunnel's bridges do not route; AMD's
 answer to a USB4 Radeon eGPU failing with "Pcie atomics not enabled, hostcall not supported" was

@@ -404,6 +404,13 @@ def _run_one(host: Host, manifest: Manifest, f: FollowUp) -> FollowUp:
         return dataclasses.replace(
             f, status="not-run", detail="boltd's database is changed on the running system"
         )
+    if argv[:2] == ["gpasswd", "-d"] and not _still_member(host, argv[2], argv[3]):
+        # the run that recorded it was killed before gpasswd -a, or someone took the user out
+        # since: the membership install added is not there, so nothing is left to take back
+        _forget_command(manifest, argv)
+        return dataclasses.replace(
+            f, status="done", detail=f"{argv[2]} is not in {argv[3]} (any more): nothing to undo"
+        )
     if host.which(argv[0]) is None:
         run_it = f"chroot {host.root} {' '.join(argv)}" if inside else " ".join(argv)
         return dataclasses.replace(
@@ -422,10 +429,14 @@ def _run_one(host: Host, manifest: Manifest, f: FollowUp) -> FollowUp:
     return dataclasses.replace(f, status="done")
 
 
+def _still_member(host: Host, user: str, group: str) -> bool:
+    from egpu_setup.plan.amd import group_members
+
+    return user in group_members(host.read("/etc/group")).get(group, set())
+
+
 def _forget_command(manifest: Manifest, argv: list[str]) -> None:
-    before = len(manifest.commands)
-    manifest.commands = [c for c in manifest.commands if c["undo"] != argv]
-    if len(manifest.commands) != before:
+    if manifest.forget_command(argv):
         manifest.save()
 
 

@@ -185,6 +185,12 @@ class Manifest:
         if not any(c["undo"] == undo for c in self.commands):
             self.commands.append({"argv": argv, "undo": undo, "run": run_id})
 
+    def forget_command(self, undo: list[str]) -> bool:
+        """Drop the command recorded with this undo; True when one was recorded."""
+        before = len(self.commands)
+        self.commands = [c for c in self.commands if c["undo"] != undo]
+        return len(self.commands) != before
+
 
 # -- the shape of a manifest egpu-setup wrote ---------------------------------------------------
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from egpu_setup.detect.facts import HostFacts
+from egpu_setup.detect.facts import Gpu, HostFacts
 from egpu_setup.host.machine import Host
 from egpu_setup.verify.checks import Check
 
@@ -75,10 +75,23 @@ def parse_smi(text: str | None) -> SmiView | None:
     return SmiView(driver, buses, error, lib.group(1) if lib else None)
 
 
+def _amd_gpus(facts: HostFacts) -> tuple[Gpu, ...]:
+    """With no NVIDIA GPU, the AMD ones a ROCm torch runs on (verify's device, session.py)."""
+    return () if facts.nvidia_gpus else tuple(g for g in facts.gpus if g.vendor == "amd")
+
+
 def check_gpu_present(facts: HostFacts | None) -> Check:
     if facts is None:
         return Check("gpu-present", "skip", "host detection is unavailable")
     gpus = facts.nvidia_gpus
+    amd = _amd_gpus(facts)
+    if amd:
+        names = ", ".join(f"{g.name or g.device_id or '?'} at {g.pci_address}" for g in amd)
+        external = [g for g in amd if g.external]
+        detail = f"{len(amd)} AMD GPU(s): {names}"
+        if len(external) == 1:
+            detail += f"; the eGPU is {external[0].pci_address} ({external[0].connection})"
+        return Check("gpu-present", "pass", detail, value=[g.pci_address for g in amd])
     if not gpus:
         return Check(
             "gpu-present",
@@ -94,6 +107,30 @@ def check_gpu_present(facts: HostFacts | None) -> Check:
     if egpu is not None:
         detail += f"; the eGPU is {egpu.pci_address} ({egpu.connection})"
     return Check("gpu-present", "pass", detail, value=[g.pci_address for g in gpus])
+
+
+def check_amdgpu_bound(facts: HostFacts, amd: tuple[Gpu, ...]) -> Check:
+    """driver-loaded on an AMD machine: amdgpu (part of the kernel) bound to the GPU verify uses
+    (the external one, else all of them); no module version to compare, no nvidia-smi."""
+    external = [g for g in amd if g.external]
+    judged = external or list(amd)
+    unbound = [g for g in judged if g.driver != "amdgpu"]
+    if unbound:
+        which = ", ".join(f"{g.pci_address} ({g.driver or 'no driver'})" for g in unbound)
+        return Check(
+            "driver-loaded",
+            "fail",
+            f"amdgpu is not bound to {which}",
+            value=False,
+            hint="run `egpu-setup doctor` (amdgpu-init-failed names missing firmware; a "
+            "kernel too old for the GPU binds nothing)",
+        )
+    return Check(
+        "driver-loaded",
+        "pass",
+        f"amdgpu (in the kernel) drives {', '.join(g.pci_address for g in judged)}",
+        value=True,
+    )
 
 
 def check_driver_loaded(facts: HostFacts | None) -> Check:
@@ -206,6 +243,10 @@ def host_checks(
     present = check_gpu_present(facts)
     if present.status == "fail":
         return [present]  # no GPU: an unloaded driver or silent nvidia-smi says nothing more
+    amd = _amd_gpus(facts) if facts is not None else ()
+    if facts is not None and amd:
+        # amdgpu is part of the kernel: no NVIDIA module and nvidia-smi to compare or ask
+        return [present, check_amdgpu_bound(facts, amd)]
     checks = [present, check_driver_loaded(facts)]
     smi = parse_smi(smi_text)
     kernel = kernel_version or (facts.nvidia.driver_version if facts else None)

@@ -45,7 +45,13 @@ def test_every_row_has_a_source_and_every_rdna_family_needs_atomics() -> None:
         *d.gpus, *d.wheels, *d.overrides, *d.firmware, *d.firmware_gaps, *d.families
     ]  # fmt: skip
     assert all(r.source.strip() for r in rows)
-    assert {f.key for f in d.families if f.needs_atomics} == {"rdna2", "rdna3", "rdna35", "rdna4"}
+    assert {f.key for f in d.families if f.needs_atomics} == {
+        "rdna1",
+        "rdna2",
+        "rdna3",
+        "rdna35",
+        "rdna4",
+    }
 
 
 def test_wheel_targets_per_release() -> None:

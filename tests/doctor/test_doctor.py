@@ -729,6 +729,90 @@ def test_amd_kfd_unavailable_permission_denied_names_the_groups() -> None:
     assert kfd.evidence[-1] == "x1unix is member of render group"
 
 
+REAL_ROCM_SMI = Path(__file__).parents[1] / "data" / "real" / "rocm-smi"
+REAL_AMD_SMI = Path(__file__).parents[1] / "data" / "real" / "amd-smi"
+
+
+def radeon(**kw: Any) -> Gpu:
+    """An external RX 9070 on OCuLink whose sysfs says PCIe 5.0 x16 at most (what detect gives)."""
+    link = Link(speed_gts=16.0, width=16, max_speed_gts=32.0, max_width=16)
+    amd: dict[str, Any] = dict(
+        vendor="amd", vendor_id="1002", device_id="7550", name="Radeon RX 9070"
+    )
+    amd |= dict(architecture=None, compute_capability=None, driver="amdgpu")
+    return egpu(
+        **{"pci_address": "0000:03:00.0", "connection": "oculink", "link": link, **amd, **kw}
+    )
+
+
+def test_a_gpu_amd_smi_lists_but_rocminfo_does_not_has_no_compute_agent() -> None:
+    """Two real pastes read as one machine's: rocminfo that opened /dev/kfd and lists a CPU agent
+    only (ollama#11420), and amd-smi listing a GPU at 0000:03:00.0 (legacy-rocm-build#5480)."""
+    cpu_only = real(REAL_ROCMINFO, "ollama-11420-cpu-agent-only.txt")
+    listed = real(REAL_AMD_SMI, "legacy-5480-list-mi210.txt")
+    found = diagnose(facts(gpus=()), DoctorInput(rocminfo=cpu_only, amd_smi=(listed,)))
+    agent = only(found, "amd-gpu-no-compute-agent")
+    assert agent.severity == "error"
+    assert agent.evidence == (
+        "amd-smi: GPU 0 at 0000:03:00.0",
+        "rocminfo agents: AMD Ryzen 7 7800X3D 8-Core Processor",
+    )
+    assert "PCI rejects atomics" in agent.fix and "not supported in kfd" in agent.fix
+    # by device id where rocm-smi prints no address: 0x731f is no agent of a 7900 XTX's rocminfo
+    xtx = real(REAL_ROCMINFO, "ollama-3158-rx7900xtx-agent.txt")
+    by_id = real(REAL_ROCM_SMI, "rocm-smi-lib-77-showall-temperatures.txt")
+    agent = only(
+        diagnose(facts(gpus=()), DoctorInput(rocminfo=xtx, rocm_smi=(by_id,))),
+        "amd-gpu-no-compute-agent",
+    )
+    assert agent.evidence[0] == "rocm-smi: GPU 0 (device 731f)"
+    # rocminfo that could not open /dev/kfd says nothing about agents: amd-kfd-unavailable only
+    denied = real(REAL_ROCMINFO, "rocm-docker-116-kfd-permission-denied.txt")
+    found = diagnose(facts(gpus=()), DoctorInput(rocminfo=denied, amd_smi=(listed,)))
+    assert "amd-kfd-unavailable" in ids(found) and "amd-gpu-no-compute-agent" not in ids(found)
+    # without rocminfo there is nothing to compare
+    assert "amd-gpu-no-compute-agent" not in ids(
+        diagnose(facts(gpus=()), DoctorInput(amd_smi=(listed,)))
+    )
+
+
+def test_the_amd_link_rocm_smi_reads_is_judged_as_an_nvidia_one() -> None:
+    """rocm-smi --showmetrics (ollama#9633): x16 at 16 GT/s, read against the GPU's maximum
+    from sysfs (detect's Link): on OCuLink (a cable, not a tunnel) a link at half the GPU's
+    speed is pcie-link-degraded, a warning; behind Thunderbolt the tunnel's own number, info;
+    at the GPU's own maximum nothing."""
+    metrics = real(REAL_ROCM_SMI, "ollama-9633-showmetrics.txt")
+    inputs = DoctorInput(rocm_smi=(metrics,))
+    link = only(diagnose(facts(gpus=(radeon(),)), inputs), "pcie-link-degraded")
+    assert link.severity == "warning"
+    assert link.evidence == (
+        "rocm-smi GPU 0: PCIe x16 at 16 GT/s, the GPU's maximum x16 at 32 GT/s (sysfs "
+        "max_link_width/max_link_speed)",
+    )
+    tunnel = facts(gpus=(radeon(connection="thunderbolt"),))
+    assert only(diagnose(tunnel, inputs), "pcie-link-degraded").severity == "info"
+    pcie4 = facts(gpus=(radeon(link=Link(max_speed_gts=16.0, max_width=16)),))
+    assert "pcie-link-degraded" not in ids(diagnose(pcie4, inputs))
+
+
+def test_amd_vram_mostly_used() -> None:
+    """rocm-smi --json on a Radeon 780M (systeminformation#960): VRAM% 87 is a warning; the
+    amd-smi table of a Radeon 8050S (amdsmi#110, 3056 of 8192 MB) and an RX 7900 XT's 4%
+    (legacy-rocm-build#2256) are not."""
+    busy = real(REAL_ROCM_SMI, "systeminformation-960-json-780m.txt")
+    vram = only(diagnose(facts(gpus=()), DoctorInput(rocm_smi=(busy,))), "amd-vram-mostly-used")
+    assert vram.severity == "warning"
+    assert vram.evidence == ("rocm-smi GPU 0 at 0000:c4:00.0 (Phoenix3): 87% of its VRAM in use",)
+    assert "amd-smi process" in vram.fix
+    for folder, name, key in (
+        (REAL_AMD_SMI, "amdsmi-110-default-table-8050s.txt", "amd_smi"),
+        (REAL_ROCM_SMI, "legacy-2256-pwrcap-7900xt.txt", "rocm_smi"),
+    ):
+        inputs: dict[str, Any] = {key: (real(folder, name),)}
+        found = diagnose(facts(gpus=()), DoctorInput(**inputs))
+        assert "amd-vram-mostly-used" not in ids(found), name
+
+
 def test_externally_managed_python() -> None:
     py = PythonFacts(version="3.11.2", externally_managed=True, executable="/usr/bin/python3")
     em = only(diagnose(facts(python=py), DoctorInput()), "externally-managed-python")

@@ -5,16 +5,18 @@ oculink-rx7900xtx-debian12), the resolution the real resolver's for them, the fi
 render/amd.py's: what `install --root ROOT --profile rx7900xtx` plans for that laptop. Everything
 runs for real in the root: the deb822 drop-in that adds `non-free-firmware` (a debootstrap root
 has `main` only, as a fresh Debian may), apt installing the real firmware-amd-graphics from the
-machine's own Debian mirror, usermod for a user that exists in the root, the udev rule, and
+machine's own Debian mirror, gpasswd for a user that exists in the root, the udev rule, and
 torch into the venv by `--index-url` from a loopback PEP 503 index. The ROCm wheels (GBs) are
 not reachable from here: the index serves stand-ins with the real names and tags
 (torch-2.8.0+rocm6.4-cp311-cp311-manylinux_2_28_x86_64.whl, the form the PyTorch index lists)
 and torch's ROCm-only dependency pytorch-triton-rocm; its pure-Python dependencies (sympy,
 networkx, ...) are left out of the stand-in's metadata, as the index does not serve them.
 
-Then `rollback --packages` (the code `rollback --root ROOT --yes --packages` runs) returns the
-root to what it was: /etc byte for byte but for the group membership, which rollback leaves
-(plan/amd.py says so in the plan), and dpkg's package list.
+Before it, the user is in a `render` group already (as on a system whose udev made one and an
+admin added them): install adds only `video`, and `rollback --packages` (the code `rollback
+--root ROOT --yes --packages` runs) returns the root to what it was: /etc byte for byte (the
+user out of video again, still in render; shadow-utils' own `group-` / `gshadow-` backup copies
+aside) and dpkg's package list.
 
 Slow: the root (bookworm + python3 + a user) is built once and cached under
 $EGPU_SETUP_TEST_CACHE/debroot/amd-bookworm (about 55 s the first time, from the cached
@@ -115,7 +117,15 @@ def _plan(root: Path, index_url: str) -> tuple[Resolution, RootHost, StatePaths,
     return resolution, host, paths, plan
 
 
+def _already_in_render(root: Path) -> None:
+    """The membership the user had before egpu-setup: rollback must leave it."""
+    for argv in (("groupadd", "-r", "render"), ("gpasswd", "-a", USER, "render")):
+        done = _debroot.chroot(root, *argv)
+        assert done.returncode == 0, done.stderr
+
+
 def test_amd_install_into_a_debian_root_then_rollback(root: Path, tmp_path: Path) -> None:
+    _already_in_render(root)
     etc_before = _debroot.snapshot(root, "etc")
     packages_before = installed_packages(RootHost(root))
     with LocalIndex(_standins(tmp_path / "wheels")) as index:
@@ -137,7 +147,7 @@ def test_amd_install_into_a_debian_root_then_rollback(root: Path, tmp_path: Path
         assert kinds == [
             "apt-repository",
             "apt-install",
-            "run-command",
+            "run-command",  # gpasswd -a student video: render it has already
             "write-file",
             "apt-install",
             "pip-install",
@@ -149,10 +159,15 @@ def test_amd_install_into_a_debian_root_then_rollback(root: Path, tmp_path: Path
     assert {"firmware-amd-graphics", "python3.11-venv"} <= set(installed)
     assert (root / FIRMWARE).is_file()
     group = _debroot.chroot(root, "id", "-nG", USER).stdout.split()
-    # minbase has video but no render group (systemd-udev's sysusers makes it on a full
-    # system): the user goes into video, and the plan said what to do about render
-    assert group == [USER, "video"], group
-    assert any(w.startswith("no render group on this system") for w in plan.warnings)
+    assert sorted(group) == sorted([USER, "video", "render"]), group
+    # recorded with its undo (in the manifest before gpasswd ran): video only, never render
+    assert Manifest.load(paths).commands == [
+        {
+            "argv": ["gpasswd", "-a", USER, "video"],
+            "undo": ["gpasswd", "-d", USER, "video"],
+            "run": result.run_id,
+        }
+    ]
     rule = (root / "etc/udev/rules.d/71-egpu-setup.rules").read_text()
     assert 'ATTR{vendor}=="0x1002", ATTR{device}=="0x744c"' in rule
     assert 'ATTR{power/control}="on"' in rule
@@ -165,12 +180,50 @@ def test_amd_install_into_a_debian_root_then_rollback(root: Path, tmp_path: Path
         _, _, _, again = _plan(root, index.url)
     assert again.steps == ()
 
-    apply_rollback(plan_rollback(RollbackOptions(yes=True, root_dir=str(root), packages=True)))
+    outcome = apply_rollback(
+        plan_rollback(RollbackOptions(yes=True, root_dir=str(root), packages=True))
+    )
+    assert [(f.argv, f.status) for f in outcome.followups] == [
+        (("gpasswd", "-d", USER, "video"), "done")
+    ]
     after = _debroot.snapshot(root, "etc")
-    kept = {"etc/group", "etc/gshadow", "etc/group-", "etc/gshadow-"}  # the membership stays
-    assert {k: v for k, v in after.items() if k not in kept} == {
-        k: v for k, v in etc_before.items() if k not in kept
+    # shadow-utils copies the file it edits to group- / gshadow- (gpasswd(1)): not ours to undo
+    backups = {"etc/group-", "etc/gshadow-"}
+    assert {k: v for k, v in after.items() if k not in backups} == {
+        k: v for k, v in etc_before.items() if k not in backups
     }
+    assert sorted(_debroot.chroot(root, "id", "-nG", USER).stdout.split()) == sorted(
+        [USER, "render"]
+    )
+    assert Manifest.load(paths).commands == []
     assert installed_packages(RootHost(root)) == packages_before
     assert not (root / "opt/egpu-setup/venv").exists()
     assert not (root / FIRMWARE).exists()
+
+
+def test_a_membership_that_failed_or_is_gone_leaves_nothing_to_undo(root: Path) -> None:
+    """gpasswd refusing (no such group) leaves no record; a recorded membership someone took
+    back since is done on rollback without running gpasswd again (it would fail: not a member)."""
+    from egpu_setup.errors import ExecutionError
+    from egpu_setup.plan.steps import Plan, RunCommand
+
+    host, paths = RootHost(root), StatePaths.for_root(root)
+    group_before = (root / "etc/group").read_bytes()
+    missing = RunCommand(("gpasswd", "-a", USER, "no-such-group"), "test", skip_if_missing=False)
+    with RunLock(paths.lock), pytest.raises(ExecutionError, match="no-such-group"):
+        execute(Plan((missing,)), host, paths, ExecOptions(), lambda _t: None)
+    assert Manifest.load(paths).commands == []
+    assert (root / "etc/group").read_bytes() == group_before
+
+    video = RunCommand(("gpasswd", "-a", USER, "video"), "test", skip_if_missing=False)
+    with RunLock(paths.lock):
+        execute(Plan((video,)), host, paths, ExecOptions(), lambda _t: None)
+    assert _debroot.chroot(root, "id", "-nG", USER).stdout.split() == [USER, "video"]
+    done = _debroot.chroot(root, "gpasswd", "-d", USER, "video")  # an admin took it back
+    assert done.returncode == 0, done.stderr
+    outcome = apply_rollback(plan_rollback(RollbackOptions(yes=True, root_dir=str(root))))
+    [followup] = outcome.followups
+    assert (followup.argv, followup.status) == (("gpasswd", "-d", USER, "video"), "done")
+    assert "nothing to undo" in followup.detail and not outcome.failed
+    assert (root / "etc/group").read_bytes() == group_before
+    assert Manifest.load(paths).commands == []

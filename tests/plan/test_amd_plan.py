@@ -26,8 +26,10 @@ def test_oculink_rx7900xtx_plans_firmware_groups_and_rocm_torch_only(cli: RunCli
     assert steps == [
         "[driver] apt-get install firmware-amd-graphics (AMD GPU firmware (amdgpu itself is part "
         "of the kernel))",
-        "[driver] run usermod -aG render,video student (ROCm: student may open /dev/kfd and the "
-        "render nodes from the next login; rollback leaves the membership)",
+        "[driver] run gpasswd -a student render (ROCm: student may open /dev/kfd and the render "
+        "nodes from the next login; rollback takes student out of render again)",
+        "[driver] run gpasswd -a student video (ROCm: student may open /dev/kfd and the render "
+        "nodes from the next login; rollback takes student out of video again)",
         "[config] create /etc/udev/rules.d/71-egpu-setup.rules (mode 0644): AMD eGPU udev rule: "
         "runtime PM off when it appears",
         "[config] run udevadm control --reload (load the new udev rules)",
@@ -81,18 +83,50 @@ def test_the_plan_says_why_there_is_no_driver_and_where_torch_comes_from(cli: Ru
     assert any("render and video groups" in r for r in data["reasons"])
 
 
-def test_a_user_already_in_both_groups_gets_no_usermod(cli: RunCli, tmp_path: Path) -> None:
+def test_install_rocm_flag_picks_the_variant_and_a_bad_one_is_refused(cli: RunCli) -> None:
+    done = cli(
+        "install", "--from", str(HOST), "--profile", "rx7900xtx", "--rocm", "rocm6.4",
+        "--dry-run", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    torch = json.loads(done.stdout)["torch"]
+    assert torch["variant"] == "rocm6.4"
+    assert torch["index_url"] == "https://download.pytorch.org/whl/rocm6.4"
+    bad = cli(
+        "install", "--from", str(HOST), "--profile", "rx7900xtx", "--rocm", "banana", "--dry-run"
+    )
+    assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+    err, hint = bad.stderr.splitlines()[:2]
+    assert err.startswith("error: ") and "not a ROCm variant" in err, err
+    assert hint.startswith("hint: ") and "Traceback" not in bad.stderr
+
+
+def test_a_user_already_in_both_groups_gets_no_gpasswd(cli: RunCli, tmp_path: Path) -> None:
     host = tmp_path / "host"
     shutil.copytree(HOST, host, symlinks=True)
     (host / "root" / "etc" / "group").write_text(
         "root:x:0:\nvideo:x:44:student\nrender:x:105:lab,student\nstudent:x:1000:\n"
     )
-    assert not [s for s in _plan(cli, host) if "usermod" in s]
-    # in video only: render alone is added
+    assert not [s for s in _plan(cli, host) if "gpasswd" in s]
+    # in video only: render alone is added (and only render is taken back by rollback)
     (host / "root" / "etc" / "group").write_text("video:x:44:student\nrender:x:105:\n")
-    assert next(s for s in _plan(cli, host) if "usermod" in s).startswith(
-        "[driver] run usermod -aG render student "
-    )
+    assert [s.split(" (", 1)[0] for s in _plan(cli, host) if "gpasswd" in s] == [
+        "[driver] run gpasswd -a student render"
+    ]
+
+
+def test_each_membership_gets_its_own_undo() -> None:
+    from egpu_setup.execute.executor import undo_argv
+
+    assert undo_argv(("gpasswd", "-a", "student", "render")) == [
+        "gpasswd",
+        "-d",
+        "student",
+        "render",
+    ]
+    # only the exact form the plan writes has an undo: a multi-group usermod is not guessed at
+    assert undo_argv(("usermod", "-aG", "render,video", "student")) is None
+    assert undo_argv(("gpasswd", "-a", "student")) is None
 
 
 def test_without_a_sudo_user_the_plan_says_who_needs_the_groups(
@@ -106,7 +140,7 @@ def test_without_a_sudo_user_the_plan_says_who_needs_the_groups(
     (host / "meta.json").write_text(json.dumps(meta))
     done = cli("install", "--from", str(host), "--profile", "rx7900xtx", "--dry-run")
     assert done.returncode == 0, done.stderr
-    assert "usermod" not in done.stdout.split("Plan (", 1)[1].split("Summary", 1)[0]
+    assert "gpasswd" not in done.stdout.split("Plan (", 1)[1].split("Summary", 1)[0]
     assert "`usermod -aG render,video USER`, then log in again" in done.stderr
 
 

@@ -247,6 +247,29 @@ def test_host_checks_without_gpu_stop_at_presence() -> None:
     assert [(c.id, c.status) for c in checks] == [("gpu-present", "fail")]
 
 
+def test_host_checks_on_an_amd_machine_find_the_radeon_bound_to_amdgpu() -> None:
+    """The recorded OCuLink RX 7900 XTX laptop (an RDNA2 APU beside it): no NVIDIA GPU, so the
+    Radeons are present, amdgpu drives the external one, and no nvidia-smi check is made."""
+    from dataclasses import replace
+
+    from helpers.facts import recorded
+
+    facts = recorded("oculink-rx7900xtx-debian12")
+    checks = host_checks(facts, None, None, smi_found=False)
+    assert [(c.id, c.status) for c in checks] == [
+        ("gpu-present", "pass"),
+        ("driver-loaded", "pass"),
+    ]
+    assert checks[0].detail.endswith("; the eGPU is 0000:03:00.0 (oculink)")
+    assert checks[1].detail == "amdgpu (in the kernel) drives 0000:03:00.0"
+    unbound = replace(facts, gpus=tuple(replace(g, driver=None) for g in facts.gpus))
+    driver = host_checks(unbound, None, None, smi_found=False)[1]
+    assert (driver.status, driver.detail) == (
+        "fail",
+        "amdgpu is not bound to 0000:03:00.0 (no driver)",
+    )
+
+
 def test_host_checks_from_a_recorded_host(tmp_path: Path) -> None:
     """The same probe code a live host runs, fed from a bundle (docs/design.md bundle format)."""
     (tmp_path / "root/sys/module/nvidia").mkdir(parents=True)
