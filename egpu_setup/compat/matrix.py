@@ -124,6 +124,17 @@ class DistroBranch:
 
 
 @dataclass(frozen=True)
+class DistroArm64:
+    """What the distribution publishes for arm64 (aarch64), verified against its archive."""
+
+    # Canonical's prebuilt modules exist for these kernel flavours on arm64 (Ubuntu); empty
+    # where the scheme builds with DKMS (Debian)
+    kernel_flavours: tuple[str, ...]
+    not_built: tuple[tuple[int, str], ...]  # (branch, why it is not built for arm64)
+    source: str
+
+
+@dataclass(frozen=True)
 class Distro:
     id: str
     version_id: str
@@ -137,10 +148,35 @@ class Distro:
     nvidia_repo: str | None
     ga_kernel: str | None
     source: str
+    arm64: DistroArm64 | None = None  # None: nothing of its archive verified for arm64
+    # On a matrix for another machine than x86_64 (Matrix.for_machine): what the distribution
+    # cannot give there and why (branches it does not build for that machine)
+    unplanned: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
         return f"{self.id}-{self.version_id}"
+
+    def on_aarch64(self) -> Distro:
+        """This distribution as an arm64 machine sees it: only the branches verified there."""
+        if self.arm64 is None:
+            return replace(
+                self,
+                branches=(),
+                unplanned=(
+                    f"no driver package of {self.label} is verified for arm64 "
+                    "(egpu_setup/data/distros.yaml has no arm64 entry for it)",
+                ),
+            )
+        gone = dict(self.arm64.not_built)
+        return replace(
+            self,
+            branches=tuple(b for b in self.branches if b.branch not in gone),
+            unplanned=tuple(
+                f"driver branch {b} is not planned on {self.label} arm64: {why}"
+                for b, why in self.arm64.not_built
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -241,7 +277,8 @@ class Matrix:
                 if v.name == "cpu" or (row is not None and row.has(v.name))
             )
             releases.append(replace(t, variants=kept))
-        return replace(self, torch=tuple(releases), machine=machine)
+        distros = tuple(d.on_aarch64() for d in self.distros)
+        return replace(self, torch=tuple(releases), machine=machine, distros=distros)
 
     def cuda_variant(self, name: str) -> CudaVariant | None:
         return next((c for c in self.cuda if c.variant == name), None)
@@ -437,6 +474,20 @@ def _load_derivatives(data: dict[str, Any], distros: tuple[Distro, ...]) -> tupl
     return tuple(out)
 
 
+def _load_arm64(i: int, raw: object, branches: set[int]) -> DistroArm64 | None:
+    if raw is None:
+        return None
+    r = _Rows("distros.yaml", f"distros[{i}].arm64", raw)
+    not_built = []
+    for j, nraw in enumerate(r.get("not_built", [], kind=list)):
+        nr = _Rows("distros.yaml", f"distros[{i}].arm64.not_built[{j}]", nraw)
+        branch = nr.get("branch", kind=int)
+        if branch not in branches:
+            raise nr.fail("branch", f"branch {branch} is not one of this distribution's")
+        not_built.append((branch, nr.get("why", kind=str)))
+    return DistroArm64(tuple(r.get("kernel_flavours", [], kind=list)), tuple(not_built), r.source())
+
+
 def _load_distros(data: dict[str, Any]) -> tuple[tuple[Distro, ...], NvidiaRepoData]:
     distros = []
     for i, raw in enumerate(data.get("distros") or []):
@@ -471,6 +522,7 @@ def _load_distros(data: dict[str, Any]) -> tuple[tuple[Distro, ...], NvidiaRepoD
                 nvidia_repo=r.get("nvidia_repo", None, kind=str),
                 ga_kernel=str(r.get("ga_kernel", "")) or None,
                 source=r.source(),
+                arm64=_load_arm64(i, raw.get("arm64"), {b.branch for b in branches}),
             )
         )
     rr = _Rows("distros.yaml", "nvidia_repo", data.get("nvidia_repo"))

@@ -268,7 +268,12 @@ def _install(case: DriverCase, distro: Distro, n: Notes) -> tuple[DriverPlan, Ca
         return plan, chosen
     if c.driver_pin is not None:
         raise pin_unavailable(distro, c.driver_pin)
-    raise no_driver(m, distro, target, cands, c)
+    err = no_driver(m, distro, target, cands, c)
+    if distro.unplanned:
+        # what this machine's archive lacks may be the very branch the card needs
+        hint = f"{err.hint}; or plan for another distribution (--distro)" if err.hint else None
+        raise MatrixError(f"{err.message} ({'; '.join(distro.unplanned)})", hint)
+    raise err
 
 
 def _explain_option(

@@ -34,7 +34,7 @@ def packages_for(
     named = next((b.packages for b in distro.branches if b.branch == branch and b.packages), ())
     if named:
         kflavour = (
-            _ubuntu_kernel_flavour(kernel, distro, notes)
+            _ubuntu_kernel_flavour(kernel, distro, matrix.machine, notes)
             if any("{kflavour}" in p for p in named)
             else ""
         )
@@ -47,7 +47,7 @@ def packages_for(
             pkgs = ("nvidia-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")
         return headers + pkgs, distro.components, None
     suffix = "-open" if flavour == "open" else ""
-    kflavour = _ubuntu_kernel_flavour(kernel, distro, notes)
+    kflavour = _ubuntu_kernel_flavour(kernel, distro, matrix.machine, notes)
     return (
         (f"nvidia-driver-{branch}{suffix}", f"linux-modules-nvidia-{branch}{suffix}-{kflavour}"),
         distro.components,
@@ -55,12 +55,32 @@ def packages_for(
     )
 
 
-def _ubuntu_kernel_flavour(kernel: str | None, distro: Distro, notes: Notes) -> str:
+# Kernel flavours whose HWE kernels have their own -hwe-<release> modules meta package
+_HWE_FLAVOURS = ("generic", "lowlatency", "generic-64k")
+
+
+def _ubuntu_kernel_flavour(kernel: str | None, distro: Distro, machine: str, notes: Notes) -> str:
     """'6.8.0-45-generic' on noble -> 'generic'; '6.11.0-29-generic' -> 'generic-hwe-24.04'.
 
     Canonical's signed prebuilt modules come per kernel flavour (linux-modules-nvidia-580-open-
     generic); an HWE kernel needs the -hwe-<release> meta package, else the modules miss the
-    running kernel."""
+    running kernel. On arm64 only the flavours distros.yaml lists there are built."""
+    flavour = _kernel_flavour(kernel, distro, notes)
+    if machine == "x86_64" or distro.arm64 is None:
+        return flavour
+    built = distro.arm64.kernel_flavours
+    base = flavour.split("-hwe-")[0]
+    if base in built:
+        return flavour
+    notes.warnings.append(
+        f"{distro.label} builds no linux-modules-nvidia-* for the '{base}' kernel flavour on "
+        f"arm64 (only {', '.join(built)}): assuming 'generic', so boot a generic kernel "
+        "(or DKMS is needed)"
+    )
+    return "generic"
+
+
+def _kernel_flavour(kernel: str | None, distro: Distro, notes: Notes) -> str:
     if not kernel:
         notes.reasons.append("kernel unknown: the 'generic' Ubuntu kernel flavour is assumed")
         return "generic"
@@ -72,6 +92,6 @@ def _ubuntu_kernel_flavour(kernel: str | None, distro: Distro, notes: Notes) -> 
         )
         return "generic"
     series, flavour = m.groups()
-    if distro.ga_kernel and series != distro.ga_kernel and flavour in ("generic", "lowlatency"):
+    if distro.ga_kernel and series != distro.ga_kernel and flavour in _HWE_FLAVOURS:
         return f"{flavour}-hwe-{distro.version_id}"
     return flavour

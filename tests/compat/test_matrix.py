@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -147,6 +148,21 @@ def test_distro_rows_are_coherent() -> None:
     assert not {d.id for d in M.distros} & set(M.known_unsupported)
 
 
+def test_arm64_sees_only_the_branches_built_for_arm64() -> None:
+    arm = M.for_machine("aarch64")
+    for x86, a in zip(M.distros, arm.distros, strict=True):
+        assert x86.arm64 is not None, x86.label  # every distribution's arm64 archive was read
+        gone = {b for b, _ in x86.arm64.not_built}
+        assert {b.branch for b in a.branches} == {b.branch for b in x86.branches} - gone
+        assert len(a.unplanned) == len(gone) and x86.unplanned == ()
+        assert a.recommended_branch in {b.branch for b in a.branches}
+        if x86.scheme == "ubuntu":
+            assert x86.arm64.kernel_flavours == ("generic", "generic-64k")
+    # a distribution nothing was verified for on arm64 plans no archive branch there
+    bare = replace(M.distros[0], arm64=None).on_aarch64()
+    assert bare.branches == () and "no driver package of ubuntu-22.04" in bare.unplanned[0]
+
+
 def test_every_gpu_in_the_table_has_an_architecture_row() -> None:
     from egpu_setup.compat import gpus
 
@@ -206,6 +222,15 @@ def test_loader_errors_name_file_and_key() -> None:
     with pytest.raises(MatrixError) as info:
         mx._load_distros(bad)
     assert "40-hex-digit" in info.value.message
+    bad = raw("distros.yaml")
+    bad["distros"][0]["arm64"]["not_built"][0]["branch"] = 390
+    with pytest.raises(MatrixError) as info:
+        mx._load_distros(bad)
+    assert "distros[0].arm64.not_built[0].branch: branch 390 is not one of" in info.value.message
+    bad = raw("distros.yaml")
+    del bad["distros"][2]["arm64"]["source"]
+    with pytest.raises(MatrixError, match=r"distros\[2\]\.arm64\.source"):
+        mx._load_distros(bad)
     bad = raw("torch.yaml")
     bad["releases"][0]["variants"]["cu130"] = {"status": "stable"}
     with pytest.raises(MatrixError, match="needs its compiled arch list"):

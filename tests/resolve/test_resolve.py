@@ -565,6 +565,45 @@ CASES: list[Case] = [
         source="nvidia-repo",
         packages=("linux-headers-arm64", "nvidia-open-580"),
     ),
+    # Ubuntu builds nvidia-graphics-drivers-470-server for amd64 only (distros.yaml arm64:)
+    Case(
+        "aarch64-kepler-ubuntu-has-no-470",
+        {**U22, "gpu": "GTX 760", "machine": "aarch64"},
+        error=MatrixError,
+        message="driver branch 470 is not planned on ubuntu-22.04 arm64: "
+        "nvidia-graphics-drivers-470-server is built for amd64 only",
+        hint="--distro",
+    ),
+    Case(
+        "aarch64-kepler-debian-12-tesla-470-arm64",
+        {**D12, "gpu": "GTX 760", "machine": "aarch64"},
+        torch="2.15.0+cpu",
+        branch=470,
+        packages=("linux-headers-arm64", "nvidia-tesla-470-kernel-dkms", "nvidia-tesla-470-driver"),
+    ),
+    Case(
+        "aarch64-ubuntu-64k-kernel-flavour",
+        {"gpu": "RTX 4090", "machine": "aarch64"},
+        facts=host("ubuntu", "24.04", RTX4090, kernel="6.8.0-45-generic-64k"),
+        branch=580,
+        packages=("nvidia-driver-580-open", "linux-modules-nvidia-580-open-generic-64k"),
+    ),
+    Case(
+        "aarch64-ubuntu-64k-hwe-kernel",
+        {"gpu": "RTX 4090", "machine": "aarch64"},
+        facts=host("ubuntu", "22.04", RTX4090, kernel="6.8.0-45-generic-64k"),
+        packages=(
+            "nvidia-driver-580-open",
+            "linux-modules-nvidia-580-open-generic-64k-hwe-22.04",
+        ),
+    ),
+    Case(
+        "aarch64-ubuntu-flavour-not-built-for-arm64",
+        {"gpu": "RTX 4090", "machine": "aarch64"},
+        facts=host("ubuntu", "24.04", RTX4090, kernel="6.8.0-1012-raspi"),
+        packages=("nvidia-driver-580-open", "linux-modules-nvidia-580-open-generic"),
+        warning="builds no linux-modules-nvidia-* for the 'raspi' kernel flavour on arm64",
+    ),
     Case(
         "aarch64-no-rocm-wheels",
         {**U24, "gpu": "RX 7900 XTX", "machine": "aarch64"},
