@@ -444,6 +444,8 @@ Kept = tuple[tuple[str, str], ...]  # (package or venv, why)
 def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tuple[Kept, Kept]:
     """Purge the recorded packages (rollback/purge.py), remove the venvs; what stays is
     kept in the manifest for a later rollback, and returned with the reason: (packages, venvs)."""
+    from egpu_setup.execute.apt import DPKG_WRITES
+    from egpu_setup.execute.files import make_durable
     from egpu_setup.execute.undo import remove_empty_dirs, remove_tree
     from egpu_setup.rollback.purge import purge
 
@@ -452,6 +454,9 @@ def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tu
         named = [p["name"] for p in manifest.packages if not p.get("pulled_in")]
         deps = [p["name"] for p in manifest.packages if p.get("pulled_in")]
         done = purge(host, named, deps)
+        # dpkg fsyncs its status, not the removal of the files: on disk before the manifest
+        # forgets the packages
+        make_durable(host, DPKG_WRITES)
         log.info("purged %d packages egpu-setup installed", len(done.purged))
         kept = done.kept
         stay = {name for name, _why in kept}
