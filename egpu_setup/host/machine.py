@@ -471,7 +471,9 @@ def walk_dirs(
     descriptor, when we are root). OSError as the kernel says, its filename the path walked
     up to the component that failed (ELOOP/ENOTDIR: a link or a non-directory there)."""
     if isinstance(anchor, int):
-        fd = os.dup(anchor)
+        if not parts:
+            return os.dup(anchor)
+        fd = anchor  # the caller's: the first component is opened from it, it is not closed
     else:
         fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -493,11 +495,13 @@ def walk_dirs(
             except OSError as exc:
                 top = f"/proc/self/fd/{anchor}" if isinstance(anchor, int) else anchor
                 raise OSError(exc.errno, exc.strerror, str(Path(top, *parts[: i + 1]))) from None
-            os.close(fd)
+            if fd != anchor:
+                os.close(fd)
             fd = nxt
         return fd
     except BaseException:
-        os.close(fd)
+        if fd != anchor:
+            os.close(fd)
         raise
 
 
