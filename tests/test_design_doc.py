@@ -82,3 +82,19 @@ def test_the_hostile_count_docs_testing_quotes_is_the_suites() -> None:
     collected = re.search(r"^(\d+) tests? collected", out, re.M)
     assert collected, out[-2000:]
     assert int(quoted[1]) == int(collected[1])
+
+
+def test_the_kill_point_counts_docs_testing_shows_are_the_tests_own() -> None:
+    """docs/testing.md's table of how many points each phase's convergence test kills at: each
+    number is the named constant of that test module."""
+    import importlib.util
+
+    testing = (REPO / "docs" / "testing.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\s*\| [^|]+ \| `(tests/[^`]+\.py)` \| (\d+) \| `(\w+)` \|$", testing, re.M)
+    assert len(rows) >= 6, "docs/testing.md no longer has the table of kill points"
+    for path, quoted, name in rows:
+        spec = importlib.util.spec_from_file_location(f"kill_count_{name}_{quoted}", REPO / path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert getattr(module, name) == int(quoted), f"{path}: {name}"
