@@ -97,3 +97,19 @@ def test_every_environment_variable_the_package_names_is_in_the_table() -> None:
     table = DESIGN.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
     missing = {name: where for name, where in found.items() if f"| `{name}` |" not in table}
     assert missing == {}
+
+
+def test_the_kill_point_counts_docs_testing_shows_are_the_tests_own() -> None:
+    """docs/testing.md's table of how many points each phase's convergence test kills at: each
+    number is the named constant of that test module."""
+    import importlib.util
+
+    testing = (REPO / "docs" / "testing.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\s*\| [^|]+ \| `(tests/[^`]+\.py)` \| (\d+) \| `(\w+)` \|$", testing, re.M)
+    assert len(rows) >= 6, "docs/testing.md no longer has the table of kill points"
+    for path, quoted, name in rows:
+        spec = importlib.util.spec_from_file_location(f"kill_count_{name}_{quoted}", REPO / path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert getattr(module, name) == int(quoted), f"{path}: {name}"

@@ -574,6 +574,19 @@ def _load_aarch64(data: dict[str, Any]) -> tuple[Aarch64Row, ...]:
     return tuple(rows)
 
 
+def pip_temp_bytes(cpu: bool) -> int:
+    """What pip holds in its temporary directory while it installs a CPU (or a CUDA) torch with
+    its dependencies: torch.yaml's `pip_temp`, measured and derived there."""
+    key = "cpu_bytes" if cpu else "cuda_bytes"
+    value = (load_data("torch.yaml").get("pip_temp") or {}).get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise MatrixError(
+            f"egpu_setup/data/torch.yaml: pip_temp.{key}: {value!r} is not a number of bytes",
+            "the shipped matrix is damaged; reinstall egpu-setup",
+        )
+    return value
+
+
 @functools.lru_cache(maxsize=1)
 def load_snapshot() -> Matrix:
     """The matrix as shipped inside the package (no overlay)."""

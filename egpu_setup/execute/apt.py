@@ -21,7 +21,7 @@ from egpu_setup.errors import BusyError, EgpuSetupError, ExecutionError, TimedOu
 from egpu_setup.execute.apt_key import fetch_verified_key
 from egpu_setup.execute.console import show_line
 from egpu_setup.execute.dpkg_lock import wait_for_dpkg_lock
-from egpu_setup.execute.files import Context, write_managed
+from egpu_setup.execute.files import Context, make_durable, write_managed
 from egpu_setup.host.dpkg_lock import lock_holder
 from egpu_setup.host.machine import Host, open_beneath
 from egpu_setup.log import get_logger
@@ -142,7 +142,16 @@ def install(ctx: Context, step: AptInstall) -> tuple[str, str]:
         built = ensure_modules(host)
         if built:
             notes.append(f"DKMS module built for kernel {', '.join(built)}")
+    make_durable(host, DPKG_WRITES)
     return "done", "; ".join(notes)
+
+
+# Where an apt step writes: dpkg's database, the packages' files, what their maintainer
+# scripts and triggers make (alternatives, ldconfig's cache, an initramfs in /boot) and apt's
+# own state (extended_states: what was installed as a dependency). dpkg fsyncs the files it
+# unpacks and its status file (dpkg(1), --force-unsafe-io turns that off), the rest nobody
+# does: synced before the journal says the step is done.
+DPKG_WRITES = ("/var/lib/dpkg", "/usr", "/etc", "/boot", "/var/lib/apt")
 
 
 # apt-get's progress: "Get:1 http://host/debian bookworm/main amd64 jq amd64 1.6-2.1 [64.9 kB]";

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.host.machine import Host, open_beneath
 from egpu_setup.log import get_logger
-from egpu_setup.state.atomic import atomic_symlink, atomic_write, sha256
+from egpu_setup.state.atomic import atomic_symlink, atomic_write, sha256, sync_filesystem
 from egpu_setup.state.manifest import Manifest
 
 log = get_logger("egpu_setup.execute")
@@ -178,3 +179,24 @@ def read_managed(real: Path, path: str) -> bytes:
 def location(host: Host, path: str) -> Path:
     """Where `path` is on disk, its last component not followed: we replace links, not targets."""
     return Path(host.location(path))
+
+
+def make_durable(host: Host, paths: Sequence[str]) -> None:
+    """Everything written under `paths` on disk before the journal says the step is done:
+    syncfs(2) once on each filesystem that holds one of them (state/atomic.py), so a power cut
+    after the step leaves what the step did, not a journal that says so. An existing path is
+    synced; EgpuSetupError naming the path when the disk cannot take it."""
+    synced: set[int] = set()
+    for path in paths:
+        device = host.filesystem_of(path)
+        if device is None or device in synced or not host.is_dir(path):
+            continue
+        synced.add(device)
+        try:
+            sync_filesystem(host.real_path(path), anchor=host.root)
+        except OSError as exc:
+            raise EgpuSetupError(
+                f"{path}: what was installed could not be written to disk ({exc.strerror})",
+                f"check the disk that holds {path} (`dmesg`, `df -h {path}`), then run again: "
+                "the step is not counted as done",
+            ) from exc

@@ -34,7 +34,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from egpu_setup.compat.index_url import installer_index
 from egpu_setup.errors import EgpuSetupError, ExecutionError
 from egpu_setup.execute.console import show_line
-from egpu_setup.execute.files import Context, missing_parents
+from egpu_setup.execute.files import Context, make_durable, missing_parents
 from egpu_setup.execute.undo import mark_venv
 from egpu_setup.host.machine import Host, RootHost
 from egpu_setup.host.process import SYSTEM_PATH, home_of, passed_on
@@ -221,7 +221,7 @@ def _begin_own_venv(host: Host, step: PipInstall, run_id: str) -> None:
         make_dirs(where, anchor=host.root)
         clean_temp_files({where}, anchor=host.root)  # a mark a killed run was writing
     mark_venv(host, step.venv, run_id)
-    _make_durable(host, step.venv)
+    make_durable(host, (step.venv,))
 
 
 def _offline_commands(step: PipInstall, uv: str | None, py: str) -> list[list[str]]:
@@ -305,7 +305,7 @@ def install(ctx: Context, step: PipInstall, wanted: str, paths: StatePaths) -> t
                 # neither venv nor pip/uv fsyncs what it writes: the step is done (journal,
                 # manifest, the venv's mark) only once it is on disk, or a power cut leaves a
                 # venv a later run would trust (plan/installed.py judges what is there)
-                _make_durable(host, step.venv)
+                make_durable(host, (step.venv,))
                 if i == 0 and step.create_venv and step.run_as:  # a user's: made by them first
                     mark_venv(host, step.venv, ctx.run_id)
         finally:
@@ -420,19 +420,6 @@ def _missed_deadline(step: PipInstall) -> EgpuSetupError:
         "check the connection to that host (or use a closer mirror with --index-url), or allow "
         "more with --download-timeout SECONDS; run again: nothing half-installed is kept",
     )
-
-
-def _make_durable(host: Host, venv: str) -> None:
-    from egpu_setup.state.atomic import sync_filesystem
-
-    try:
-        sync_filesystem(host.real_path(venv), anchor=host.root)
-    except OSError as exc:
-        raise EgpuSetupError(
-            f"{venv}: what was installed could not be written to disk ({exc.strerror})",
-            f"check the disk that holds {venv} (`dmesg`, `df -h {venv}`), then run again: "
-            "the step is not counted as done",
-        ) from exc
 
 
 IMAGE_BUNDLE = "/run/egpu-setup/bundle"

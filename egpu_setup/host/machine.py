@@ -171,41 +171,33 @@ class Host:
 
     def file_sizes(self, directory: str, rels: Iterable[str]) -> dict[str, int]:
         """rel -> size of each regular file `rel` below `directory`, by lstat relative to its
-        folder's descriptor (each folder walked once from `directory`'s, no link followed: a
-        venv's RECORD is thousands of files in hundreds of folders). A rel that is missing, a
-        link, not a regular file or climbs out (`..`) is left out."""
+        folder's descriptor (the folders a tree of the rels, each opened once from its parent's
+        by `walk_dirs`, depth first, no link followed: a venv's RECORD is thousands of files in
+        hundreds of folders). A rel that is missing, a link, not a regular file or climbs out
+        (`..`) is left out."""
         real = self._real(directory)
         anchor = Path("/") if self._is_slash else self.root
+        files: dict[str, list[tuple[str, str]]] = {}  # folder -> (rel, name) of its files
+        for rel in rels:
+            folder, _, name = rel.rpartition("/")
+            files.setdefault(folder, []).append((rel, name))
+        # folder name -> its subtree; the key "" of each node: the files in it
+        tree: dict[str, Any] = {}
+        for folder, named in files.items():
+            parts = folder.split("/")
+            if ".." in parts:
+                continue
+            node = tree
+            for part in parts:
+                if part not in ("", "."):
+                    node = node.setdefault(part, {})
+            node.setdefault("", []).extend(named)
+        sizes: dict[str, int] = {}
         try:
             top = open_beneath(anchor, (real or anchor).relative_to(anchor), directory=True)
         except (OSError, ValueError):
-            return {}
-        folders: dict[str, list[tuple[str, str]]] = {}
-        for rel in rels:
-            folder, _, name = rel.rpartition("/")
-            folders.setdefault(folder, []).append((rel, name))
-        sizes: dict[str, int] = {}
-        # the folders open on the way down, each walked from the nearest one above it that is
-        # open: one openat(2) per folder, and no more descriptors held than the tree is deep
-        stack: list[tuple[str, int]] = [("", top)]
-        try:
-            for folder in sorted(folders):
-                while stack[-1][0] and not folder.startswith(stack[-1][0] + "/"):
-                    os.close(stack.pop()[1])
-                above, above_fd = stack[-1]
-                try:
-                    fd = walk_dirs(above_fd, below_parts(folder[len(above) :]))
-                except (OSError, ValueError):
-                    continue
-                stack.append((folder, fd))
-                for rel, name in folders[folder]:
-                    with contextlib.suppress(OSError, ValueError):
-                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode):
-                            sizes[rel] = st.st_size
-        finally:
-            for _, fd in stack:
-                os.close(fd)
+            return sizes
+        _sizes_below(top, tree, sizes)
         return sizes
 
     def readlink(self, path: str) -> str | None:
@@ -479,7 +471,9 @@ def walk_dirs(
     descriptor, when we are root). OSError as the kernel says, its filename the path walked
     up to the component that failed (ELOOP/ENOTDIR: a link or a non-directory there)."""
     if isinstance(anchor, int):
-        fd = os.dup(anchor)
+        if not parts:
+            return os.dup(anchor)
+        fd = anchor  # the caller's: the first component is opened from it, it is not closed
     else:
         fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -501,12 +495,38 @@ def walk_dirs(
             except OSError as exc:
                 top = f"/proc/self/fd/{anchor}" if isinstance(anchor, int) else anchor
                 raise OSError(exc.errno, exc.strerror, str(Path(top, *parts[: i + 1]))) from None
-            os.close(fd)
+            if fd != anchor:
+                os.close(fd)
             fd = nxt
         return fd
     except BaseException:
-        os.close(fd)
+        if fd != anchor:
+            os.close(fd)
         raise
+
+
+def _sizes_below(fd: int, node: dict[str, Any], sizes: dict[str, int]) -> None:
+    """Host.file_sizes' walk: the files of `node` stat'ed relative to `fd` (lstat: a link is
+    not a regular file), then each subfolder opened by `walk_dirs` from `fd` and walked the
+    same way; closes `fd`. One openat(2) per folder, no more descriptors held than the tree is
+    deep."""
+    try:
+        for rel, name in node.get("", ()):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISREG(st.st_mode):
+                sizes[rel] = st.st_size
+        for part, below in node.items():
+            if part:
+                try:
+                    sub = walk_dirs(fd, [part])
+                except OSError:
+                    continue
+                _sizes_below(sub, below, sizes)
+    finally:
+        os.close(fd)
 
 
 def resolve_beneath(root: Path, path: str) -> tuple[str, int] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from egpu_setup.compat.matrix import pip_temp_bytes
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.errors import BusyError, EgpuSetupError, UsageError
 from egpu_setup.host.machine import Host
@@ -23,13 +24,10 @@ from egpu_setup.state.paths import StatePaths
 DRIVER_BYTES = 2 * 1024**3
 TORCH_CPU_BYTES = 1 * 1024**3
 TORCH_CUDA_BYTES = 7 * 1024**3
-# What pip downloads into its TMPDIR before it installs from the wheel, beside the venv
-# (execute/pip.py points TMPDIR into the venv: PipInstall.temp_dir): torch 2.13.0+cpu with its
-# dependencies is 202 MB fetched (docs/testing.md, bundle_fetch); a CUDA build with its nvidia-*
-# wheels about 3.0 GB (torch 2.5.1+cu124 and its pins, their sizes on
-# https://download.pytorch.org/whl/cu124/ and https://pypi.org/project/nvidia-cudnn-cu12/).
-TORCH_CPU_WHEELS = 256 * 1024**2
-TORCH_CUDA_WHEELS = 4 * 1024**3
+# What pip holds in its TMPDIR while it installs, beside the venv (execute/pip.py points TMPDIR
+# into the venv: PipInstall.temp_dir): every wheel it downloaded, their own sizes, measured for
+# the CPU build and summed from the index for the CUDA ones (torch.yaml, `pip_temp`).
+TORCH_CPU_WHEELS, TORCH_CUDA_WHEELS = (pip_temp_bytes(cpu) for cpu in (True, False))
 APT_CACHE = "/var/cache/apt/archives"  # where apt-get downloads the .debs it installs
 
 

@@ -172,7 +172,7 @@ def venv_contents(host: Host, venv: str) -> VenvContents:
         name, _, version = dirname.removesuffix(".dist-info").partition("-")
         key = canonicalize_name(_field(meta, "Name") or name)
         requires[key] = parse_requires(meta)
-        missing = _missing(host, info)
+        missing = _missing(host, info, meta)
         if missing is not None:
             incomplete[dirname] = missing
             damaged[key] = Damaged(
@@ -251,18 +251,19 @@ def _stashes(host: Host, venv: str) -> list[str]:
 _COMPLETE = ("METADATA", "RECORD", "INSTALLER")
 
 
-def _missing(host: Host, info: str) -> str | None:
-    """What makes the distribution at `info` untrustworthy, or None: one of _COMPLETE missing or
-    empty, a console script its RECORD lists (bin/torchrun, bin/pip) not there, or a file of
-    site-packages RECORD lists missing or of another size than RECORD says (a file a kill, or
-    a power cut before the disk had it, left short: pip writes each file in place). Sizes, not
-    RECORD's hashes: one fstatat(2) per file, by directory descriptor (Host.file_sizes), is
-    what every plan can afford for torch's 12,000 files (docs/testing.md has the figures);
-    hashing its 665 MiB is not."""
-    for name in _COMPLETE:
-        if not host.read(f"{info}/{name}", 4096):
-            return f"no {name}"
+def _missing(host: Host, info: str, meta: str) -> str | None:
+    """What makes the distribution at `info` (`meta`: its METADATA as read) untrustworthy, or
+    None: one of _COMPLETE missing or empty, a console script its RECORD lists (bin/torchrun,
+    bin/pip) not there, or a file of site-packages RECORD lists missing or of another size
+    than RECORD says (a file a kill, or a power cut before the disk had it, left short: pip
+    writes each file in place). Sizes, not RECORD's hashes: one fstatat(2) per file, by
+    directory descriptor (Host.file_sizes), is what every plan can afford for torch's 12,000
+    files (docs/testing.md has the figures); hashing its 665 MiB is not."""
     record = host.read(f"{info}/RECORD") or ""
+    installer = host.read(f"{info}/INSTALLER", 4096)
+    for name, text in zip(_COMPLETE, (meta, record, installer), strict=True):
+        if not text:
+            return f"no {name}"
     site = info.rpartition("/")[0]
     sized: dict[str, int] = {}
     for row in parse_record(record):
@@ -273,6 +274,8 @@ def _missing(host: Host, info: str) -> str | None:
         elif size is not None:
             sized[path] = size
     found = host.file_sizes(site, sized)
+    if found == sized:  # the common case, compared in one pass of C
+        return None
     for path, size in sized.items():
         if found.get(path) != size:
             have = found.get(path)

@@ -455,6 +455,8 @@ Kept = tuple[tuple[str, str], ...]  # (package or venv, why)
 def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tuple[Kept, Kept]:
     """Purge the recorded packages (rollback/purge.py), remove the venvs; what stays is
     kept in the manifest for a later rollback, and returned with the reason: (packages, venvs)."""
+    from egpu_setup.execute.apt import DPKG_WRITES
+    from egpu_setup.execute.files import make_durable
     from egpu_setup.execute.undo import remove_empty_dirs, remove_tree
     from egpu_setup.rollback.purge import purge
 
@@ -462,11 +464,24 @@ def _remove_packages(host: Host, manifest: Manifest, venvs: Sequence[str]) -> tu
     if manifest.packages:
         named = [p["name"] for p in manifest.packages if not p.get("pulled_in")]
         deps = [p["name"] for p in manifest.packages if p.get("pulled_in")]
-        done = purge(host, named, deps)
+        # apt-get purge drops a package's auto-installed mark before dpkg starts: a purge killed
+        # then leaves the dependency installed and looking installed by hand, which must not
+        # make the next rollback keep it (a mark the admin set since stays a reason to keep)
+        purging = {p["name"] for p in manifest.packages if p.get("purging")}
+        for p in manifest.packages:
+            if p.get("pulled_in"):
+                p["purging"] = True
+        manifest.save()
+        done = purge(host, named, deps, purging)
+        # dpkg fsyncs its status, not the removal of the files: on disk before the manifest
+        # forgets the packages
+        make_durable(host, DPKG_WRITES)
         log.info("purged %d packages egpu-setup installed", len(done.purged))
         kept = done.kept
         stay = {name for name, _why in kept}
         manifest.packages = [p for p in manifest.packages if p["name"] in stay]
+        for p in manifest.packages:  # this purge ended: what it kept, it kept for its reason
+            p.pop("purging", None)
     created: list[str] = []
     running = _running_venv(host)
     kept_venvs: Kept = ()

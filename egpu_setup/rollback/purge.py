@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 
 from egpu_setup.errors import EgpuSetupError, ExecutionError, UsageError
@@ -120,10 +120,13 @@ def check_purge(host: Host, named: Sequence[str]) -> tuple[str, ...]:
     return named
 
 
-def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
+def purge(
+    host: Host, named: Sequence[str], pulled_in: Sequence[str], purging: Set[str] = frozenset()
+) -> Purged:
     """Purge `named` (the caller ran check_purge on them before changing anything) and those
     of `pulled_in` that nothing else installed depends on, together (a second run only after
-    a removal script refused)."""
+    a removal script refused). `purging`: those of `pulled_in` an earlier rollback was already
+    purging, whose auto-installed mark apt dropped then (not a sign of the admin's)."""
     there = present_packages(host)
     named = [n for n in named if _base(n) in there]
     auto = auto_installed(host)
@@ -132,7 +135,7 @@ def purge(host: Host, named: Sequence[str], pulled_in: Sequence[str]) -> Purged:
     for dep in pulled_in:
         if _base(dep) not in there:
             continue  # removed by hand since
-        if _base(dep) not in auto:
+        if _base(dep) not in auto and dep not in purging:
             kept.append((dep, "marked manually installed since"))
         else:
             deps.append(dep)

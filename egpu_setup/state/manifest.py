@@ -275,8 +275,9 @@ def check_shape(data: dict[str, Any], where: str) -> None:
         # or anything but a package name must never get there
         if not PACKAGE_NAME.fullmatch(pkg["name"]):
             raise bad("packages", f"{pkg['name']!r} is not a Debian package name")
-        if not isinstance(pkg.get("pulled_in", False), bool):
-            raise bad("packages", f"{pkg['name']!r}: pulled_in is not true or false")
+        for flag in ("pulled_in", "purging"):
+            if not isinstance(pkg.get(flag, False), bool):
+                raise bad("packages", f"{pkg['name']!r}: {flag} is not true or false")
     for v in data.get("venvs", []):
         if not host_path_ok(v["path"]):
             raise bad("venvs", f"{v['path']!r} is not an absolute, normalised path")

@@ -148,6 +148,7 @@ def _files_are_whole(root: Path) -> None:
 # rename is entered leaves the temp file written and synced; one at an fsync, a record or a file
 # not yet durable
 KILLS = {"fsync": 10, "rename": 6}
+KILL_POINTS = sum(KILLS.values())  # docs/testing.md's table of kill points shows it
 
 
 @pytest.mark.slow  # 16 killed runs, each run again and rolled back (strace)

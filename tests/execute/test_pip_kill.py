@@ -44,6 +44,9 @@ _CHILD = textwrap.dedent(
 # ensurepip's renames (each .pyc and dist-info file it puts in place) and pip's (the old
 # version stashed away, the new one's files, RECORD), spread over each
 IN_VENV, IN_PIP = 2, 3
+# the venv's kill points: those of ensurepip, egpu-setup as it starts venv and pip, as it marks
+# the venv (docs/testing.md's table of kill points shows it)
+VENV_KILL_POINTS = IN_VENV + 3
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +133,7 @@ def test_killed_while_the_venv_is_made_the_same_run_converges_and_rollback_remov
     assert len(starts) >= 2 and marked, [str(p) for p in own]
     # egpu-setup as it starts `python -m venv`, then pip; and as it writes the venv's mark
     chosen = [*kill_points.spread(ensurepip, IN_VENV), *starts[-2:], marked[0]]
+    assert len(chosen) == VENV_KILL_POINTS, [str(p) for p in chosen]
     for k, point in enumerate(chosen):
         venv, state = tmp_path / f"r{k}" / "venv", tmp_path / f"r{k}" / "state"
         argv = _argv(venv, "egpu-probe==1.0", index.url)

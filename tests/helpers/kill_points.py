@@ -20,11 +20,14 @@ that is and where it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +157,65 @@ def kill_at(
         text=True,
         check=False,
     )
+
+
+def stop_in(
+    point: Point, argv: Sequence[str], env: Mapping[str, str] | None = None, *, follow: bool
+) -> subprocess.Popen[str]:
+    """Start `argv` under strace (follow: -f, its children too) and stop with SIGSTOP the
+    first process to enter its `point.n`th call of `point.syscall`, leaving it there (and the
+    others running) for the test to cut the power under it; `stopped` waits for it and
+    `end_tree` ends them all."""
+    inject = f"inject={point.syscall}:signal=STOP:when={point.n}"
+    return subprocess.Popen(
+        _strace([*(["-f"] if follow else []), "-o", os.devnull, "-e", inject], argv),
+        env=dict(env) if env is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it (from /proc's parent links), parents first."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat_line = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry)] = int(stat_line.rpartition(")")[2].split()[1])
+    out = [pid]
+    for p in out:
+        out.extend(c for c, pp in parent.items() if pp == p)
+    return out
+
+
+def stopped(proc: subprocess.Popen[str], program: str, timeout: float = 600) -> bool:
+    """Wait (at most `timeout` s) until a process named `program` below `proc` is stopped;
+    False when `proc` ended first."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        for pid in _tree(proc.pid)[1:]:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+            except OSError:
+                continue
+            if comm == program and state in ("T", "t"):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def end_tree(proc: subprocess.Popen[str]) -> str:
+    """SIGKILL `proc` and everything below it at once (the power went), and its output."""
+    for pid in reversed(_tree(proc.pid)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    return out
 
 
 def spread(found: list[Point], most: int) -> list[Point]:

@@ -15,6 +15,7 @@ import os
 import shutil
 import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,17 +39,39 @@ class LoopExt4:
 
     def power_cut(self) -> None:
         """Shut the filesystem down losing its uncommitted journal, unmount, and mount it again
-        from a new loop device: a process elsewhere that copied the mount into its own
-        namespace (unshare --mount) keeps the shut-down superblock alive, and mounting the
-        same device again would hand it back."""
+        (`shut_down`, then `remount`)."""
+        self.shut_down()
+        self.remount()
+
+    def shut_down(self) -> None:
+        """The cut itself: from here every write to the filesystem fails with EIO, and what its
+        journal had not committed is gone. The processes that held it open must end before
+        `remount` can unmount it (a machine that loses power stops them too)."""
         fd = os.open(self.mount, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", EXT4_GOING_FLAGS_NOLOGFLUSH))
         finally:
             os.close(fd)
-        _run("umount", str(self.mount))
+
+    def remount(self, *, fsck: bool = False) -> None:
+        """Unmount, and mount again from a new loop device: a process elsewhere that copied the
+        mount into its own namespace (unshare --mount) keeps the shut-down superblock alive,
+        and mounting the same device again would hand it back. fsck: e2fsck -fy first (it
+        replays the journal and must find nothing it cannot repair, exit 0 or 1), as a boot
+        after a power cut runs it."""
+        for _ in range(100):  # the processes just killed may still be letting go of it
+            if subprocess.run(["umount", str(self.mount)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            _run("umount", str(self.mount))
         _run("losetup", "-d", self.device)
         self.device = _attach(self.image)
+        if fsck:
+            res = subprocess.run(
+                ["e2fsck", "-fy", self.device], capture_output=True, text=True, timeout=300
+            )
+            assert res.returncode in (0, 1), f"e2fsck exit {res.returncode}: {res.stdout}"
         _run("mount", self.device, str(self.mount))
 
 

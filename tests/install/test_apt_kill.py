@@ -21,9 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from egpu_setup.state.journal import Journal
+from egpu_setup.state.paths import StatePaths
 from helpers import debroot as _debroot
 from helpers import kill_points
 from helpers.local_apt import build_deb, local_repository
+from helpers.loop_ext4 import loop_ext4
 
 pytestmark = [
     pytest.mark.debootstrap,
@@ -35,6 +38,9 @@ pytestmark = [
 NAMED = ("linux-headers-amd64", "nvidia-kernel-dkms", "nvidia-driver", "firmware-nvidia-gsp")
 BROUGHT = "lab-nvidia-libs"
 KILLS = {"rename": 3, "fsync": 2}  # dpkg's, spread over its unpack
+# and egpu-setup as it starts apt-get and as it saves the manifest after (docs/testing.md's
+# table of kill points shows these counts)
+KILL_POINTS = sum(KILLS.values()) + 2
 EXPECTED = dict.fromkeys((*NAMED, BROUGHT), "ii")  # dpkg-query's abbreviation: configured
 
 
@@ -121,7 +127,7 @@ def test_killed_in_the_apt_step_the_same_install_converges_and_rollback_purges(
     assert done.returncode == 0, done.stderr[-3000:]
     chosen = [*_in_dpkg(dpkg_points), *_in_egpu_setup([p for p in own if str(ref) in p.args
                                                        or p.syscall in kill_points.STARTS])]  # fmt: skip
-    assert len(chosen) == sum(KILLS.values()) + 2, [str(p) for p in dpkg_points if p.program]
+    assert len(chosen) == KILL_POINTS, [str(p) for p in dpkg_points if p.program]
     failures = 0
     for k, point in enumerate(chosen):
         r = tmp_path / f"r{k}"
@@ -185,3 +191,105 @@ def test_rollback_right_after_dpkg_was_killed_purges_what_it_left(
     audit = _debroot.chroot(r, "dpkg", "--audit")
     assert audit.returncode == 0 and audit.stdout == "", audit.stdout
     assert _recorded(r) == {}
+
+
+POWER_CUTS = 3  # dpkg midway through its unpack, at its last fsync, egpu-setup right after apt
+
+
+def test_power_cut_in_the_apt_step_the_same_install_converges_and_rollback_purges(
+    image: Path, dpkg_points: list[kill_points.Point], tmp_path: Path
+) -> None:
+    """The image on a small loop ext4 whose power is cut (EXT4_IOC_SHUTDOWN, nothing its
+    journal had not committed kept, helpers/loop_ext4.py) while dpkg is stopped at one of its
+    renames or fsyncs, or egpu-setup as it saves the manifest after apt; every process killed,
+    e2fsck, mounted again. The same install then ends as an uninterrupted one (dpkg's audit
+    empty, each package installed, the journal's run ok, the same files), and rollback
+    --packages takes the packages back."""
+    env = _env()
+    before = _statuses(image)
+    ref = tmp_path / "ref"
+    subprocess.run(["cp", "-a", str(image), str(ref)], check=True)
+    done, own = kill_points.points(_install(ref), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = {sub: _debroot.snapshot(ref, sub) for sub in ("etc", "usr/lib/lab")}
+    renames, fsyncs = (
+        [p for p in dpkg_points if p.program == "dpkg" and p.syscall == kind]
+        for kind in ("rename", "fsync")
+    )
+    saved = _in_egpu_setup(
+        [p for p in own if str(ref) in p.args or p.syscall in kill_points.STARTS]
+    )
+    chosen = [(renames[len(renames) // 2], "dpkg"), (fsyncs[-1], "dpkg"), (saved[1], "python")]
+    assert len(chosen) == POWER_CUTS
+    python = Path(sys.executable).name[:15]  # /proc/PID/comm: the name egpu-setup runs as
+    for k, (point, program) in enumerate(chosen):
+        (tmp_path / f"p{k}").mkdir()
+        with loop_ext4(tmp_path / f"p{k}", size_mib=2600) as fs:
+            r = fs.mount / "image"
+            subprocess.run(["cp", "-a", str(image), str(r)], check=True)
+            subprocess.run(["sync", "-f", str(r)], check=True)  # the base image is durable
+            follow = program == "dpkg"
+            proc = kill_points.stop_in(point, _install(r), env=env, follow=follow)
+            try:
+                reached = kill_points.stopped(proc, "dpkg" if follow else python)
+                fs.shut_down()
+            finally:
+                out = kill_points.end_tree(proc)
+            assert reached, f"{point}: never stopped there: {out[-2000:]}"
+            fs.remount(fsck=True)
+            again = subprocess.run(_install(r), env=env, capture_output=True, text=True)
+            assert again.returncode == 0, f"{point}: {again.stderr[-3000:]}"
+            audit = _debroot.chroot(r, "dpkg", "--audit")
+            assert audit.returncode == 0 and audit.stdout == "", f"{point}: {audit.stdout}"
+            assert {n: s for n, s in _statuses(r).items() if n in EXPECTED} == EXPECTED, point
+            assert _recorded(r) == {**dict.fromkeys(NAMED, False), BROUGHT: True}, point
+            last = Journal(StatePaths.system(r)).last_run()
+            journal = (r / "var/lib/egpu-setup/journal.jsonl").read_text(errors="replace")
+            assert last is not None and last.status == "ok", f"{point}: {journal[-3000:]}"
+            for sub, want in expected.items():
+                assert _debroot.snapshot(r, sub) == want, f"{point}: {sub} differs"
+            back = subprocess.run(
+                _argv(r, "rollback", "--packages"), env=env, capture_output=True, text=True
+            )
+            assert back.returncode == 0, f"{point}: {back.stderr[-3000:]}"
+            assert _statuses(r) == before, f"{point}: rollback --packages left packages"
+
+
+PURGE_KILLS = 3  # dpkg's fsyncs while `rollback --packages` purges, spread over the purge
+
+
+def test_rollback_killed_while_dpkg_purges_the_same_rollback_finishes(
+    image: Path, tmp_path: Path
+) -> None:
+    """Was: `rollback --packages` killed while apt-get purged exited 5 (the lock) on the next
+    run and left the packages half-removed. dpkg is killed at PURGE_KILLS of its fsyncs (its
+    journal records in /var/lib/dpkg/updates/, the status file); the same rollback then
+    finishes dpkg's work and purges them all."""
+    env = _env()
+    before = _statuses(image)
+    installed = tmp_path / "installed"
+    subprocess.run(["cp", "-a", str(image), str(installed)], check=True)
+    done = subprocess.run(_install(installed), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ref = tmp_path / "ref"
+    subprocess.run(["cp", "-a", str(installed), str(ref)], check=True)
+    back, found = kill_points.follow_points(_argv(ref, "rollback", "--packages"), env=env)
+    assert back.returncode == 0, back.stderr[-3000:]
+    fsyncs = [p for p in found if p.program == "dpkg" and p.syscall == "fsync"]
+    chosen = kill_points.spread(fsyncs, PURGE_KILLS)
+    assert len(chosen) == PURGE_KILLS, [str(p) for p in found if p.program == "dpkg"]
+    for k, point in enumerate(chosen):
+        r = tmp_path / f"r{k}"
+        subprocess.run(["cp", "-a", str(installed), str(r)], check=True)
+        res = kill_points.kill_in(point, _argv(r, "rollback", "--packages"), env=env)
+        failed = res.returncode != 0 and "error:" in res.stderr and "hint:" in res.stderr
+        assert failed or kill_points.killed(res), f"{point}: {res.returncode} {res.stderr[-2000:]}"
+        again = subprocess.run(
+            _argv(r, "rollback", "--packages"), env=env, capture_output=True, text=True
+        )
+        assert again.returncode == 0, f"{point}: {again.stderr[-3000:]}"
+        audit = _debroot.chroot(r, "dpkg", "--audit")
+        assert audit.returncode == 0 and audit.stdout == "", f"{point}: {audit.stdout}"
+        assert _statuses(r) == before, f"{point}: packages left"
+        assert _recorded(r) == {}, point
+        shutil.rmtree(r)

@@ -34,7 +34,7 @@ def test_the_dry_run_shows_the_space_the_plan_needs() -> None:
     lines = [line for line in res.stdout.splitlines() if line.startswith("Disk space:")]
     assert lines == [
         f"Disk space: about 2.0 GiB in {APT_CACHE} (free space unknown)",
-        f"Disk space: about 11.0 GiB in {VENV} and {VENV}/.egpu-setup-tmp (free space unknown)",
+        f"Disk space: about 11.5 GiB in {VENV} and {VENV}/.egpu-setup-tmp (free space unknown)",
     ]
     data = json.loads(_dry_run("--json").stdout)
     assert data["space_needed"] == [

@@ -153,6 +153,11 @@ WRONG_SHAPES = {
         '{"schema": "egpu-setup/manifest/1", "packages": [{"name": "libonig5", '
         '"pulled_in": "yes"}]}\n',
     ),
+    "manifest-purging-not-a-bool": (
+        "manifest.json",
+        '{"schema": "egpu-setup/manifest/1", "packages": [{"name": "libonig5", '
+        '"pulled_in": true, "purging": 1}]}\n',
+    ),
     "journal-lines-of-the-wrong-shape": ("journal.jsonl", '[]\n{"run": 5}\n"x"\n{"event": []}\n'),
 }
 
