@@ -1052,7 +1052,7 @@ def test_pure_judges() -> None:
     assert child.judge_ratio(10.0, 82.6, 0.25, 0.5) == "fail"
     assert child.judge_ratio(40.0, 82.6, 0.25, 0.5) == "warn"
     assert child.read_link(None) == {}
-    no_probes = cast(child.Torch, object())  # a torch without the probes: /proc/cpuinfo
+    no_probes = cast("child.Torch", object())  # a torch without the probes: /proc/cpuinfo
     assert child.cpu_native_bf16(no_probes) in (True, False, None)
 
 
