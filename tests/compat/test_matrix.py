@@ -20,6 +20,7 @@ from egpu_setup.compat.versions import (
     parse_variant,
 )
 from egpu_setup.errors import MatrixError
+from helpers.cli_runner import invoke
 
 
 def raw(name: str) -> dict:
@@ -271,8 +272,8 @@ def test_variant_and_python_parsing() -> None:
 # -- matrix show -------------------------------------------------------------------------------------------
 
 
-def test_matrix_show_json(cli) -> None:
-    done = cli("matrix", "show", "--json")
+def test_matrix_show_json() -> None:
+    done = invoke("matrix", "show", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["schema"] == "egpu-setup/matrix/1"
@@ -282,18 +283,18 @@ def test_matrix_show_json(cli) -> None:
     assert all(v["source"] for t in data["torch"] for v in t["variants"])
 
 
-def test_matrix_show_text(cli) -> None:
-    done = cli("matrix", "show")
+def test_matrix_show_text() -> None:
+    done = invoke("matrix", "show")
     assert done.returncode == 0
     assert "never updated here" in done.stdout
     assert "Pascal" in done.stdout and "<= 580" in done.stdout
     assert "cu130  580" in done.stdout
 
 
-def test_matrix_help_has_examples(cli) -> None:
+def test_matrix_help_has_examples() -> None:
     for args in (
         ["matrix", "--help"],
         ["matrix", "show", "--help"],
         ["matrix", "update", "--help"],
     ):
-        assert "Examples:" in cli(*args).stdout
+        assert "Examples:" in invoke(*args).stdout
