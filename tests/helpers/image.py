@@ -449,7 +449,7 @@ def build_base(dest: Path, phases: Phases, *, log: Path) -> Image:
                 remove_image(cached)
                 _build_base(cached, phases, log)
                 (cached / _BOOT_MARKER).write_text(phases.summary() + "\n")
-        with phases.time("copy base"):  # a mount, not 3.5 GB copied (debroot.layered_copy)
+        with phases.time("copy base"):  # a mount, not 1.1 GB copied (debroot.layered_copy)
             _debroot.layered_copy(cached, dest)
         (dest / _BOOT_MARKER).unlink()
     else:
