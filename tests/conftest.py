@@ -72,6 +72,14 @@ def pytest_configure(config: pytest.Config) -> None:
     keep(Path(os.environ[CACHE_ENV]))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The overlay copies of the debootstrap roots this process mounted (helpers/debroot.py's
+    layered_copy, one per test that asked) are unmounted: no mount outlives its session."""
+    from helpers import debroot
+
+    debroot.release_all()
+
+
 def _remove_cache(cache: Path) -> None:
     """The run's cache, never across a mount (rm's --one-file-system: a bound /dev stays)."""
     subprocess.run(["rm", "-rf", "--one-file-system", str(cache)], check=False)

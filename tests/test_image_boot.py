@@ -81,7 +81,10 @@ def test_a_bare_chroot_has_no_dev_fd_and_run_in_gives_the_image_its_api_filesyst
 
     assert image.run_in(minroot, substitution).out == "substituted\n"
     inside = image.run_in(minroot, ["cut", "-d", " ", "-f", "5", "/proc/self/mountinfo"]).out
-    assert inside.split() == EXPECTED_MOUNTS  # the image's own root is outside the chroot
+    # the image's own root is outside the chroot, unless it is a mount itself (the overlay a
+    # test's copy is, helpers/debroot.py): then it is the chroot's "/" and nothing of the host's
+    own = ["/"] if _debroot.is_layer(minroot) else []
+    assert inside.split() == [*own, *EXPECTED_MOUNTS]
     devices = set(image.run_in(minroot, ["ls", "/dev"]).out.split())
     assert {"null", "zero", "urandom", "tty", "ptmx", "pts", "shm", "fd"} <= devices
     assert not {name for name in devices if name.startswith(("vd", "sd", "nvme", "kvm"))}

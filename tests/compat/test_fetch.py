@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from conftest import RunCli
 from egpu_setup.compat import fetch
 from egpu_setup.compat import overlay as overlay_mod
 from egpu_setup.compat.matrix import load_matrix, load_snapshot
 from egpu_setup.errors import EgpuSetupError
 from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolver import resolve
+from helpers.cli_runner import invoke
 from helpers.torch_index import ETAG, IndexServer
 
 
@@ -194,25 +194,25 @@ def test_parse_index_skips_what_the_resolver_cannot_use() -> None:
         fetch.parse_index('<a href="/whl/readme.txt">r</a>')
 
 
-def test_cli_update_and_show(server: IndexServer, tmp_path: Path, cli: RunCli) -> None:
+def test_cli_update_and_show(server: IndexServer, tmp_path: Path) -> None:
     env = {"EGPU_SETUP_STATE_DIR": str(tmp_path), "EGPU_SETUP_TORCH_INDEX": server.url}
-    done = cli("matrix", "update", "--json", env=env)
+    done = invoke("matrix", "update", "--json", env=env)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["status"] == "updated" and data["new_versions"] == ["2.15.1"]
-    shown = cli("matrix", "show", "--json", env=env)
+    shown = invoke("matrix", "show", "--json", env=env)
     info = json.loads(shown.stdout)
     assert info["overlay"]["versions"] == len(
         json.loads((tmp_path / overlay_mod.OVERLAY_NAME).read_text())["releases"]
     )
     assert info["torch"][0]["version"] == "2.15.1"
-    text = cli("matrix", "show", env=env).stdout
+    text = invoke("matrix", "show", env=env).stdout
     assert "releases read" in text and "2.15.1" in text
 
 
-def test_cli_update_malformed_exit_code(server: IndexServer, tmp_path: Path, cli: RunCli) -> None:
+def test_cli_update_malformed_exit_code(server: IndexServer, tmp_path: Path) -> None:
     server.mode = "malformed"
-    done = cli(
+    done = invoke(
         "matrix", "update", "--index-url", server.url, env={"EGPU_SETUP_STATE_DIR": str(tmp_path)}
     )
     assert done.returncode == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import RunCli
 from egpu_setup.compat import glibc
 from egpu_setup.compat.glibc import (
     distro_glibc,
@@ -17,6 +16,7 @@ from egpu_setup.compat.glibc import (
 from egpu_setup.errors import MatrixError, UsageError
 from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolver import resolve
+from helpers.cli_runner import invoke
 
 
 @pytest.mark.parametrize(
@@ -181,13 +181,21 @@ def test_blackwell_on_glibc_2_27_has_no_wheel() -> None:
     assert "glibc >= 2.28" in (info.value.hint or "")
 
 
-def test_glibc_227_loads_torch_2_6_on_x86_64_but_not_on_aarch64(cli: RunCli) -> None:
-    ask: tuple[str, ...] = ("resolve", "--distro", "ubuntu-18.04", "--gpu", "10de:2684")
-    ask += ("--python", "3.10", "--torch", "2.6.0", "--cuda", "cpu")
-    r = cli(*ask, "--arch", "x86_64")
+def test_glibc_227_loads_torch_2_6_on_x86_64_but_not_on_aarch64() -> None:
+    ask: tuple[str, ...] = (
+        "resolve",
+        "--distro",
+        "ubuntu-18.04",
+        "--gpu",
+        "10de:2684",
+        "--python",
+        "3.10",
+    )
+    ask += ("--torch", "2.6.0", "--cuda", "cpu")
+    r = invoke(*ask, "--arch", "x86_64")
     assert r.returncode == 0, r.stderr
     assert "2.6.0+cpu" in r.stdout
-    r = cli(*ask, "--arch", "aarch64")
+    r = invoke(*ask, "--arch", "aarch64")
     assert r.returncode == 2, r.stdout
     assert r.stderr.startswith(
         "error: no torch wheel matching the request loads on glibc 2.27 (ubuntu-18.04): "
@@ -206,13 +214,13 @@ def test_glibc_227_loads_torch_2_6_on_x86_64_but_not_on_aarch64(cli: RunCli) -> 
     assert any("manylinux_2_28_aarch64" in r for r in res.reasons), res.reasons
 
 
-def test_cli_refuses_a_torch_the_distro_cannot_load(cli: RunCli) -> None:
-    r = cli("resolve", "--distro", "ubuntu-18.04", "--gpu", "10de:2204", "--torch", "2.9")
+def test_cli_refuses_a_torch_the_distro_cannot_load() -> None:
+    r = invoke("resolve", "--distro", "ubuntu-18.04", "--gpu", "10de:2204", "--torch", "2.9")
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: no torch wheel matching the request loads on glibc 2.27")
     assert "hint: " in r.stderr and "drop --torch" in r.stderr
     assert "Traceback" not in r.stderr
-    r = cli("resolve", "--distro", "centos-6", "--gpu", "10de:2204")
+    r = invoke("resolve", "--distro", "centos-6", "--gpu", "10de:2204")
     assert r.returncode == 2 and "glibc >= 2.17" in r.stderr
 
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import RunCli
 from egpu_setup.compat import matrix as mx
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.compat.versions import (
@@ -23,6 +22,7 @@ from egpu_setup.compat.versions import (
     parse_variant,
 )
 from egpu_setup.errors import MatrixError
+from helpers.cli_runner import invoke
 
 
 def raw(name: str) -> dict[str, Any]:
@@ -309,8 +309,8 @@ def test_variant_and_python_parsing() -> None:
 # -- matrix show -------------------------------------------------------------------------------------------
 
 
-def test_matrix_show_json(cli: RunCli) -> None:
-    done = cli("matrix", "show", "--json")
+def test_matrix_show_json() -> None:
+    done = invoke("matrix", "show", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["schema"] == "egpu-setup/matrix/1"
@@ -320,18 +320,18 @@ def test_matrix_show_json(cli: RunCli) -> None:
     assert all(v["source"] for t in data["torch"] for v in t["variants"])
 
 
-def test_matrix_show_text(cli: RunCli) -> None:
-    done = cli("matrix", "show")
+def test_matrix_show_text() -> None:
+    done = invoke("matrix", "show")
     assert done.returncode == 0
     assert "never updated here" in done.stdout
     assert "Pascal" in done.stdout and "<= 580" in done.stdout
     assert "cu130  580" in done.stdout
 
 
-def test_matrix_help_has_examples(cli: RunCli) -> None:
+def test_matrix_help_has_examples() -> None:
     for args in (
         ["matrix", "--help"],
         ["matrix", "show", "--help"],
         ["matrix", "update", "--help"],
     ):
-        assert "Examples:" in cli(*args).stdout
+        assert "Examples:" in invoke(*args).stdout

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from conftest import FIXTURES, RunCli
+from conftest import FIXTURES
 from egpu_setup.detect.facts import TbDevice
 from egpu_setup.detect.pci import (
     connection_in_text,
@@ -16,6 +16,7 @@ from egpu_setup.detect.pci import (
     generation_from_name,
     oldest_generation,
 )
+from helpers.cli_runner import invoke
 
 
 @pytest.mark.parametrize(
@@ -100,8 +101,8 @@ def test_detect_json_carries_the_generation(
     assert {"connection", "link", "external"} <= set(gpu)  # the contract's keys stay
 
 
-def test_detect_table_shows_generation_and_codename(cli: RunCli) -> None:
-    r = cli("detect", "--from", str(FIXTURES / "tb3-rtx3090-ubuntu2204"))
+def test_detect_table_shows_generation_and_codename() -> None:
+    r = invoke("detect", "--from", str(FIXTURES / "tb3-rtx3090-ubuntu2204"))
     assert r.returncode == 0, r.stderr
     assert "EXTERNAL via thunderbolt (TB3)" in r.stdout
     assert "Ampere (GA102), compute capability 8.6" in r.stdout

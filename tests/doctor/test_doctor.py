@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from conftest import RunCli
 from egpu_setup.detect.facts import (
     Gpu,
     HostFacts,
@@ -35,6 +34,7 @@ from egpu_setup.doctor.rules import busid_for, is_blanket_authorize, parse_busid
 from egpu_setup.doctor.torchcheck import parse_torch_info
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import RecordedHost
+from helpers.cli_runner import invoke
 
 DATA = Path(__file__).parents[1] / "data" / "doctor"
 UUID = "d6010000-0080-8e08-2362-a91cd1b06221"
@@ -969,7 +969,7 @@ def test_unreadable_kernel_log_is_not_a_source(
     assert "sudo egpu-setup doctor" in caplog.text
 
 
-def test_cli_doctor_from_bundle_json(tmp_path: Path, cli: RunCli) -> None:
+def test_cli_doctor_from_bundle_json(tmp_path: Path) -> None:
     bundle = _bundle(
         tmp_path,
         {
@@ -986,7 +986,7 @@ def test_cli_doctor_from_bundle_json(tmp_path: Path, cli: RunCli) -> None:
             "root/etc/udev/rules.d/99-tb.rules": text("blanket-authorize.rules"),
         },
     )
-    res = cli("doctor", "--json", "--from", str(bundle))
+    res = invoke("doctor", "--json", "--from", str(bundle))
     assert res.returncode == 1, res.stderr
     data = json.loads(res.stdout)
     got = {f["id"] for f in data["findings"]}
@@ -998,27 +998,27 @@ def test_cli_doctor_from_bundle_json(tmp_path: Path, cli: RunCli) -> None:
     assert data["schema"] == "egpu-setup/findings/1"
 
 
-def test_cli_doctor_clean_bundle_exits_0(tmp_path: Path, cli: RunCli) -> None:
+def test_cli_doctor_clean_bundle_exits_0(tmp_path: Path) -> None:
     bundle = _bundle(
         tmp_path, {"commands/dmesg.txt": text("noise-before.txt") + text("noise-after.txt")}
     )
-    res = cli("doctor", "--from", str(bundle))
+    res = invoke("doctor", "--from", str(bundle))
     assert res.returncode == 0, res.stderr
     assert "no known problems found (read: dmesg)" in res.stdout
 
 
-def test_cli_doctor_bad_torch_info_is_usage_error(tmp_path: Path, cli: RunCli) -> None:
+def test_cli_doctor_bad_torch_info_is_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "torch.json"
     bad.write_text("{not json")
     bundle = _bundle(tmp_path / "b", {"commands/dmesg.txt": ""})
-    res = cli("doctor", "--from", str(bundle), "--torch-info", str(bad))
+    res = invoke("doctor", "--from", str(bundle), "--torch-info", str(bad))
     assert res.returncode == 2
     assert res.stderr.startswith(f"error: {bad}: not valid JSON")
     assert "hint:" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_cli_doctor_missing_bundle(cli: RunCli, tmp_path: Path) -> None:
-    res = cli("doctor", "--from", str(tmp_path / "nope"))
+def test_cli_doctor_missing_bundle(tmp_path: Path) -> None:
+    res = invoke("doctor", "--from", str(tmp_path / "nope"))
     assert res.returncode == 2 and "error: recorded host not found" in res.stderr
 
 

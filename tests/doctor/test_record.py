@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, RunCli
+from conftest import FIXTURES
 from egpu_setup.detect.facts import HostFacts
 from egpu_setup.detect.probe import detect_host
 from egpu_setup.doctor.record import record
 from egpu_setup.errors import UsageError
 from egpu_setup.host.machine import LiveHost, RecordedHost
 from egpu_setup.state.output import OutputTree
+from helpers.cli_runner import invoke
 
 HOSTS = (
     sorted(p.name for p in FIXTURES.iterdir() if (p / "root").is_dir()) if FIXTURES.is_dir() else []
@@ -68,36 +69,36 @@ def test_record_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     assert (tmp_path / "x" / "keep").read_text() == "mine"
 
 
-def test_record_cli(cli: RunCli, tmp_path: Path) -> None:
-    res = cli("record", str(tmp_path / "b"))
+def test_record_cli(tmp_path: Path) -> None:
+    res = invoke("record", str(tmp_path / "b"))
     assert res.returncode == 0, res.stderr
-    again = cli("detect", "--json", "--from", str(tmp_path / "b"))
+    again = invoke("detect", "--json", "--from", str(tmp_path / "b"))
     assert again.returncode == 0 and json.loads(again.stdout)["schema"] == "egpu-setup/host/1"
 
 
-def test_record_venv_stores_torch_facts_that_doctor_from_reads(cli: RunCli, tmp_path: Path) -> None:
+def test_record_venv_stores_torch_facts_that_doctor_from_reads(tmp_path: Path) -> None:
     """`record DIR --venv PATH` writes commands/torch.json; `doctor --from DIR` checks it."""
     pytest.importorskip("torch")
     from egpu_setup.doctor.torchcheck import parse_torch_info, probe_venv_torch
     from helpers.venvs import make_venv
 
     venv = make_venv(tmp_path / "v", with_torch=True)
-    res = cli("record", str(tmp_path / "b"), "--venv", str(venv))
+    res = invoke("record", str(tmp_path / "b"), "--venv", str(venv))
     assert res.returncode == 0, res.stderr
     stored = json.loads((tmp_path / "b" / "commands" / "torch.json").read_text())
     assert parse_torch_info(stored, "torch.json") == probe_venv_torch(LiveHost(), venv)
-    doctor = cli("doctor", "--json", "--from", str(tmp_path / "b"))
+    doctor = invoke("doctor", "--json", "--from", str(tmp_path / "b"))
     assert doctor.returncode == 1, doctor.stderr
     assert "torch-cpu-only-build" in {f["id"] for f in json.loads(doctor.stdout)["findings"]}
 
 
-def test_record_venv_without_torch_writes_nothing(cli: RunCli, tmp_path: Path) -> None:
+def test_record_venv_without_torch_writes_nothing(tmp_path: Path) -> None:
     import subprocess
     import sys
 
     venv = tmp_path / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    res = cli("record", str(tmp_path / "b"), "--venv", str(venv))
+    res = invoke("record", str(tmp_path / "b"), "--venv", str(venv))
     assert res.returncode == 2 and res.stderr.startswith("error: cannot import torch in ")
     assert "hint: " in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "b").exists()
@@ -115,7 +116,7 @@ HOLD_IDS = {"driver-held", "driver-library-mismatch", "driver-hold-removed"}
     ],
 )
 def test_a_recording_carries_dpkg_status_and_the_hold_so_doctor_from_says_what_root_says(
-    cli: RunCli, tmp_path: Path, status: str, expected: set[str]
+    tmp_path: Path, status: str, expected: set[str]
 ) -> None:
     from egpu_setup.detect.dpkg_status import HOLD_PIN, HOLD_UNATTENDED
     from egpu_setup.host.machine import RootHost
@@ -136,7 +137,7 @@ def test_a_recording_carries_dpkg_status_and_the_hold_so_doctor_from_says_what_r
     assert json.loads((out / "meta.json").read_text())["truncated"] == []
 
     def findings(*where: str) -> list[dict[str, Any]]:
-        res = cli("doctor", "--json", *where)
+        res = invoke("doctor", "--json", *where)
         found = json.loads(res.stdout)["findings"]
         return sorted((f for f in found if f["id"] in HOLD_IDS), key=lambda f: f["id"])
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
 from egpu_setup.detect.facts import Gpu, HostFacts, TbDevice
 from egpu_setup.errors import BusyError, EgpuSetupError, UsageError
 from egpu_setup.execute.eject import EjectPlan, EjectStep, plan_eject, run_eject
 from egpu_setup.host.machine import RecordedHost, RootHost
+from helpers.cli_runner import invoke
 from helpers.render_cases import CORE_X_UUID, DEBIAN12_TB3_4090
 
 CHAIN = "sys/devices/pci0000:00/0000:00:07.0/0000:3a:00.0/0000:3b:01.0"
@@ -220,7 +220,7 @@ def test_a_recorded_host_is_never_written(tmp_path: Path) -> None:
 
 
 def test_eject_command_needs_yes_without_a_terminal(tmp_path: Path) -> None:
-    res = run_cli("eject", "--root", str(fake_root(tmp_path)))
+    res = invoke("eject", "--root", str(fake_root(tmp_path)))
     assert res.returncode in (1, 2), res.stderr
     assert res.stderr.startswith("error: ") or "\nerror: " in res.stderr
     assert "Traceback" not in res.stderr
@@ -230,7 +230,7 @@ def test_eject_command_needs_yes_without_a_terminal(tmp_path: Path) -> None:
 def test_eject_command_end_to_end_under_root(tmp_path: Path) -> None:
     """detect -> plan -> writes, through the real command line."""
     root = fake_root(tmp_path)
-    res = run_cli("eject", "--yes", "--root", str(root))
+    res = invoke("eject", "--yes", "--root", str(root))
     assert res.returncode == 0, res.stderr
     assert res.stdout == "now safe to unplug GeForce RTX 4090 (0000:3c:00.0)\n"
     assert (root / CHAIN / "0000:3c:00.0/remove").read_text() == "1\n"
@@ -241,7 +241,7 @@ def test_eject_command_end_to_end_under_root(tmp_path: Path) -> None:
 def test_eject_command_refuses_with_exit_5_naming_the_process(tmp_path: Path) -> None:
     root = fake_root(tmp_path)
     _process(root, 4242, "python3", ["/dev/nvidia0"])
-    res = run_cli("eject", "--yes", "--root", str(root))
+    res = invoke("eject", "--yes", "--root", str(root))
     assert res.returncode == 5
     assert "error: not safe to unplug" in res.stderr and "pid 4242 (python3)" in res.stderr
     assert "hint: close those programs" in res.stderr
@@ -293,7 +293,7 @@ def test_unknown_connection_never_deauthorizes_and_says_so(tmp_path: Path) -> No
 def test_unknown_connection_end_to_end_leaves_the_device_authorized(tmp_path: Path) -> None:
     """Through detect: bridges without Thunderbolt ids -> connection unknown -> no de-auth."""
     root = fake_root(tmp_path, tb_bridges=False)
-    res = run_cli("eject", "--yes", "--root", str(root))
+    res = invoke("eject", "--yes", "--root", str(root))
     assert res.returncode == 0, res.stderr
     assert "stays authorized" in res.stderr
     assert (root / CHAIN / "0000:3c:00.0/remove").read_text() == "1\n"

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from helpers.debroot import DebrootUnavailable, cache_dir, copy_root
+from helpers.debroot import DebrootUnavailable, build, cache_dir, full_copy
 
 _MARKER = ".egpu-setup-udev-complete"
 
@@ -36,7 +36,7 @@ def udev_root() -> Path:
 
 def _install_udev(root: Path) -> Path:
     shutil.rmtree(root, ignore_errors=True)
-    copy_root("trixie", root)
+    full_copy(build("trixie"), root)  # a cache of its own, renamed never: not a layer
     proc = subprocess.run(
         ["chroot", str(root), "apt-get", "install", "-y", "--no-install-recommends", "udev"],
         capture_output=True,

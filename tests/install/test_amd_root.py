@@ -25,7 +25,6 @@ bookworm root); each run then copies it and fetches the firmware (~25 s here, wa
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -77,8 +76,7 @@ def root(tmp_path: Path) -> Path:
         src = _debroot.derived_root("bookworm", "amd-bookworm", _prepare)
     except _debroot.DebrootUnavailable as exc:
         pytest.skip(str(exc))
-    dest = tmp_path / "root"
-    subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(dest)], check=True)
+    dest = _debroot.layered_copy(src, tmp_path / "root")
     (dest / _debroot._MARKER).unlink()
     return dest
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,7 +107,7 @@ def dpkg_points(image: Path, tmp_path_factory: pytest.TempPathFactory) -> list[k
     """Every call of the uninterrupted install, children included (strace -f); it ends with
     each package installed."""
     ref = tmp_path_factory.mktemp("apt-kill-ref") / "image"
-    subprocess.run(["cp", "-a", str(image), str(ref)], check=True)
+    _debroot.layered_copy(image, ref)  # an overlay on the module's image: a mount, no copy
     done, found = kill_points.follow_points(_install(ref), env=_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert {n: s for n, s in _statuses(ref).items() if n in EXPECTED} == EXPECTED
@@ -122,7 +121,7 @@ def test_killed_in_the_apt_step_the_same_install_converges_and_rollback_purges(
     before = _statuses(image)
     assert not set(before) & {*NAMED, BROUGHT}
     ref = tmp_path / "ref"
-    subprocess.run(["cp", "-a", str(image), str(ref)], check=True)
+    _debroot.layered_copy(image, ref)  # an overlay on the module's image: a mount, no copy
     done, own = kill_points.points(_install(ref), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     chosen = [*_in_dpkg(dpkg_points), *_in_egpu_setup([p for p in own if str(ref) in p.args
@@ -131,7 +130,7 @@ def test_killed_in_the_apt_step_the_same_install_converges_and_rollback_purges(
     failures = 0
     for k, point in enumerate(chosen):
         r = tmp_path / f"r{k}"
-        subprocess.run(["cp", "-a", str(image), str(r)], check=True)
+        _debroot.layered_copy(image, r)
         dpkg = point.program == "dpkg"
         if dpkg:
             res = kill_points.kill_in(point, _install(r), env=env)
@@ -161,7 +160,7 @@ def test_killed_in_the_apt_step_the_same_install_converges_and_rollback_purges(
         assert back.returncode == 0, f"{point}: {back.stderr[-3000:]}"
         assert _statuses(r) == before, f"{point}: rollback --packages left packages"
         assert _recorded(r) == {}, point
-        shutil.rmtree(r)
+        _debroot.release(r)
     assert failures >= KILLS["rename"]  # every kill at a rename of dpkg's ended in an error
 
 
@@ -176,7 +175,7 @@ def test_rollback_right_after_dpkg_was_killed_purges_what_it_left(
     renames = [p for p in dpkg_points if p.program == "dpkg" and p.syscall == "rename"]
     point = renames[len(renames) // 3]  # in the unpack of the second package
     r = tmp_path / "r"
-    subprocess.run(["cp", "-a", str(image), str(r)], check=True)
+    _debroot.layered_copy(image, r)
     res = kill_points.kill_in(point, _install(r), env=env)
     assert res.returncode == 1 and "hint:" in res.stderr, f"{point}: {res.stderr[-2000:]}"
     assert [n for n in (r / "var/lib/dpkg/updates").iterdir() if n.name.isdigit()]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES
 from egpu_setup.detect.facts import TbDevice
 from egpu_setup.detect.probe import detect_host
 from egpu_setup.host import process
@@ -32,6 +32,7 @@ from egpu_setup.install import enrol
 from egpu_setup.profile.load import load_profile
 from egpu_setup.state.manifest import Manifest
 from egpu_setup.state.paths import StatePaths
+from helpers.cli_runner import invoke
 
 FRESH = FIXTURES / "tb4-unauthorized-fresh-ubuntu2404"
 AUTHORIZED = FIXTURES / "tb4-rtx4090-ubuntu2404"
@@ -92,14 +93,14 @@ def test_a_fresh_laptop_needs_enrolment_and_the_dry_run_names_the_device() -> No
         "eGFX Breakaway Box 750ex",
         BOX,
     )
-    res = run_cli("install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run")
+    res = invoke("install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run")
     assert res.returncode == 0, res.stderr
     assert (
         f"Sonnet Technologies, Inc. eGFX Breakaway Box 750ex ({BOX})" in res.stderr
         and "install asks which one is the enclosure" in res.stderr
         and "with --yes only a pinned hotplug.enclosure_unique_id or --enclosure UUID" in res.stderr
     ), res.stderr
-    pinned = run_cli(
+    pinned = invoke(
         "install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run", "--enclosure", BOX
     )
     assert pinned.returncode == 0, pinned.stderr
@@ -111,12 +112,12 @@ def test_a_fresh_laptop_needs_enrolment_and_the_dry_run_names_the_device() -> No
 
 def test_an_authorized_enclosure_needs_no_enrolment() -> None:
     assert not enrol.needs_enrolment(detect_host(RecordedHost(AUTHORIZED)))
-    res = run_cli("install", "--profile", "rtx4090", "--from", str(AUTHORIZED), "--dry-run")
+    res = invoke("install", "--profile", "rtx4090", "--from", str(AUTHORIZED), "--dry-run")
     assert res.returncode == 0 and "wait for authorization" not in res.stderr
 
 
 def test_a_bad_enclosure_flag_is_an_error_before_anything() -> None:
-    res = run_cli("install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run",
+    res = invoke("install", "--profile", "rtx4090", "--from", str(FRESH), "--dry-run",
                   "--enclosure", "not-a-uuid")  # fmt: skip
     assert res.returncode == 2
     assert res.stderr.startswith("error: --enclosure: 'not-a-uuid' is not a Thunderbolt unique_id")
@@ -284,7 +285,7 @@ def test_firstboot_on_the_fresh_laptop_enrols_the_pinned_box_and_sees_the_gpu(
     laptop: Path, kernel: KernelStandIn
 ) -> None:
     kernel.arm()
-    res = run_cli("firstboot", "--profile", "rtx4090", "--root", str(laptop), "--enclosure", BOX,
+    res = invoke("firstboot", "--profile", "rtx4090", "--root", str(laptop), "--enclosure", BOX,
                   "--wait", "20", "--json")  # fmt: skip
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -299,7 +300,7 @@ def test_firstboot_on_the_fresh_laptop_enrols_the_pinned_box_and_sees_the_gpu(
 
 
 def test_firstboot_enrols_nothing_the_profile_does_not_name(laptop: Path) -> None:
-    res = run_cli("firstboot", "--profile", "rtx4090", "--root", str(laptop), "--wait", "1")
+    res = invoke("firstboot", "--profile", "rtx4090", "--root", str(laptop), "--wait", "1")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("not-enrolled: no eGPU is visible and the profile names none")
     assert (laptop / BOX_SYSFS).read_text() == "0\n"
@@ -311,7 +312,7 @@ def test_firstboot_without_an_egpu_ends_cleanly_and_keeps_the_marker(tmp_path: P
     marker = root / "var/lib/egpu-setup/firstboot-pending"
     marker.parent.mkdir(parents=True)
     marker.write_text("armed\n")
-    res = run_cli("firstboot", "--profile", "rtx4090", "--root", str(root), "--json")
+    res = invoke("firstboot", "--profile", "rtx4090", "--root", str(root), "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["outcome"] == "no-egpu" and marker.exists()
@@ -325,7 +326,7 @@ def test_a_dry_run_says_once_what_waits_for_authorization(host: str) -> None:
     facts = detect_host(RecordedHost(FIXTURES / host))
     if not enrol.needs_enrolment(facts):
         return
-    res = run_cli("install", "--profile", "rtx4090", "--from", str(FIXTURES / host), "--dry-run")
+    res = invoke("install", "--profile", "rtx4090", "--from", str(FIXTURES / host), "--dry-run")
     assert res.returncode == 0, res.stderr
     naming = [
         line
@@ -357,7 +358,7 @@ def test_firstboot_enrols_the_first_of_the_model_where_the_iommu_protects(
 ) -> None:
     assert (laptop / IOMMU).read_text().strip() == "1"  # as recorded on that notebook
     kernel.arm()
-    res = run_cli("firstboot", "--profile", _model_profile(tmp_path, False), "--root",
+    res = invoke("firstboot", "--profile", _model_profile(tmp_path, False), "--root",
                   str(laptop), "--wait", "20", "--json")  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["enrolled"] == BOX
@@ -369,7 +370,7 @@ def test_without_iommu_protection_the_model_is_enrolled_only_when_the_risk_is_ac
 ) -> None:
     (laptop / IOMMU).write_text("0\n")  # the same laptop with Kernel DMA Protection off
     kernel.arm()
-    res = run_cli("firstboot", "--profile", _model_profile(tmp_path, accept), "--root",
+    res = invoke("firstboot", "--profile", _model_profile(tmp_path, accept), "--root",
                   str(laptop), "--wait", "20", "--json")  # fmt: skip
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -427,7 +428,7 @@ def test_firstboot_enrols_by_the_ids_sysfs_reports_or_the_first_seen(
     dev = laptop / "sys/bus/thunderbolt/devices/0-1"
     assert ((dev / "vendor").read_text(), (dev / "device").read_text()) == ("0x8\n", "0x36\n")
     kernel.arm()
-    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, value), "--root",
+    res = invoke("firstboot", "--profile", _policy_profile(tmp_path, value), "--root",
                   str(laptop), "--wait", "20", "--json")  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["enrolled"] == BOX, res.stdout
@@ -435,7 +436,7 @@ def test_firstboot_enrols_by_the_ids_sysfs_reports_or_the_first_seen(
 
 def test_firstboot_enrols_nothing_whose_ids_are_not_listed(laptop: Path, tmp_path: Path) -> None:
     before = _tree_hashes(laptop)
-    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, ["0x27:0x1"]), "--root",
+    res = invoke("firstboot", "--profile", _policy_profile(tmp_path, ["0x27:0x1"]), "--root",
                   str(laptop), "--wait", "1", "--json")  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["outcome"] == "not-enrolled"
@@ -450,7 +451,7 @@ def test_first_seen_without_iommu_protection_needs_the_risk_accepted(
 ) -> None:
     (laptop / IOMMU).write_text("0\n")
     kernel.arm()
-    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, "first-seen", accept),
+    res = invoke("firstboot", "--profile", _policy_profile(tmp_path, "first-seen", accept),
                   "--root", str(laptop), "--wait", "20", "--json")  # fmt: skip
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -470,7 +471,7 @@ def test_a_bad_enrol_policy_is_refused_with_a_hint_and_nothing_written(
 ) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    res = run_cli("firstboot", "--profile", _policy_profile(tmp_path, value), "--root",
+    res = invoke("firstboot", "--profile", _policy_profile(tmp_path, value), "--root",
                   str(root))  # fmt: skip
     assert res.returncode == 2, res.stderr
     assert "first_boot_enrol" in res.stderr and "\nhint: " in res.stderr, res.stderr

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import FIXTURES, run_cli
 from egpu_setup.host.machine import LiveHost, RecordedHost
+from helpers.cli_runner import invoke
 
 FRESH = FIXTURES / "fresh-debian12-no-venv"
 SECURE = FIXTURES / "secure-boot-dkms-debian12"
@@ -35,7 +36,7 @@ LAPTOP_AND_EGPU = FIXTURES / "laptop-3070ti-plus-egpu-3080"
 
 
 def dry(host: Path, profile: str, *extra: str) -> dict[str, Any]:
-    res = run_cli(
+    res = invoke(
         "install", "--profile", profile, "--dry-run", "--json", "--from", str(host), *extra
     )
     assert res.returncode == 0, res.stderr
@@ -91,7 +92,7 @@ def test_a_half_made_venv_is_rebuilt_and_a_healthy_one_is_kept(tmp_path: Path) -
     shutil.copytree(FRESH, host, symlinks=True)
     venv = host / "root/opt/egpu-setup/venv"
     half_made(venv)
-    res = run_cli("install", "--profile", "rtx4090", "--dry-run", "--json", "--from", str(host))
+    res = invoke("install", "--profile", "rtx4090", "--dry-run", "--json", "--from", str(host))
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
     (pip,) = [s for s in plan["steps"] if s["kind"] == "pip-install"]
@@ -101,7 +102,7 @@ def test_a_half_made_venv_is_rebuilt_and_a_healthy_one_is_kept(tmp_path: Path) -
     assert ["python3.11-venv"] in [s.get("packages") for s in plan["steps"]]
     # the same directory once it works (a stdlib, --without-pip or uv venv: all have activate)
     (venv / "bin/activate").write_text("# activate\n")
-    res = run_cli("install", "--profile", "rtx4090", "--dry-run", "--json", "--from", str(host))
+    res = invoke("install", "--profile", "rtx4090", "--dry-run", "--json", "--from", str(host))
     (pip,) = [s for s in json.loads(res.stdout)["steps"] if s["kind"] == "pip-install"]
     assert pip["rebuild_venv"] is False and pip["create_venv"] is False
 
@@ -128,7 +129,7 @@ def test_offline_without_ensurepip_is_one_error_before_anything(tmp_path: Path) 
 
 
 def test_secure_boot_dkms_shows_the_mok_steps_before_anything_is_installed() -> None:
-    res = run_cli("install", "--profile", "rtx4070", "--dry-run", "--from", str(SECURE))
+    res = invoke("install", "--profile", "rtx4070", "--dry-run", "--from", str(SECURE))
     assert res.returncode == 0, res.stderr
     out = res.stdout
     after = out.index("After these steps, a person must (the run stops there, exit 4):")
@@ -164,7 +165,7 @@ def test_a_recorded_key_that_is_not_enrolled_is_read_from_mokutil_test_key() -> 
 
 
 def test_envycontrol_is_named_with_its_undo_in_the_dry_run() -> None:
-    res = run_cli("install", "--profile", "rtx3080", "--dry-run", "--from", str(ENVY))
+    res = invoke("install", "--profile", "rtx3080", "--dry-run", "--from", str(ENVY))
     assert res.returncode == 0, res.stderr
     out = res.stdout
     before = out.index("Before anything changes, a person must:")
@@ -190,7 +191,7 @@ def test_envycontrol_is_refused_with_exit_4_before_any_change(tmp_path: Path) ->
     before = tree(img)
     state = tmp_path / "state"
     args = ("install", "--profile", "rtx3080", "--only", "config", "--root", str(img))
-    res = run_cli(*args, "--from", str(ENVY), "--yes", env={"EGPU_SETUP_STATE_DIR": str(state)})
+    res = invoke(*args, "--from", str(ENVY), "--yes", env={"EGPU_SETUP_STATE_DIR": str(state)})
     assert res.returncode == 4, res.stderr
     error, hint = res.stderr.strip().splitlines()[-2:]
     assert (
@@ -203,7 +204,7 @@ def test_envycontrol_is_refused_with_exit_4_before_any_change(tmp_path: Path) ->
     )
     assert tree(img) == before and not state.exists()
     # --force goes ahead, saying so
-    res = run_cli(
+    res = invoke(
         *args, "--from", str(ENVY), "--yes", "--force", env={"EGPU_SETUP_STATE_DIR": str(state)}
     )
     assert res.returncode == 0, res.stderr
@@ -299,7 +300,7 @@ def test_each_manager_is_judged_by_its_mode(case: str, tmp_path: Path) -> None:
 
 
 def test_a_profile_for_another_card_is_said_and_the_rules_match_the_detected_card() -> None:
-    res = run_cli("install", "--profile", "rtx4090", "--dry-run", "--diff", "--from", str(TB3_3090))
+    res = invoke("install", "--profile", "rtx4090", "--dry-run", "--diff", "--from", str(TB3_3090))
     assert res.returncode == 0, res.stderr
     assert (
         "warning: the detected eGPU is GeForce RTX 3090 [10de:2204] at 0000:0a:00.0, not profile "
@@ -318,7 +319,7 @@ def test_yes_refuses_a_plan_for_another_card_unless_forced(tmp_path: Path) -> No
     img.mkdir()
     env = {"EGPU_SETUP_STATE_DIR": str(tmp_path / "state")}
     args = ("install", "--profile", "rtx4090", "--only", "config", "--root", str(img))
-    res = run_cli(*args, "--from", str(TB3_3090), "--yes", env=env)
+    res = invoke(*args, "--from", str(TB3_3090), "--yes", env=env)
     assert res.returncode == 2, res.stderr
     error, hint = res.stderr.strip().splitlines()[-2:]
     assert (
@@ -327,15 +328,15 @@ def test_yes_refuses_a_plan_for_another_card_unless_forced(tmp_path: Path) -> No
     )
     assert hint.startswith("hint: pass the profile of the detected card")
     assert not any(img.rglob("*"))
-    res = run_cli(*args, "--from", str(TB3_3090), "--yes", "--force", env=env)
+    res = invoke(*args, "--from", str(TB3_3090), "--yes", "--force", env=env)
     assert res.returncode == 0, res.stderr
     rules = (img / "etc/udev/rules.d/71-egpu-setup.rules").read_text()
     assert 'ATTR{device}=="0x2204"' in rules and "2684" not in rules.split("\n# Runtime PM")[-1]
-    res = run_cli("install", "--profile", "generic-nvidia", "--only", "config", "--root",
+    res = invoke("install", "--profile", "generic-nvidia", "--only", "config", "--root",
                   str(tmp_path / "img2"), "--from", str(TB3_3090), "--yes", env=env)  # fmt: skip
     assert res.returncode == 2 and "no such directory" in res.stderr  # the image must exist
     (tmp_path / "img2").mkdir()
-    res = run_cli("install", "--profile", "generic-nvidia", "--only", "config", "--root",
+    res = invoke("install", "--profile", "generic-nvidia", "--only", "config", "--root",
                   str(tmp_path / "img2"), "--from", str(TB3_3090), "--yes", env=env)  # fmt: skip
     assert res.returncode == 0, res.stderr
 
@@ -349,7 +350,7 @@ def test_render_generic_uses_the_only_nvidia_gpu_when_its_placement_is_undecided
     (gpu,) = detect_host(RecordedHost(PASTE)).nvidia_gpus
     assert gpu.external is None and gpu.device_id == "2206"
     out = tmp_path / "cfg"
-    res = run_cli("render", "--profile", "generic-nvidia", "--out", str(out), "--from", str(PASTE))
+    res = invoke("render", "--profile", "generic-nvidia", "--out", str(out), "--from", str(PASTE))
     assert res.returncode == 0, res.stderr
     rules = (out / "etc/udev/rules.d/71-egpu-setup.rules").read_text()
     assert 'ATTR{device}=="0x2206"' in rules
@@ -359,7 +360,7 @@ def test_render_generic_uses_the_only_nvidia_gpu_when_its_placement_is_undecided
 
 def test_two_identical_egpus_get_one_consistent_message() -> None:
     for profile in ("rtx3090", "generic-nvidia"):
-        res = run_cli("install", "--profile", profile, "--dry-run", "--from", str(TWO))
+        res = invoke("install", "--profile", profile, "--dry-run", "--from", str(TWO))
         assert res.returncode == 0, res.stderr
         gpus = [w for w in res.stderr.splitlines() if "NVIDIA GPU" in w]
         assert gpus == [
@@ -367,7 +368,7 @@ def test_two_identical_egpus_get_one_consistent_message() -> None:
             "RTX 3090, the same model in each, so one driver and one torch serve all of them"
         ], res.stderr
         assert "none known to be external" not in res.stderr
-    res = run_cli("resolve", "--from", str(TWO))
+    res = invoke("resolve", "--from", str(TWO))
     assert "2 external NVIDIA GPUs" in res.stdout + res.stderr
 
 
@@ -375,7 +376,7 @@ def test_two_identical_egpus_get_one_consistent_message() -> None:
 
 
 def test_the_plan_fits_a_screen_and_diffs_come_with_diff() -> None:
-    res = run_cli("install", "--profile", "rtx4090", "--dry-run", "--from", str(TB4))
+    res = invoke("install", "--profile", "rtx4090", "--dry-run", "--from", str(TB4))
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) < 60, len(lines)
@@ -383,7 +384,7 @@ def test_the_plan_fits_a_screen_and_diffs_come_with_diff() -> None:
     assert lines[-1] == "16 files change: --diff shows how."  # kernels, sleep, guard, health units
     # no warning that does not apply: the sudoers note needs an egpu-setup others could replace
     assert "sudoers" not in res.stderr
-    full = run_cli("install", "--profile", "rtx4090", "--dry-run", "--diff", "--from", str(TB4))
+    full = invoke("install", "--profile", "rtx4090", "--dry-run", "--diff", "--from", str(TB4))
     sep = full.stdout.index("-" * 30 + " file diffs " + "-" * 30)
     assert full.stdout.index("Summary") < sep < full.stdout.index("+++ b/etc/udev/rules.d/")
     assert full.stdout[:sep].rstrip("\n") == res.stdout.rstrip("\n").rsplit("\n", 2)[0]
@@ -410,7 +411,7 @@ def test_the_sudoers_note_only_for_an_egpu_setup_others_could_replace(tmp_path: 
 
 @pytest.mark.parametrize("host", [TB4, NOUVEAU], ids=lambda p: p.name)
 def test_render_and_install_plan_the_same_commands(host: Path, tmp_path: Path) -> None:
-    res = run_cli("render", "--profile", "rtx4090", "--out", str(tmp_path / "cfg"), "--json",
+    res = invoke("render", "--profile", "rtx4090", "--out", str(tmp_path / "cfg"), "--json",
                   "--from", str(host))  # fmt: skip
     assert res.returncode == 0, res.stderr
     rendered = {tuple(c["argv"]) for c in json.loads(res.stdout)["commands"]}
@@ -500,7 +501,7 @@ def test_after_the_reboot_the_boot_time_verify_result_comes_with_nothing_to_do(
 
 
 def test_the_summary_says_how_to_use_torch_and_a_relogin_in_display_mode() -> None:
-    res = run_cli(
+    res = invoke(
         "install", "--profile", "rtx4090", "--dry-run", "--mode", "display", "--from", str(TB4)
     )
     assert res.returncode == 0, res.stderr
@@ -508,7 +509,7 @@ def test_the_summary_says_how_to_use_torch_and_a_relogin_in_display_mode() -> No
     assert "/opt/egpu-setup/venv/bin/python train.py" in summary
     assert "source /opt/egpu-setup/venv/bin/activate" in summary
     assert "log out and back in (or reboot)" in summary
-    compute = run_cli("install", "--profile", "rtx4090", "--dry-run", "--from", str(TB4))
+    compute = invoke("install", "--profile", "rtx4090", "--dry-run", "--from", str(TB4))
     assert "log out and back in" not in compute.stdout
 
 
@@ -582,20 +583,20 @@ def test_numa_node_and_the_numactl_line_only_on_a_multi_node_machine() -> None:
     assert numa.startswith("the eGPU is on NUMA node 1 of 2")
     assert "numactl --cpunodebind=1 --membind=1 /opt/egpu-setup/venv/bin/python train.py" in numa
     assert not [a for a in dry(TB4, "rtx4090")["advice"] if a["label"] == "NUMA"]
-    res = run_cli("detect", "--from", str(NUMA2))
+    res = invoke("detect", "--from", str(NUMA2))
     assert "NUMA node 1 of 2" in res.stdout and "NUMA node 0 of 2" in res.stdout
-    res = run_cli("detect", "--json", "--from", str(NUMA2))
+    res = invoke("detect", "--json", "--from", str(NUMA2))
     data = json.loads(res.stdout)
     assert data["numa_nodes"] == [0, 1]
 
 
 def test_tb5_blackwell_is_warned_by_detect_doctor_and_install() -> None:
-    res = run_cli("detect", "--from", str(TB5))
+    res = invoke("detect", "--from", str(TB5))
     assert "Known problems" in res.stdout and "via thunderbolt (TB5)" in res.stdout
     assert "open-gpu-kernel-modules/issues/979" in res.stdout
-    res = run_cli("detect", "--json", "--from", str(TB5))
+    res = invoke("detect", "--json", "--from", str(TB5))
     assert "warning: GeForce RTX 5090 at 0000:0a:00.0 via thunderbolt (TB5)" in res.stderr
-    res = run_cli("doctor", "--json", "--from", str(TB5))
+    res = invoke("doctor", "--json", "--from", str(TB5))
     known = [f for f in json.loads(res.stdout)["findings"] if f["id"] == "known-egpu-issue"]
     assert len(known) == 2 and {f["severity"] for f in known} == {"warning"}
     assert any("power/control=on" in f["fix"] for f in known)
@@ -611,10 +612,10 @@ def test_a_verify_too_hot_for_the_profile_is_a_doctor_finding(tmp_path: Path) ->
     shutil.copytree(TB4, bundle, symlinks=True)
     reports = bundle / "root/var/lib/egpu-setup"
     verify_report(reports, time.time() - 60, ok=True, temp=70.0)
-    res = run_cli("doctor", "--json", "--from", str(bundle))
+    res = invoke("doctor", "--json", "--from", str(bundle))
     assert "gpu-temperature-over-limit" not in res.stdout
     hot = verify_report(reports, time.time(), ok=True, temp=91.0)
-    res = run_cli("doctor", "--json", "--from", str(bundle))
+    res = invoke("doctor", "--json", "--from", str(bundle))
     (finding,) = [
         f for f in json.loads(res.stdout)["findings"] if f["id"] == "gpu-temperature-over-limit"
     ]
@@ -626,7 +627,7 @@ def test_a_verify_too_hot_for_the_profile_is_a_doctor_finding(tmp_path: Path) ->
         "(limit 88 °C)"
     ]
     # the same report named with --torch-info
-    res = run_cli("doctor", "--json", "--from", str(TB4), "--torch-info", str(hot))
+    res = invoke("doctor", "--json", "--from", str(TB4), "--torch-info", str(hot))
     assert "gpu-temperature-over-limit" in res.stdout
 
 
@@ -671,7 +672,7 @@ def test_the_torch_header_and_the_pip_step_name_the_one_index_given() -> None:
     assert plan["torch"]["index_url"] == mirror and public.startswith("https://download.pytorch")
     (pip,) = [s for s in plan["steps"] if s["kind"] == "pip-install"]
     assert pip["index_url"] == mirror
-    res = run_cli(
+    res = invoke(
         "install", "--profile", "rtx4090", "--dry-run", "--from", str(TB4), "--index-url", mirror
     )
     assert res.returncode == 0, res.stderr
@@ -684,7 +685,7 @@ def test_the_torch_header_and_the_pip_step_name_the_one_index_given() -> None:
 
 
 def _driver_line(*args: str) -> str:
-    res = run_cli("install", "--dry-run", "--from", str(FRESH), *args)
+    res = invoke("install", "--dry-run", "--from", str(FRESH), *args)
     assert res.returncode == 0, res.stderr
     (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("Driver ")]
     assert "apt install" not in res.stdout.split("Torch ")[0], res.stdout
@@ -699,7 +700,7 @@ def test_a_torch_only_plan_does_not_announce_a_driver_install() -> None:
     assert pinned.startswith("Driver   not part of this run"), pinned
     assert "needs >= 580" in pinned and "none is installed now" in pinned
     # the whole run still says what it installs
-    whole = run_cli("install", "--dry-run", "--from", str(FRESH), "--profile", "rtx4090")
+    whole = invoke("install", "--dry-run", "--from", str(FRESH), "--profile", "rtx4090")
     assert "Driver   install branch" in whole.stdout
 
 
@@ -718,7 +719,7 @@ def test_a_laptop_gpu_beside_the_egpu_the_summary_names_the_egpus_cuda_index() -
         "run your code with CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 "
         "/opt/egpu-setup/venv/bin/python train.py"
     )
-    res = run_cli("install", "--profile", "rtx3080", "--dry-run", "--from", str(LAPTOP_AND_EGPU))
+    res = invoke("install", "--profile", "rtx3080", "--dry-run", "--from", str(LAPTOP_AND_EGPU))
     assert "is cuda:1 under CUDA_DEVICE_ORDER=PCI_BUS_ID" in " ".join(res.stdout.split())
     # one NVIDIA GPU, or two eGPUs used together: no such line, and the plain python line
     for host, profile in ((TB4, "rtx4090"), (TWO, "rtx3090")):
@@ -729,10 +730,10 @@ def test_a_laptop_gpu_beside_the_egpu_the_summary_names_the_egpus_cuda_index() -
 
 def test_the_thunderbolt_list_names_a_tb5_enclosure_as_the_gpu_line_does() -> None:
     # the recorded Core X V2: sysfs generation 4 (every USB4 router), two 40 Gb/s lanes
-    lines = run_cli("detect", "--from", str(TB5)).stdout.splitlines()
+    lines = invoke("detect", "--from", str(TB5)).stdout.splitlines()
     (enclosure,) = [ln for ln in lines if "Core X V2" in ln]
     assert ", TB5 (kernel generation 4)," in enclosure and "gen 4" not in enclosure
     assert any("via thunderbolt (TB5)" in ln for ln in lines)
     # a TB3 enclosure (sysfs generation 3) is named TB3 in both places
-    lines = run_cli("detect", "--from", str(TB3_3090)).stdout.splitlines()
+    lines = invoke("detect", "--from", str(TB3_3090)).stdout.splitlines()
     assert any("TB3 (kernel generation 3)" in ln for ln in lines), lines

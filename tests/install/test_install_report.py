@@ -6,19 +6,21 @@ import json
 import time
 from pathlib import Path
 
-from conftest import FIXTURES, RunCli
+from conftest import FIXTURES
+from helpers.cli_runner import invoke
 
 TB4 = str(FIXTURES / "tb4-rtx4090-ubuntu2404")
 
 
-def test_config_install_into_an_image_writes_a_report(cli: RunCli, tmp_path: Path) -> None:
+def test_config_install_into_an_image_writes_a_report(tmp_path: Path) -> None:
     img = tmp_path / "img"
     img.mkdir()
     state = tmp_path / "state"
     env = {"EGPU_SETUP_STATE_DIR": str(state)}
     args: tuple[str, ...] = ("install", "--profile", "rtx4090", "--only", "config")
-    args += ("--root", str(img), "--from", TB4, "--yes")
-    res = cli(*args, env=env)
+    args += ("--root", str(img))
+    args += ("--from", TB4, "--yes")
+    res = invoke(*args, env=env)
     assert res.returncode == 0, res.stderr
     # an image's build report is not any machine's own: kept apart from reports/, which a
     # fleet collects from every machine made from the image
@@ -31,7 +33,7 @@ def test_config_install_into_an_image_writes_a_report(cli: RunCli, tmp_path: Pat
     assert data["changed"] == len(data["steps"]) > 0
     assert data["host"]["gpu"] == {"name": "GeForce RTX 4090", "pci_address": "0000:0a:00.0"}
     assert data["host"]["connection"] == "thunderbolt" and data["host"]["link"]["width"] == 4
-    table = cli("report", "--json", str(state / "build-reports"))
+    table = invoke("report", "--json", str(state / "build-reports"))
     assert table.returncode == 0, table.stderr
     assert "GeForce RTX 4090" in table.stdout
     # Without bolt in the image, the enclosure is authorized by its UUID alone, never blanket.
@@ -40,7 +42,7 @@ def test_config_install_into_an_image_writes_a_report(cli: RunCli, tmp_path: Pat
     # a second run finds nothing to do and saves its own report of that (the day
     # after, a fleet report shows the run)
     time.sleep(1.1)  # reports are named by the second
-    again = cli(*args, env=env)
+    again = invoke(*args, env=env)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("Nothing to do: this machine already matches the profile.")
     reports = sorted((state / "build-reports").glob("install-*.json"))
@@ -50,14 +52,14 @@ def test_config_install_into_an_image_writes_a_report(cli: RunCli, tmp_path: Pat
     assert newest["ok"] is True and newest["exit_code"] == 0 and newest["steps"] == []
 
 
-def test_a_failed_install_is_reported_too(cli: RunCli, tmp_path: Path) -> None:
+def test_a_failed_install_is_reported_too(tmp_path: Path) -> None:
     img = tmp_path / "img"
     (img / "etc/udev/rules.d").mkdir(parents=True)
     # A file of the user's where ours goes: a conflict, so the run stops before changing anything.
     (img / "etc/udev/rules.d/71-egpu-setup.rules").write_text("# mine\n")
     state = tmp_path / "state"
     env = {"EGPU_SETUP_STATE_DIR": str(state)}
-    res = cli(
+    res = invoke(
         "install",
         "--profile",
         "rtx4090",
@@ -78,8 +80,8 @@ def test_a_failed_install_is_reported_too(cli: RunCli, tmp_path: Path) -> None:
     assert (img / "etc/udev/rules.d/71-egpu-setup.rules").read_text() == "# mine\n"
 
 
-def test_an_amd_egpu_behind_thunderbolt_is_refused_before_anything(cli: RunCli) -> None:
-    res = cli(
+def test_an_amd_egpu_behind_thunderbolt_is_refused_before_anything() -> None:
+    res = invoke(
         "install",
         "--profile",
         "rtx4090",
@@ -93,8 +95,8 @@ def test_an_amd_egpu_behind_thunderbolt_is_refused_before_anything(cli: RunCli) 
     assert "error: this link cannot run ROCm" in res.stderr and "hint: " in res.stderr
 
 
-def test_wsl2_plans_torch_only(cli: RunCli) -> None:
-    res = cli(
+def test_wsl2_plans_torch_only() -> None:
+    res = invoke(
         "install", "--profile", "rtx4090", "--dry-run", "--json", "--from", str(FIXTURES / "wsl2")
     )
     assert res.returncode == 0, res.stderr
@@ -103,18 +105,18 @@ def test_wsl2_plans_torch_only(cli: RunCli) -> None:
     assert data["driver"]["action"] == "host-managed"
 
 
-def test_index_urls_that_could_mislead_or_leak_are_refused(cli: RunCli) -> None:
+def test_index_urls_that_could_mislead_or_leak_are_refused() -> None:
     for url, says in [
         ("https://m.lab/whl/cu126 --extra-index-url https://evil", "no spaces"),
         ("https://user:secret@m.lab/whl/cu126", "carries credentials"),
         ("http://m.lab/whl/cu126", "only https://"),
     ]:
-        res = cli("install", "--profile", "rtx4090", "--dry-run", "--index-url", url)
+        res = invoke("install", "--profile", "rtx4090", "--dry-run", "--index-url", url)
         assert res.returncode == 2 and says in res.stderr and "secret" not in res.stdout
 
 
-def test_two_identical_egpus_are_named_not_called_missing(cli: RunCli) -> None:
-    res = cli(
+def test_two_identical_egpus_are_named_not_called_missing() -> None:
+    res = invoke(
         "install",
         "--profile",
         "rtx3090",

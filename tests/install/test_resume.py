@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES
+from helpers.cli_runner import invoke
 
 TB4 = FIXTURES / "tb4-rtx4090-ubuntu2404"  # RTX 4090 at 0000:0a:00.0 behind Thunderbolt 0-1
 GPU = "0000:0a:00.0"
@@ -27,13 +28,13 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _check(root: Path) -> tuple[int, dict[str, Any]]:
-    res = run_cli("resume-check", "--root", str(root), "--json")
+    res = invoke("resume-check", "--root", str(root), "--json")
     assert "Traceback" not in res.stderr, res.stderr
     return res.returncode, json.loads(res.stdout)
 
 
 def _before_sleep(root: Path) -> dict[str, Any]:
-    res = run_cli("resume-check", "--root", str(root), "--before-sleep", "--json")
+    res = invoke("resume-check", "--root", str(root), "--before-sleep", "--json")
     assert res.returncode == 0, res.stderr
     result: dict[str, Any] = json.loads(res.stdout)
     return result
@@ -101,7 +102,7 @@ def test_a_damaged_record_is_refused_and_nothing_is_kept(root: Path) -> None:
     record = root / "run/egpu-setup/sleep.json"
     record.parent.mkdir(parents=True)
     record.write_text('{"gpu": "../../etc/passwd", "enclosure": null, "cuda": []}')
-    res = run_cli("resume-check", "--root", str(root))
+    res = invoke("resume-check", "--root", str(root))
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("error: ") and "\nhint: " in res.stderr
     assert "Traceback" not in res.stderr
@@ -123,7 +124,7 @@ def test_a_link_on_the_way_to_rescan_stays_in_the_root(root: Path, tmp_path: Pat
     shutil.move(str(pci / "devices"), str(tmp_path / "devices"))
     shutil.rmtree(pci)
     pci.symlink_to(outside)
-    res = run_cli("resume-check", "--root", str(root))
+    res = invoke("resume-check", "--root", str(root))
     assert res.returncode == 1, res.stderr
     assert "error: cannot write 1 to /sys/bus/pci/rescan" in res.stderr
     assert "\nhint: " in res.stderr and "Traceback" not in res.stderr

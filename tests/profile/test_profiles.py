@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import RunCli
 from egpu_setup.errors import UsageError
 from egpu_setup.profile import load as P
 from egpu_setup.profile import schema as profile_schema
 from egpu_setup.profile import search as profile_search
+from helpers.cli_runner import invoke
 
 SHIPPED = {
     "gtx1080ti",
@@ -464,31 +464,31 @@ def test_unknown_name_and_missing_path() -> None:
 # -- the commands -------------------------------------------------------------------------------------
 
 
-def test_cli_list_and_json(cli: RunCli) -> None:
-    res = cli("profiles", "list")
+def test_cli_list_and_json() -> None:
+    res = invoke("profiles", "list")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].split() == ["NAME", "GPU", "ARCH", "CC", "MEM", "PSU", "FROM"]
     assert any(line.startswith("rtx4090 ") and "850 W" in line for line in res.stdout.splitlines())
-    data = json.loads(cli("profiles", "list", "--json").stdout)
+    data = json.loads(invoke("profiles", "list", "--json").stdout)
     assert data["schema"] == "egpu-setup/profiles/1"
     assert {p["name"] for p in data["profiles"]} >= SHIPPED
 
 
-def test_cli_list_reports_an_invalid_local_profile(cli: RunCli, tmp_path: Path) -> None:
+def test_cli_list_reports_an_invalid_local_profile(tmp_path: Path) -> None:
     local = tmp_path / "more"
     local.mkdir()
     (local / "broken.yaml").write_text(
         "name: broken\ndescription: x\ngpu: "
         "{name: X, device_ids: [], architecture: Ampere}\nmode: yes\n"
     )
-    res = cli("profiles", "list", env={profile_search.ENV_PATH: str(local)})
+    res = invoke("profiles", "list", env={profile_search.ENV_PATH: str(local)})
     assert res.returncode == 2
     assert "broken" in res.stdout and "INVALID" in res.stdout
     assert f"error: {local}/broken.yaml:4:7: mode: `yes` is a YAML 1.1 boolean" in res.stderr
 
 
-def test_cli_show_output_is_a_valid_profile(cli: RunCli, tmp_path: Path) -> None:
-    res = cli("profiles", "show", "rtx3090ti")
+def test_cli_show_output_is_a_valid_profile(tmp_path: Path) -> None:
+    res = invoke("profiles", "show", "rtx3090ti")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("# rtx3090ti: ")
     copy = tmp_path / "copy.yaml"
@@ -500,12 +500,12 @@ def test_cli_show_output_is_a_valid_profile(cli: RunCli, tmp_path: Path) -> None
     )
 
 
-def test_cli_check(cli: RunCli, tmp_path: Path) -> None:
+def test_cli_check(tmp_path: Path) -> None:
     good = write(tmp_path, GOOD, "lab-4090.yaml")
-    res = cli("profiles", "check", str(good))
+    res = invoke("profiles", "check", str(good))
     assert res.returncode == 0 and res.stdout == f"ok: {good} (lab-4090: GeForce RTX 4090)\n"
     bad = write(tmp_path, GOOD + "  runtime_pm_off: on\n", "bad.yaml")
-    res = cli("profiles", "check", str(bad))
+    res = invoke("profiles", "check", str(bad))
     assert res.returncode == 2
     assert (
         res.stderr.splitlines()[0]
@@ -513,16 +513,16 @@ def test_cli_check(cli: RunCli, tmp_path: Path) -> None:
     )
     assert res.stderr.splitlines()[1].startswith("hint: ")
     assert "Traceback" not in res.stderr
-    res = cli("profiles", "check", str(good), str(bad), str(tmp_path / "missing.yaml"))
+    res = invoke("profiles", "check", str(good), str(bad), str(tmp_path / "missing.yaml"))
     assert res.returncode == 2 and "error: 2 of 3 profiles are invalid" in res.stderr
 
 
 def test_cli_check_refuses_a_name_that_differs_from_the_file_name(
-    cli: RunCli, tmp_path: Path, _no_local_profiles: Path
+    tmp_path: Path, _no_local_profiles: Path
 ) -> None:
     """As install does when it finds the profile by name: `profiles check` says so first."""
     renamed = write(tmp_path, GOOD, "lab.yaml")
-    res = cli("profiles", "check", str(renamed))
+    res = invoke("profiles", "check", str(renamed))
     assert res.returncode == 2, res.stdout
     first, hint = res.stderr.splitlines()[:2]
     assert first == (
@@ -533,23 +533,23 @@ def test_cli_check_refuses_a_name_that_differs_from_the_file_name(
     )
     # and install, finding it by name in a profile directory, refuses it the same way
     (_no_local_profiles / "lab.yaml").write_text(GOOD)
-    res = cli("install", "--profile", "lab", "--dry-run")
+    res = invoke("install", "--profile", "lab", "--dry-run")
     assert res.returncode == 2 and "differs from the file name 'lab.yaml'" in res.stderr
 
 
-def test_cli_show_unknown(cli: RunCli) -> None:
-    res = cli("profiles", "show", "rtx9999")
+def test_cli_show_unknown() -> None:
+    res = invoke("profiles", "show", "rtx9999")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown profile 'rtx9999'")
 
 
-def test_an_unknown_profile_name_points_at_the_generic_one(cli: RunCli) -> None:
+def test_an_unknown_profile_name_points_at_the_generic_one() -> None:
     # an RTX 5070, which has no profile of its own: the refusal names generic-nvidia
-    res = cli("install", "--profile", "rtx5070", "--dry-run")
+    res = invoke("install", "--profile", "rtx5070", "--dry-run")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown profile 'rtx5070'")
     hint = next(ln for ln in res.stderr.splitlines() if ln.startswith("hint: "))
     assert "did you mean" in hint
     assert hint.endswith("a card with no profile of its own: --profile generic-nvidia"), hint
     assert "Traceback" not in res.stderr
     # a name close to the generic one is suggested once, not twice
-    res = cli("profiles", "show", "generic-nvida")
+    res = invoke("profiles", "show", "generic-nvida")
     assert res.stderr.count("generic-nvidia") == 1, res.stderr

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from conftest import run_cli
 from egpu_setup.detect.facts import HostFacts, NvidiaFacts, TbDevice, TbDomain, ThunderboltFacts
 from egpu_setup.errors import ActionRequired, UsageError
 from egpu_setup.render.checks import PciAddress
@@ -31,6 +30,7 @@ from egpu_setup.render.files import (
     render_set,
 )
 from egpu_setup.render.headers import classify_generated
+from helpers.cli_runner import invoke
 from helpers.render_cases import (
     CASES,
     CORE_X_UUID,
@@ -616,7 +616,7 @@ def _bundle(tmp: Path) -> Path:
 
 def test_render_command_writes_only_under_out(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    res = run_cli(
+    res = invoke(
         "render", "--profile", "rtx4090", "--out", str(out), "--from", str(_bundle(tmp_path))
     )
     assert res.returncode == 0, res.stderr
@@ -652,18 +652,18 @@ def test_render_command_errors_change_nothing(tmp_path: Path) -> None:
     domain.mkdir(parents=True)
     (domain / "security").write_text("dponly\n")  # firmware allows no PCIe tunnel
     out = tmp_path / "out"
-    res = run_cli("render", "--profile", "rtx4090", "--out", str(out), "--from", str(bundle))
+    res = invoke("render", "--profile", "rtx4090", "--out", str(out), "--from", str(bundle))
     assert res.returncode == 4
     assert res.stderr.startswith("error: Thunderbolt security level is 'dponly'")
     assert "\nhint: in the firmware setup" in res.stderr
     assert "Traceback" not in res.stderr and not out.exists()
-    res = run_cli("render", "--profile", "no-such-gpu", "--out", str(out))
+    res = invoke("render", "--profile", "no-such-gpu", "--out", str(out))
     assert res.returncode == 2 and "error:" in res.stderr and not out.exists()
 
 
 def test_render_command_display_writes_the_xorg_link(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    res = run_cli(
+    res = invoke(
         "render",
         "--profile",
         "rtx4090",
@@ -685,7 +685,7 @@ def test_render_command_display_writes_the_xorg_link(tmp_path: Path) -> None:
         str(link),
     )
     # Rendering again replaces the link in place.
-    res = run_cli(
+    res = invoke(
         "render", "--profile", "rtx4090", "--out", str(out), "--mode", "display",
         "--from", str(_bundle(tmp_path / "again")),
     )  # fmt: skip

@@ -12,7 +12,6 @@ from typing import Any, cast
 
 import pytest
 
-from conftest import RunCli
 from egpu_setup.compat.matrix import load_snapshot
 from egpu_setup.detect.facts import Gpu, HostFacts, NvidiaFacts, OsFacts, PythonFacts
 from egpu_setup.errors import EgpuSetupError, MatrixError, UnsupportedHardware, UsageError
@@ -20,6 +19,7 @@ from egpu_setup.profile.types import Profile
 from egpu_setup.resolve.constraints import Constraints, constraints_from_profile
 from egpu_setup.resolve.resolution import Resolution
 from egpu_setup.resolve.resolver import resolve
+from helpers.cli_runner import invoke
 
 OLD_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
 TRIXIE_KEY = "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
@@ -745,8 +745,8 @@ def test_host_managed_plans_name_a_flavour_or_none() -> None:
         assert d.flavour in (None, "open", "proprietary"), (c, d.flavour)
 
 
-def test_cli_unmanaged_driver_conflict_exit_2(cli: RunCli) -> None:
-    done = cli(
+def test_cli_unmanaged_driver_conflict_exit_2() -> None:
+    done = invoke(
         "resolve",
         "--gpu",
         "2b85",
@@ -987,8 +987,8 @@ def test_matrix_snapshot_is_the_default() -> None:
 FIXTURES = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "hosts"
 
 
-def test_cli_human_output(cli: RunCli) -> None:
-    done = cli(
+def test_cli_human_output() -> None:
+    done = invoke(
         "resolve",
         "--gpu",
         "2b85",
@@ -1014,8 +1014,8 @@ def test_cli_human_output(cli: RunCli) -> None:
     assert "\nWhy\n" in out and done.stderr == ""
 
 
-def test_cli_json(cli: RunCli) -> None:
-    done = cli(
+def test_cli_json() -> None:
+    done = invoke(
         "resolve", "--json", "--gpu", "GTX 1080 Ti", "--distro", "debian-12", "--python", "3.11"
     )
     assert done.returncode == 0, done.stderr
@@ -1070,8 +1070,8 @@ def test_cli_json(cli: RunCli) -> None:
         ),
     ],
 )
-def test_cli_bad_input_exit_2(cli: RunCli, args: list[str], error: str, hint: str) -> None:
-    done = cli("resolve", "--distro", "ubuntu-24.04", "--python", "3.12", *args)
+def test_cli_bad_input_exit_2(args: list[str], error: str, hint: str) -> None:
+    done = invoke("resolve", "--distro", "ubuntu-24.04", "--python", "3.12", *args)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
     assert lines[0].startswith(error), lines
@@ -1079,16 +1079,16 @@ def test_cli_bad_input_exit_2(cli: RunCli, args: list[str], error: str, hint: st
     assert done.stdout == "" and "Traceback" not in done.stderr
 
 
-def test_cli_unsupported_distro_still_resolves_torch(cli: RunCli) -> None:
-    done = cli("resolve", "--json", "--gpu", "2684", "--distro", "arch", "--python", "3.13")
+def test_cli_unsupported_distro_still_resolves_torch() -> None:
+    done = invoke("resolve", "--json", "--gpu", "2684", "--distro", "arch", "--python", "3.13")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["driver"]["action"] == "host-managed" and data["torch"]["variant"] == "cu132"
     assert any("by hand" in w for w in data["warnings"])
 
 
-def test_cli_profile(cli: RunCli) -> None:
-    done = cli(
+def test_cli_profile() -> None:
+    done = invoke(
         "resolve", "--json", "--profile", "rtx5090", "--distro", "debian-12", "--python", "3.11"
     )
     assert done.returncode == 0, done.stderr
@@ -1110,8 +1110,8 @@ def test_cli_profile(cli: RunCli) -> None:
         ("intel-igpu-only", {"gpu": None, "torch": "2.15.0+cpu"}),
     ],
 )
-def test_cli_from_recorded_hosts(cli: RunCli, bundle: str, expect: dict[str, Any]) -> None:
-    done = cli("resolve", "--json", "--from", str(FIXTURES / bundle))
+def test_cli_from_recorded_hosts(bundle: str, expect: dict[str, Any]) -> None:
+    done = invoke("resolve", "--json", "--from", str(FIXTURES / bundle))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     got = {
@@ -1127,8 +1127,8 @@ def test_cli_from_recorded_hosts(cli: RunCli, bundle: str, expect: dict[str, Any
     assert {k: got[k] for k in expect} == expect, data["reasons"] + data["warnings"]
 
 
-def test_cli_help_has_examples(cli: RunCli) -> None:
-    assert "Examples:" in cli("resolve", "--help").stdout
+def test_cli_help_has_examples() -> None:
+    assert "Examples:" in invoke("resolve", "--help").stdout
 
 
 @pytest.mark.parametrize(
@@ -1141,21 +1141,23 @@ def test_cli_help_has_examples(cli: RunCli) -> None:
         ("a4000", "10de:24b0"),
     ],
 )
-def test_gpu_accepts_the_short_names_a_person_types(cli: RunCli, typed: str, pci_id: str) -> None:
-    res = cli("resolve", "--gpu", typed, *WHAT_IF, "--json")
+def test_gpu_accepts_the_short_names_a_person_types(typed: str, pci_id: str) -> None:
+    res = invoke("resolve", "--gpu", typed, *WHAT_IF, "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["gpu"]["pci_id"] == pci_id
 
 
-def test_a_short_gpu_name_that_could_mean_several_cards_says_which(cli: RunCli) -> None:
-    res = cli("resolve", "--gpu", "1060", *WHAT_IF)
+def test_a_short_gpu_name_that_could_mean_several_cards_says_which() -> None:
+    res = invoke("resolve", "--gpu", "1060", *WHAT_IF)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith(
         "error: --gpu '1060' could mean GeForce GTX 1060 3GB, GeForce GTX 1060 5GB, "
         "GeForce GTX 1060 6GB\nhint: pass one of them"
     )
     # a bare letter names nothing
-    assert cli("resolve", "--gpu", "x", *WHAT_IF).stderr.startswith("error: --gpu 'x': unknown GPU")
+    assert invoke("resolve", "--gpu", "x", *WHAT_IF).stderr.startswith(
+        "error: --gpu 'x': unknown GPU"
+    )
 
 
 WHAT_IF = ("--driver", "580.95.05", "--distro", "ubuntu-24.04", "--python", "3.12")

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from conftest import RunCli
 from egpu_setup.detect.facts import Gpu, HostFacts, OsFacts, PythonFacts
 from egpu_setup.errors import MatrixError, UnsupportedHardware, UsageError
 from egpu_setup.resolve.constraints import Constraints
 from egpu_setup.resolve.resolver import resolve
+from helpers.cli_runner import invoke
 
 AMD_HOST = Path(__file__).resolve().parent.parent / "fixtures" / "hosts" / "amd-rx7900xt-egpu"
 
@@ -42,8 +42,8 @@ def what_if(**kw: Any) -> Constraints:
     return Constraints(**{"distro": "ubuntu-24.04", "python": "3.12", **kw})
 
 
-def test_recorded_tb_radeon_egpu_is_told_the_link_cannot_run_rocm(cli: RunCli) -> None:
-    done = cli("resolve", "--from", str(AMD_HOST))
+def test_recorded_tb_radeon_egpu_is_told_the_link_cannot_run_rocm() -> None:
+    done = invoke("resolve", "--from", str(AMD_HOST))
     assert done.returncode == 2 and done.stdout == "", done.stderr
     err, hint = done.stderr.splitlines()[:2]
     assert err.startswith("error: this link cannot run ROCm: the Radeon RX 7900 XT"), err
@@ -53,8 +53,8 @@ def test_recorded_tb_radeon_egpu_is_told_the_link_cannot_run_rocm(cli: RunCli) -
     assert "Traceback" not in done.stderr
 
 
-def test_recorded_tb_radeon_egpu_still_gets_the_cpu_build_when_asked(cli: RunCli) -> None:
-    done = cli("resolve", "--from", str(AMD_HOST), "--cuda", "cpu", "--json")
+def test_recorded_tb_radeon_egpu_still_gets_the_cpu_build_when_asked() -> None:
+    done = invoke("resolve", "--from", str(AMD_HOST), "--cuda", "cpu", "--json")
     assert done.returncode == 0, done.stderr
     assert '"variant": "cpu"' in done.stdout
 
@@ -153,16 +153,16 @@ def test_errors(kw: dict[str, str], error: type[Exception], text: str) -> None:
         resolve(None, None, what_if(**kw))
 
 
-def test_cli_errors_have_hints_and_exit_2(cli: RunCli) -> None:
-    done = cli("resolve", "--gpu", "RX 7900 XTX", "--distro", "ubuntu-24.04", "--python", "3.7")
+def test_cli_errors_have_hints_and_exit_2() -> None:
+    done = invoke("resolve", "--gpu", "RX 7900 XTX", "--distro", "ubuntu-24.04", "--python", "3.7")
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.splitlines()
     assert lines[0].startswith("error: no torch ROCm wheel exists for Python 3.7")
     assert lines[1].startswith("hint: ")
 
 
-def test_cli_what_if_prints_the_rocm_plan(cli: RunCli) -> None:
-    done = cli("resolve", "--gpu", "RX 9070 XT", "--distro", "ubuntu-24.04", "--python", "3.12")
+def test_cli_what_if_prints_the_rocm_plan() -> None:
+    done = invoke("resolve", "--gpu", "RX 9070 XT", "--distro", "ubuntu-24.04", "--python", "3.12")
     assert done.returncode == 0, done.stderr
     assert "amdgpu, in the kernel: no driver to install" in done.stdout
     assert "--index-url https://download.pytorch.org/whl/rocm" in done.stdout
@@ -202,13 +202,13 @@ def test_every_shipped_amd_profile_agrees_with_the_rocm_table() -> None:
     ],
 )
 def test_an_amd_profile_the_rocm_table_contradicts_is_refused(
-    cli: RunCli, tmp_path: Path, change: tuple[str, str], message: str
+    tmp_path: Path, change: tuple[str, str], message: str
 ) -> None:
     body = (Path(__file__).parents[2] / "profiles" / "rx7900xtx.yaml").read_text()
     (tmp_path / "lab.yaml").write_text(
         body.replace(*change).replace("name: rx7900xtx", "name: lab")
     )
-    done = cli("resolve", "--profile", str(tmp_path / "lab.yaml"), "--distro", "debian-12")
+    done = invoke("resolve", "--profile", str(tmp_path / "lab.yaml"), "--distro", "debian-12")
     assert done.returncode == 2 and done.stdout == "", done.stderr
     err, hint = done.stderr.splitlines()[:2]
     assert message in err and hint.startswith("hint: use the device ids"), done.stderr

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from conftest import run_cli
 from egpu_setup.errors import UsageError
 from egpu_setup.state.reports import (
     SEQUENCE_FILE,
@@ -19,6 +18,7 @@ from egpu_setup.state.reports import (
     saved_reports,
     sequence_of,
 )
+from helpers.cli_runner import invoke
 from helpers.fleet_reports import verify_report
 
 WHEN = 1_764_580_800.0  # 2025-12-01T09:20:00Z
@@ -102,12 +102,12 @@ def _clock_back_reports(state: Path) -> tuple[Path, Path]:
 def test_a_clock_set_back_cannot_hide_a_failing_verify_from_report_strict(tmp_path: Path) -> None:
     passing, failing = _clock_back_reports(tmp_path)
     assert failing.name < passing.name  # by name and by time the passing one looks newest
-    res = run_cli("report", str(tmp_path / "reports"), "--strict", "--json")
+    res = invoke("report", str(tmp_path / "reports"), "--strict", "--json")
     assert res.returncode == 1, res.stdout + res.stderr
     (host,) = json.loads(res.stdout)["hosts"]
     assert host["status"] == "failed" and host["sequence"] == 2
     assert any("the clock went back" in n and failing.name in n for n in host["notes"])
-    text = run_cli("report", str(tmp_path / "reports"))
+    text = invoke("report", str(tmp_path / "reports"))
     assert "the clock went back" in text.stdout
     assert "error: 1 of 1 machines are not ok" in res.stderr
 
@@ -142,9 +142,9 @@ def _with_arch(report: dict[str, Any]) -> dict[str, Any]:
 
 def test_doctor_says_when_the_named_verify_report_is_not_the_newest(tmp_path: Path) -> None:
     first = save_report(tmp_path, "verify", _with_arch(verify_report("lab-07", ok=False)), WHEN)
-    res = run_cli("doctor", "--torch-info", str(first), "--json")
+    res = invoke("doctor", "--torch-info", str(first), "--json")
     assert "older than" not in res.stderr
     newest = save_report(tmp_path, "verify", _with_arch(verify_report("lab-07")), WHEN - 3600)
-    res = run_cli("doctor", "--torch-info", str(first), "--json")
+    res = invoke("doctor", "--torch-info", str(first), "--json")
     assert f"note: {first} (sequence 1) is older than its machine's newest" in res.stderr
     assert str(newest) in res.stderr and "Traceback" not in res.stderr
