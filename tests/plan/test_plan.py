@@ -18,6 +18,7 @@ from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.installed import installed_packages, present_packages, unfinished_packages
 from egpu_setup.plan.options import PlanOptions, parse_only
 from egpu_setup.plan.steps import AptInstall, AptRepository
+from egpu_setup.plan.triggers import TRIGGER_RUN
 from helpers import install_values as values
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +80,9 @@ def test_components_already_enabled_plan_no_source(tmp_path: Path) -> None:
         host,
         PlanOptions(target="root", only=frozenset({"driver"})),
     )
-    assert [s.kind for s in plan.steps] == ["apt-install"]
+    # the apt step defers dpkg's triggers to one run after it (plan/triggers.py)
+    assert [s.kind for s in plan.steps] == ["apt-install", "run-command"]
+    assert plan.steps[0].defer_triggers and plan.steps[1].argv == TRIGGER_RUN
     # installed packages are diffed away; a removed one (config-files) is still wanted; an image
     # (--root) has no running kernel: only the resolver's meta headers package
     assert plan.steps[0].packages == (
