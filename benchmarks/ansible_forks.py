@@ -71,7 +71,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     counts, rounds = (
-        ((1, 3), 1) if args.smoke else (tuple(map(int, args.hosts.split(","))), args.rounds)
+        ((1,), 1) if args.smoke else (tuple(map(int, args.hosts.split(","))), args.rounds)
     )
     b.banner(f"ansible/site.yml over {counts} stand-in laptops: forks 5 against {FORKS}")
     print(f"\n{'hosts':>5} {'forks':>5} {'wall s':>8} {'CPU s':>7} {'hosts CPU s':>11} "
