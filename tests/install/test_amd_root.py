@@ -138,6 +138,7 @@ def test_amd_install_into_a_debian_root_then_rollback(root: Path, tmp_path: Path
             "apt-install",
             "run-command",
             "write-file",
+            "run-command",  # the firmware's deferred dpkg triggers, once (plan/triggers.py)
             "apt-install",
             "pip-install",
         ]
