@@ -48,6 +48,17 @@ def defer_triggers(steps: Sequence[Step]) -> list[Step]:
     ]
 
 
+def defer_like(plan: Sequence[Step], steps: Sequence[Step]) -> list[Step]:
+    """`steps`, to go between the driver's apt step and the trigger run (an image's
+    python3-venv), with their apt steps deferring too when the driver's does: an apt-get
+    between them would otherwise run the pending triggers, and build the initramfs, before the
+    files are written."""
+    if not any(isinstance(s, AptInstall) and s.defer_triggers for s in plan):
+        return list(steps)
+    return [dataclasses.replace(s, defer_triggers=True) if isinstance(s, AptInstall) else s
+            for s in steps]  # fmt: skip
+
+
 def owes_rebuild(argv: tuple[str, ...], owed: set[tuple[str, ...]]) -> bool:
     """Whether an earlier run owes the initramfs rebuild `argv`, in either of its forms."""
     forms = {argv}

@@ -13,6 +13,7 @@ from egpu_setup.plan.triggers import (
     INITRAMFS_REBUILD,
     INITRAMFS_TRIGGER,
     TRIGGER_RUN,
+    defer_like,
     defer_triggers,
     owes_rebuild,
     run_triggers_once,
@@ -87,3 +88,28 @@ def test_a_run_killed_before_the_trigger_run_still_owes_the_rebuild(
     assert owes_rebuild(INITRAMFS_REBUILD, {owed})
     assert not owes_rebuild(RELOAD.argv, {owed})
     assert not owes_rebuild(INITRAMFS_REBUILD, {RELOAD.argv})
+
+
+def test_an_apt_step_between_the_drivers_and_the_trigger_run_defers_too() -> None:
+    """An image's python3-venv goes right after the driver's apt step (image/additions.py):
+    an apt-get there running dpkg's pending triggers would build the initramfs before the
+    files are written."""
+    venv = AptInstall(("python3-venv",), for_part="config")
+    deferred = defer_triggers([AptInstall(("nvidia-driver",))])
+    (after,) = defer_like(deferred, [venv])
+    assert isinstance(after, AptInstall) and after.defer_triggers
+    assert defer_like([AptInstall(("nvidia-driver",))], [venv]) == [venv]
+
+
+def test_the_image_plan_puts_python3_venv_inside_the_deferred_span() -> None:
+    from egpu_setup.image.additions import insert_early
+    from egpu_setup.plan.steps import Plan
+
+    plan = Plan((*defer_triggers([AptInstall(("nvidia-driver",))]), REBUILD))
+    venv = AptInstall(("python3-venv",), for_part="config")
+    steps = insert_early(plan, [venv]).steps
+    assert [s.packages for s in steps if isinstance(s, AptInstall)] == [
+        ("nvidia-driver",),
+        ("python3-venv",),
+    ]
+    assert all(s.defer_triggers for s in steps if isinstance(s, AptInstall))
