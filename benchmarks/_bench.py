@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import compileall
+import contextlib
 import os
 import resource
 import shutil
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -185,6 +186,22 @@ def timed(
         return seconds
 
     return case
+
+
+@contextlib.contextmanager
+def steady_load(n: int) -> Iterator[None]:
+    """`n` busy loops (one process each, at nice 0) for the length of the block: the same
+    synthetic CPU load under both sides of a comparison, so a ratio taken under load compares
+    like with like on a machine whose own load comes and goes. Each is ended by its pid."""
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], cwd=NEUTRAL) for _ in range(n)
+    ]
+    try:
+        yield
+    finally:
+        for proc in loops:
+            proc.kill()
+            proc.wait()
 
 
 def median(xs: Sequence[float]) -> float:

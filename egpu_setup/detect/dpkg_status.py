@@ -41,6 +41,13 @@ class DpkgEntry:
         """Installed and configured: `install ok installed`, or `hold ok installed`."""
         return self.want in ("install", "hold") and self.flag == "ok" and self.state == "installed"
 
+    @property
+    def configured(self) -> bool:
+        """Installed and configured, its triggers perhaps not run yet (`triggers-awaited`,
+        `triggers-pending`: what an apt step with dpkg's --no-triggers leaves, dpkg(1))."""
+        states = ("installed", "triggers-awaited", "triggers-pending")
+        return self.want in ("install", "hold") and self.flag == "ok" and self.state in states
+
 
 def parse_dpkg_status(texts: Iterable[str]) -> dict[str, DpkgEntry]:
     """name -> entry for every stanza with a package name and a three-word Status, the later
@@ -63,13 +70,13 @@ def driver_packages(entries: Mapping[str, DpkgEntry], named: Iterable[str] = ())
     """name -> version of every installed binary of the driver's source packages: the sources of
     the `named` packages that are installed (the resolution's), or, with none named, every
     source DRIVER_SOURCE matches. Sorted by name."""
-    sources = {entries[n].source for n in named if n in entries and entries[n].installed}
+    sources = {entries[n].source for n in named if n in entries and entries[n].configured}
     if not sources:
         sources = {e.source for e in entries.values() if DRIVER_SOURCE.match(e.source)}
     return {
         e.name: e.version
         for e in sorted(entries.values(), key=lambda e: e.name)
-        if e.installed and e.source in sources
+        if e.configured and e.source in sources
     }
 
 

@@ -27,7 +27,7 @@ from egpu_setup.host.machine import Host, open_beneath
 from egpu_setup.log import get_logger
 from egpu_setup.plan.installed import (
     auto_installed,
-    installed_packages,
+    configured_packages,
     native_arch,
     needs_reinstall,
     present_packages,
@@ -124,7 +124,7 @@ def install(ctx: Context, step: AptInstall) -> tuple[str, str]:
         host.run_checked(["apt-mark", "auto", *sorted(auto)], env=APT_ENV, timeout=120)
     # what apt installed that its simulation did not name: recorded too; the dependencies
     # rollback --packages purges once nothing else needs them (rollback/purge.py)
-    after = installed_packages(host)
+    after = configured_packages(host)  # its triggers may be deferred (plan/triggers.py)
     for name in step.packages:
         if name not in before and name in after:
             ctx.manifest.add_package(name, ctx.run_id)

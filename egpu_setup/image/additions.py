@@ -29,6 +29,7 @@ from egpu_setup.detect.facts import HostFacts
 from egpu_setup.host.machine import Host, LiveHost
 from egpu_setup.image.tool import ToolChoice
 from egpu_setup.plan.steps import AptInstall, CreateLink, Plan, Step, WriteFile
+from egpu_setup.plan.triggers import defer_like
 from egpu_setup.profile.types import Profile
 from egpu_setup.render.context import FirstBoot
 from egpu_setup.state.verify_marker import FIRSTBOOT_MARKER
@@ -87,6 +88,7 @@ def insert_early(plan: Plan, steps: Sequence[Step]) -> Plan:
                 continue
             have.add(step.packages)
         new.append(step)
+    new = defer_like(todo, new)  # before the plan's trigger run (plan/triggers.py)
     return Plan(tuple(todo[:at] + new + todo[at:]), plan.warnings, plan.notes)
 
 

@@ -24,6 +24,7 @@ from egpu_setup.plan.installed import dpkg_interrupted
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import AptInstall, Plan, RebootNeeded, RunCommand, Step, WriteFile
 from egpu_setup.plan.torch import torch_steps
+from egpu_setup.plan.triggers import defer_triggers, run_triggers_once
 from egpu_setup.profile.types import Profile
 from egpu_setup.render.files import HostCommand, RenderedFile, RenderedLink
 from egpu_setup.resolve.resolution import Resolution
@@ -81,10 +82,12 @@ def build_plan(
 
     if "driver" in options.only:
         release, hold = hold_steps(resolution, profile, host, options, driver)
-        steps += release + driver + hold
+        steps += release + defer_triggers(driver) + hold
     # the commands that consume the files (initramfs, udev/systemd reloads) come right after
-    # them: a torch download that fails or is interrupted must not leave them undone
-    steps += file_steps + unit_steps + link_steps(links, host, options) + cmd_steps
+    # them: a torch download that fails or is interrupted must not leave them undone; the
+    # driver's dpkg triggers run once after them all (plan/triggers.py)
+    steps += file_steps + unit_steps + link_steps(links, host, options)
+    steps += run_triggers_once(host, steps, cmd_steps)
     if "torch" in options.only:
         steps += torch_steps(resolution, host, options, warnings, facts)
     reboot = _reboot_reason(driver, file_steps, facts, options)

@@ -13,6 +13,7 @@ from egpu_setup.detect.facts import HostFacts
 from egpu_setup.host.machine import Host
 from egpu_setup.plan.options import PlanOptions
 from egpu_setup.plan.steps import CreateLink, EnableUnit, RunCommand, Step, WriteFile
+from egpu_setup.plan.triggers import owes_rebuild
 from egpu_setup.render.files import HostCommand, RenderedFile, RenderedLink
 from egpu_setup.state.manifest import Manifest
 
@@ -140,7 +141,7 @@ def _command_steps(
             continue  # done as EnableUnit links: works in a chroot and rolls back exactly
         after = cmd.after
         reload_for_links = argv[:2] == ("systemctl", "daemon-reload") and units_change
-        is_owed = argv in owed
+        is_owed = owes_rebuild(argv, owed)
         if after and not changed & set(after) and not reload_for_links and not is_owed:
             continue
         reloads = argv[0] in ("udevadm", "systemctl", "boltctl")

@@ -50,6 +50,12 @@ def installed_packages(host: Host) -> dict[str, str]:
     }
 
 
+def configured_packages(host: Host) -> dict[str, str]:
+    """name -> version of every package dpkg has configured, its triggers run or not
+    (`DpkgEntry.configured`): what an apt step that deferred its triggers installed."""
+    return {n: e.version for n, e in dpkg_entries(host).items() if e.configured}
+
+
 def present_packages(host: Host) -> dict[str, str]:
     """name -> dpkg state of every package dpkg has anything of: its files in any state, even
     half-installed, or only its conffiles (`config-files`, what a removal leaves). A package

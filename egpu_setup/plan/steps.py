@@ -92,6 +92,10 @@ class AptInstall(Step):
     sources_list: str | None = None  # offline bundle: apt sees this one source and nothing else
     fetch_timeout: int = DEFAULT_APT_FETCH_TIMEOUT
     deadline: int = DEFAULT_APT_DEADLINE
+    # every dpkg run apt starts gets --no-triggers (dpkg(1)): the packages' triggers (the
+    # initramfs above all) run once, in the plan's trigger step after the files that feed them
+    # (plan/triggers.py), not again and again in the middle of apt's `--configure --pending`
+    defer_triggers: bool = False
 
     def argv(self, reinstall: tuple[str, ...] = ()) -> list[str]:
         """The apt-get command; with `reinstall`, the packages dpkg left half-installed, named
@@ -113,6 +117,8 @@ class AptInstall(Step):
             "-o",
             "Dpkg::Options::=--force-confold",
         ]
+        if self.defer_triggers:
+            argv += ["-o", "Dpkg::Options::=--no-triggers"]
         argv.append("install")
         if reinstall:
             argv.append("--reinstall")

@@ -21,10 +21,11 @@ def build_deb(
     version: str = "1.0",
     source: str = "",
     texts: dict[str, str] | None = None,
+    triggers: str = "",
 ) -> Path:
     """A package built in the root with its own dpkg-deb: `depends`, prerm and postinst scripts,
     `files` (a path ending in / is an empty directory), `texts` (path -> content), the `source`
-    package it says it is built from."""
+    package it says it is built from, its `triggers` control file (deb-triggers(5))."""
     build = root / "tmp" / "build" / f"{name}_{version}_{arch}"
     (build / "DEBIAN").mkdir(parents=True)
     control = (
@@ -36,6 +37,8 @@ def build_deb(
         + "Description: a lab package\n"
     )
     (build / "DEBIAN/control").write_text(control)
+    if triggers:
+        (build / "DEBIAN/triggers").write_text(triggers)
     for script, body in (("prerm", prerm), ("postinst", postinst)):
         if body:
             (build / "DEBIAN" / script).write_text(f"#!/bin/sh\n{body}\n")

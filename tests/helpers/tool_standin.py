@@ -17,12 +17,14 @@ Usage: tool_standin.py CONFIG.json ARGS...  (a wrapper at the role's egpu_setup_
 CONFIG: {"tool": argv of the real egpu-setup, "from": recorded host, "root": per-host folder,
 "state": file for the stand-in's memory, "boot": boot-id file, "log": calls.jsonl,
 "reboots_needed": boots the install asks for before it converges, "fail": an error message to
-fail every install with (exit 1), or null}. Every call is logged as one JSON line.
+fail every install with (exit 1), or null}. Every call is logged as one JSON line, with the CPU
+seconds the stand-in and the real tool spent (`cpu`): the host's share, not the controller's.
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -102,7 +104,11 @@ def main(argv: list[str]) -> int:
         proc = _real(cfg, args)
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
     with Path(cfg["log"]).open("a") as log:
-        log.write(json.dumps({"argv": args, "rc": rc, "boot": boot}) + "\n")
+        cpu = sum(
+            u.ru_utime + u.ru_stime
+            for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        )
+        log.write(json.dumps({"argv": args, "rc": rc, "boot": boot, "cpu": cpu}) + "\n")
     sys.stdout.write(out)
     sys.stderr.write(err)
     return rc

@@ -147,6 +147,7 @@ def test_amd_install_into_a_debian_root_then_rollback(root: Path, tmp_path: Path
             "apt-install",
             "run-command",  # gpasswd -a student video: render it has already
             "write-file",
+            "run-command",  # the firmware's deferred dpkg triggers, once (plan/triggers.py)
             "apt-install",
             "pip-install",
         ]

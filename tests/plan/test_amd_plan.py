@@ -33,6 +33,8 @@ def test_oculink_rx7900xtx_plans_firmware_groups_and_rocm_torch_only(cli: RunCli
         "[config] create /etc/udev/rules.d/71-egpu-setup.rules (mode 0644): AMD eGPU udev rule: "
         "runtime PM off when it appears",
         "[config] run udevadm control --reload (load the new udev rules)",
+        "[driver] run dpkg --configure --pending (the dpkg triggers the driver's apt step "
+        "deferred, run once, after the files they read)",
         "[torch] create venv /opt/egpu-setup/venv; install torch==2.14.1+rocm7.14 torchvision "
         "into /opt/egpu-setup/venv --index-url https://download.pytorch.org/whl/rocm7.14",
         "[driver] reboot needed: amdgpu reads the new GPU firmware when it starts the GPU (the "

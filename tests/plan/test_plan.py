@@ -17,7 +17,8 @@ from egpu_setup.plan.apt_sources import parse_deb822_sources
 from egpu_setup.plan.build import build_plan
 from egpu_setup.plan.installed import installed_packages, present_packages, unfinished_packages
 from egpu_setup.plan.options import PlanOptions, parse_only
-from egpu_setup.plan.steps import AptInstall, AptRepository
+from egpu_setup.plan.steps import AptInstall, AptRepository, RunCommand
+from egpu_setup.plan.triggers import TRIGGER_RUN
 from helpers import install_values as values
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +80,11 @@ def test_components_already_enabled_plan_no_source(tmp_path: Path) -> None:
         host,
         PlanOptions(target="root", only=frozenset({"driver"})),
     )
-    assert [s.kind for s in plan.steps] == ["apt-install"]
+    # the apt step defers dpkg's triggers to one run after it (plan/triggers.py)
+    assert [s.kind for s in plan.steps] == ["apt-install", "run-command"]
+    apt, trigger = plan.steps
+    assert isinstance(apt, AptInstall) and isinstance(trigger, RunCommand)
+    assert apt.defer_triggers and trigger.argv == TRIGGER_RUN
     # installed packages are diffed away; a removed one (config-files) is still wanted; an image
     # (--root) has no running kernel: only the resolver's meta headers package
     assert isinstance(plan.steps[0], AptInstall)
